@@ -1,0 +1,140 @@
+"""Per-party feature encoding and quantile binning.
+
+Each party fits a :class:`PartyBinner` on its own columns, inside its own
+actor: categorical columns become ordinal codes, numeric columns are cut at
+quantiles into at most ``max_bin`` bins, and missing values get the extra bin
+``max_bin``. The cut values are the party's private lookup data: a split on
+bin ``b`` of feature ``f`` sends a row left iff ``x[f] <= cuts[f][b]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError
+
+__all__ = ["PartyBinner", "encode_party_frame", "check_encodable"]
+
+
+def encode_party_frame(
+    frame: pd.DataFrame, categorical: Sequence[str], party: str, categories: dict[str, list] | None = None
+) -> tuple[np.ndarray, dict[str, list]]:
+    """Encode one party's columns as float64; categoricals become codes 0..k-1.
+
+    ``categories`` fixes the code book (at prediction time); unseen categories
+    and missing values become NaN. Non-numeric columns not listed in
+    ``categorical`` raise :class:`DataError` naming the fix.
+    """
+    check_encodable(frame, categorical, party)
+    books = {} if categories is None else dict(categories)
+    out = np.empty((len(frame), frame.shape[1]), dtype=np.float64)
+    for j, col in enumerate(frame.columns):
+        series = frame[col]
+        if col in categorical:
+            if col not in books:
+                books[col] = sorted(series.dropna().unique().tolist(), key=str)
+            lookup = {v: i for i, v in enumerate(books[col])}
+            out[:, j] = series.map(lookup).astype("float64").to_numpy()
+            continue
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isinf(values).any():
+            raise DataError(f"party {party!r}: column {col!r} holds inf values; replace them with NaN (missing) or clip them")
+        out[:, j] = values
+    return out, books
+
+
+def check_encodable(frame: pd.DataFrame, categorical: Sequence[str], party: str) -> None:
+    """Raise :class:`DataError` if a column could not be encoded (cheap: dtypes only)."""
+    unknown = sorted(set(categorical) - set(frame.columns))
+    if unknown:
+        raise DataError(f"party {party!r}: categorical column(s) {unknown} are not among its columns {list(frame.columns)}")
+    for col in frame.columns:
+        series = frame[col]
+        if col in categorical or pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
+            continue
+        raise DataError(
+            f"party {party!r}: column {col!r} is not numeric (dtype {series.dtype}); "
+            f"encode it first or declare it categorical, e.g. categorical={{{party!r}: [{col!r}]}}"
+        )
+
+
+class PartyBinner:
+    """Quantile bins of one party's features, fitted on that party's data only.
+
+    Example
+    -------
+    >>> frame = pd.DataFrame({"age": [20, 30, 40, None], "city": ["a", "b", "a", "c"]})
+    >>> binner = PartyBinner(max_bin=4).fit(frame, categorical=["city"], party="shop")
+    >>> binner.transform(frame).tolist()
+    [[0, 0], [1, 1], [2, 0], [4, 2]]
+    """
+
+    def __init__(self, max_bin: int = 32) -> None:
+        self.max_bin = max_bin
+        self.feature_names: list[str] = []
+        self.categorical: list[str] = []
+        self.categories: dict[str, list] = {}
+        self.cuts: list[np.ndarray] = []
+
+    def fit(self, frame: pd.DataFrame, categorical: Sequence[str] = (), party: str = "party") -> "PartyBinner":
+        self.fit_transform(frame, categorical, party)
+        return self
+
+    def fit_transform(self, frame: pd.DataFrame, categorical: Sequence[str] = (), party: str = "party") -> np.ndarray:
+        """Fit the encoding and the cuts on ``frame`` and return its bins."""
+        values, self.categories = encode_party_frame(frame, categorical, party)
+        self.feature_names = [str(c) for c in frame.columns]
+        self.categorical = list(categorical)
+        self.cuts = [self._quantile_cuts(values[:, j]) for j in range(values.shape[1])]
+        return self.bin_values(values)
+
+    def _quantile_cuts(self, x: np.ndarray) -> np.ndarray:
+        x = x[~np.isnan(x)]
+        uniq = np.unique(x)
+        if len(uniq) <= self.max_bin:
+            return uniq[:-1]  # one bin per distinct value
+        levels = np.linspace(0.0, 1.0, self.max_bin + 1)[1:-1]
+        cuts = np.unique(np.quantile(x, levels, method="inverted_cdf"))
+        return cuts[cuts < uniq[-1]]
+
+    def transform(self, frame: pd.DataFrame, party: str = "party") -> np.ndarray:
+        """Bin a frame with the fitted cuts: uint8 ``(n, F)``, missing -> ``max_bin``."""
+        if [str(c) for c in frame.columns] != self.feature_names:
+            raise DataError(
+                f"party {party!r}: columns {list(frame.columns)} differ from the fitted columns {self.feature_names}"
+            )
+        values, _ = encode_party_frame(frame, self.categorical, party, self.categories)
+        return self.bin_values(values)
+
+    def bin_values(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty(values.shape, dtype=np.uint8)
+        for j, cuts in enumerate(self.cuts):
+            col = values[:, j]
+            out[:, j] = np.where(np.isnan(col), self.max_bin, np.searchsorted(cuts, col, side="left"))
+        return out
+
+    def threshold(self, feature: int, bin_index: int) -> float:
+        """Raw cut value of a split: rows with ``x <= threshold`` go left."""
+        cuts = self.cuts[feature]
+        return float(cuts[bin_index]) if bin_index < len(cuts) else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_bin": self.max_bin,
+            "feature_names": self.feature_names,
+            "categorical": self.categorical,
+            "categories": self.categories,
+            "cuts": [c.tolist() for c in self.cuts],
+        }
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> "PartyBinner":
+        binner = cls(state["max_bin"])
+        binner.feature_names = list(state["feature_names"])
+        binner.categorical = list(state["categorical"])
+        binner.categories = {k: list(v) for k, v in state["categories"].items()}
+        binner.cuts = [np.asarray(c, dtype=np.float64) for c in state["cuts"]]
+        return binner

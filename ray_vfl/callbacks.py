@@ -1,0 +1,152 @@
+"""Training callbacks: progress bar, evaluation logging, early stopping.
+
+A callback sees the training loop at three points, as in XGBoost's
+``TrainingCallback``: before training, after every tree (with that tree's
+metrics per data set; returning True stops training) and after training.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from typing import Any, Sequence, TextIO
+
+from .errors import ConfigError
+
+__all__ = ["TrainingCallback", "ProgressBar", "EvaluationLogger", "EarlyStopping", "CallbackList"]
+
+log = logging.getLogger(__name__)
+
+
+class TrainingCallback:
+    """Base class; override any of the three hooks."""
+
+    def before_training(self, config: Any) -> None:
+        pass
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        return False
+
+    def after_training(self, model: Any) -> None:
+        pass
+
+
+class ProgressBar(TrainingCallback):
+    """One line per update: trees done, elapsed time, ETA and the latest metrics.
+
+    Example
+    -------
+    >>> import io
+    >>> bar = ProgressBar(stream=io.StringIO())
+    >>> bar.before_training(type("C", (), {"n_trees": 2})())
+    >>> bar.after_iteration(0, {"train": {"auc": 0.7}})
+    False
+    """
+
+    def __init__(self, stream: TextIO | None = None, width: int = 24) -> None:
+        self.stream = stream
+        self.width = width
+
+    def before_training(self, config: Any) -> None:
+        self.total = config.n_trees
+        self.start = time.perf_counter()
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        done = iteration + 1
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / done * (self.total - done)
+        filled = int(self.width * done / self.total)
+        latest = " ".join(f"{k}-{m}={v:.4f}" for k, d in logs.items() for m, v in d.items() if isinstance(v, float))
+        line = f"\r[{'#' * filled}{'.' * (self.width - filled)}] tree {done}/{self.total} {elapsed:6.1f}s ETA {eta:6.1f}s {latest}"
+        stream = self.stream or sys.stderr
+        stream.write(line)
+        stream.flush()
+        return False
+
+    def after_training(self, model: Any) -> None:
+        stream = self.stream or sys.stderr
+        stream.write("\n")
+        stream.flush()
+
+
+class EvaluationLogger(TrainingCallback):
+    """Log every ``period`` trees' metrics through :mod:`logging`."""
+
+    def __init__(self, period: int = 1) -> None:
+        if period < 1:
+            raise ConfigError(f"period must be >= 1, got {period}")
+        self.period = period
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        if iteration % self.period == 0:
+            log.info("[%d] %s", iteration, "  ".join(f"{k}-{m}:{v:.5f}" for k, d in logs.items() for m, v in d.items()
+                                                      if isinstance(v, float)))
+        return False
+
+
+class EarlyStopping(TrainingCallback):
+    """Stop when ``metric`` on ``data`` has not improved for ``rounds`` trees.
+
+    The model keeps the trees up to the best iteration.
+
+    Parameters
+    ----------
+    rounds : int
+        Patience in trees.
+    data : str
+        Name of the eval set to watch (``"validation_0"`` for the first).
+    metric : str or None
+        Metric name; default ``auc`` for classification, ``rmse`` otherwise.
+    maximize : bool or None
+        Direction; inferred from the metric name when None.
+    """
+
+    def __init__(self, rounds: int, data: str = "validation_0", metric: str | None = None, maximize: bool | None = None) -> None:
+        if not isinstance(rounds, int) or rounds < 1:
+            raise ConfigError(f"early stopping rounds must be an integer >= 1, got {rounds!r}")
+        self.rounds, self.data, self.metric, self.maximize = rounds, data, metric, maximize
+        self.best_iteration: int | None = None
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        if self.data not in logs:
+            raise ConfigError(f"early stopping watches {self.data!r}, but the logged data sets are {sorted(logs)}")
+        metrics = logs[self.data]
+        metric = self.metric or ("auc" if "auc" in metrics else next(iter(metrics)))
+        if metric not in metrics:
+            raise ConfigError(f"early stopping metric {metric!r} is not among {sorted(metrics)}")
+        maximize = self.maximize if self.maximize is not None else metric in ("auc", "accuracy")
+        score = metrics[metric] if maximize else -metrics[metric]
+        if self.best_iteration is None or (math.isfinite(score) and score > self.best_score):
+            self.best_iteration, self.best_score = iteration, score
+        return iteration - self.best_iteration >= self.rounds
+
+
+class CallbackList:
+    """Runs several callbacks; training stops if any asks to."""
+
+    def __init__(self, callbacks: Sequence[TrainingCallback]) -> None:
+        for cb in callbacks:
+            if not isinstance(cb, TrainingCallback):
+                raise ConfigError(f"callbacks must be TrainingCallback instances, got {type(cb).__name__}")
+        self.callbacks = list(callbacks)
+
+    def before_training(self, config: Any) -> None:
+        for cb in self.callbacks:
+            cb.before_training(config)
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        return any([cb.after_iteration(iteration, logs) for cb in self.callbacks])
+
+    def after_training(self, model: Any) -> None:
+        for cb in self.callbacks:
+            cb.after_training(model)
+
+    @property
+    def best_iteration(self) -> int | None:
+        for cb in self.callbacks:
+            if isinstance(cb, EarlyStopping):
+                return cb.best_iteration
+        return None
+

@@ -1,0 +1,135 @@
+"""Validated, frozen hyper-parameter sets.
+
+A config checks itself on construction and names the fix in its message::
+
+    >>> BoostConfig(max_depth=0)
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.ConfigError: max_depth must be an integer in [1, 16], got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+__all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS"]
+
+OBJECTIVES = ("binary:logistic", "reg:squarederror")
+MIN_KEY_BITS = 1024
+
+
+def _int_in(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _float_in(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (lo < value if lo_open else lo <= value) and value <= hi
+    if not ok:
+        bracket = "(" if lo_open else "["
+        raise ConfigError(f"{name} must be a finite number in {bracket}{lo}, {hi}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class BoostConfig:
+    """Hyper-parameters of federated gradient boosting (XGBoost semantics).
+
+    Parameters
+    ----------
+    n_trees : int
+        Number of boosting rounds, in [1, 10000].
+    max_depth : int
+        Depth of each tree, in [1, 16].
+    learning_rate : float
+        Shrinkage ``eta`` applied to every leaf weight, in (0, 1].
+    reg_lambda : float
+        L2 regularisation of leaf weights (``lambda``), >= 0.
+    gamma : float
+        Minimum loss reduction to make a split (``min_split_loss``), >= 0.
+    min_child_weight : float
+        Minimum hessian sum in each child, >= 0.
+    max_bin : int
+        Quantile bins per feature (missing values get one extra bin), in [2, 255].
+    objective : str
+        ``"binary:logistic"`` or ``"reg:squarederror"``.
+    base_score : float or None
+        Initial prediction; ``None`` uses the label mean (a probability for the
+        logistic objective).
+    backend : str
+        Crypto backend name (see :func:`ray_vfl.crypto.available_backends`).
+    key_bits : int
+        Paillier modulus size; at least 1024, 2048 by default.
+    workers_per_party : int or None
+        Ray tasks a party fans its crypto out to; ``None`` uses the party's CPUs.
+    timeout_s : float
+        Longest a protocol phase may take before the driver raises
+        :class:`~ray_vfl.errors.PartyFailedError`.
+
+    Example
+    -------
+    >>> cfg = BoostConfig(n_trees=10, max_depth=5)
+    >>> cfg.replace(max_depth=3).max_depth
+    3
+    """
+
+    n_trees: int = 10
+    max_depth: int = 5
+    learning_rate: float = 0.3
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    max_bin: int = 32
+    objective: str = "binary:logistic"
+    base_score: float | None = None
+    backend: str = "paillier"
+    key_bits: int = 2048
+    workers_per_party: int | None = None
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _int_in("n_trees", self.n_trees, 1, 10_000)
+        _int_in("max_depth", self.max_depth, 1, 16)
+        _float_in("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
+        _float_in("reg_lambda", self.reg_lambda, 0.0, 1e12)
+        _float_in("gamma", self.gamma, 0.0, 1e12)
+        _float_in("min_child_weight", self.min_child_weight, 0.0, 1e12)
+        _int_in("max_bin", self.max_bin, 2, 255)
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.base_score is not None:
+            if self.objective == "binary:logistic":
+                _float_in("base_score", self.base_score, 0.0, 1.0, lo_open=True)
+                if self.base_score >= 1.0:
+                    raise ConfigError(f"base_score must be a probability in (0, 1), got {self.base_score!r}")
+            else:
+                _float_in("base_score", self.base_score, -1e300, 1e300)
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ConfigError(f"backend must be a backend name such as 'paillier' or 'plain', got {self.backend!r}")
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or self.key_bits < MIN_KEY_BITS:
+            raise ConfigError(
+                f"key_bits must be an integer >= {MIN_KEY_BITS} (2048 recommended), got {self.key_bits!r}; "
+                "smaller Paillier keys are breakable"
+            )
+        if self.workers_per_party is not None:
+            _int_in("workers_per_party", self.workers_per_party, 1, 4096)
+        _float_in("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any]) -> "BoostConfig":
+        """Build from a mapping; unknown keys are an error, not silently ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(f"unknown parameter(s) {unknown}; valid names are {sorted(known)}")
+        return cls(**dict(params))
+
+    def replace(self, **changes: Any) -> "BoostConfig":
+        """Return a copy with some fields changed (validated again)."""
+        return self.from_dict({**dataclasses.asdict(self), **changes})

@@ -1,0 +1,471 @@
+"""The backend interface, the ciphertext container and the key base classes.
+
+Every backend is a small vectorised value API (in the spirit of
+python-paillier): ``encrypt``/``decrypt``/``add``/``sub``/``mul_plain``/
+``bucket_sum`` over whole arrays, plus gradient-pair helpers
+``encrypt_gh``/``decrypt_gh``. Ciphertext arrays are :class:`CipherArray`
+values: a contiguous numpy array plus the fingerprint of the key that made
+it, so mixing keys is detected on every operation.
+
+Cipher compression (:meth:`Backend.compress_gh`) turns an array of packed
+gradient pairs into fewer ciphertexts of several entries each, so the key
+owner decrypts a few ciphertexts per feature instead of one per bin. The
+layout lives in the tag, ``"<gh tag>:pack<k>:n<count>"``: ``k`` entries per
+ciphertext, ``count`` entries in all, only the last ciphertext may be partial.
+
+Encryption by the key owner: ``encrypt``/``encrypt_gh`` accept either the
+public key or the private key. Given the private key, the big-integer
+backends encrypt with the Chinese remainder theorem (half-size moduli,
+``p^2`` and ``q^2``); the ciphertexts are identical in distribution to those
+made with the public key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ray_vfl.crypto.fixed_point import FixedPoint
+from ray_vfl.crypto.packing import GHPacking
+from ray_vfl.errors import ConfigError, CryptoError, DataError
+
+__all__ = [
+    "Backend",
+    "CipherArray",
+    "PublicKey",
+    "PrivateKey",
+    "MIN_KEY_BITS",
+    "fingerprint",
+    "group_rows",
+    "as_int_list",
+    "compressed_layout",
+    "compressed_tag",
+]
+
+logger = logging.getLogger(__name__)
+
+MIN_KEY_BITS = 1024
+
+
+def fingerprint(scheme: str, *parts: int | bytes) -> bytes:
+    """Return a 16-byte key fingerprint of ``scheme`` and the public parameters."""
+    h = hashlib.sha256(scheme.encode())
+    for part in parts:
+        b = part if isinstance(part, bytes) else int(part).to_bytes((int(part).bit_length() + 8) // 8, "big")
+        h.update(len(b).to_bytes(4, "big") + b)
+    return h.digest()[:16]
+
+
+class PublicKey(ABC):
+    """A public key; picklable, small, identified by :attr:`key_id`."""
+
+    scheme: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def key_id(self) -> bytes:
+        """16-byte fingerprint of the public parameters."""
+
+
+class PrivateKey(ABC):
+    """A private key; holds its public key as :attr:`public_key`."""
+
+    public_key: Any
+
+    @property
+    def key_id(self) -> bytes:
+        """Fingerprint of the matching public key."""
+        return self.public_key.key_id
+
+
+@dataclass(frozen=True, eq=False)
+class CipherArray:
+    """A 1-D array of ciphertexts (or of plaintexts for the ``plain`` backend).
+
+    Parameters
+    ----------
+    data : numpy.ndarray
+        ``uint8`` of shape ``(n, width)`` holding fixed-width big-endian
+        ciphertexts, or float64 of shape ``(n,)`` / ``(n, 2)`` for ``plain``.
+        Treated as read-only: operations always build new arrays.
+    key_id : bytes
+        Fingerprint of the public key the entries belong to.
+    tag : str
+        What the entries encode: ``"num:f<frac_bits>"`` for scalars, a
+        ``"gh:..."`` layout string for packed gradient pairs.
+
+    Example
+    -------
+    >>> from ray_vfl.crypto import get_backend
+    >>> be = get_backend("plain")
+    >>> pk, sk = be.generate_keys()
+    >>> c = be.encrypt(pk, np.array([1.0, 2.0]))
+    >>> len(c), c.nbytes
+    (2, 16)
+    """
+
+    data: np.ndarray
+    key_id: bytes
+    tag: str
+    # Process-local cache ``(backend name, decoded big integers)``; never pickled.
+    _ints: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, np.ndarray) or self.data.ndim < 1:
+            raise CryptoError("CipherArray.data must be a numpy array with at least one dimension")
+        if not self.data.flags.c_contiguous:
+            object.__setattr__(self, "data", np.ascontiguousarray(self.data))
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the payload in bytes (what crosses the network)."""
+        return int(self.data.nbytes)
+
+    def __reduce__(self):  # ship only the array, key id and tag
+        return (CipherArray, (self.data, self.key_id, self.tag))
+
+    def __repr__(self) -> str:
+        return f"CipherArray(len={len(self)}, tag={self.tag!r}, key_id={self.key_id.hex()[:8]}.., nbytes={self.nbytes})"
+
+
+def as_int_list(k: object, n: int) -> list[int]:
+    """Validate an integer vector of length ``n`` and return it as Python ints."""
+    arr = np.asarray(k)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise DataError(f"scalar vector must be 1-D of length {n}, got shape {arr.shape}")
+    if arr.dtype == object:
+        out = arr.tolist()
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+            raise DataError("scalar vector must hold integers only")
+        return [int(v) for v in out]
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"scalar vector must have an integer dtype, got {arr.dtype}")
+    return arr.tolist()
+
+
+def group_rows(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], list[int], list[int]]:
+    """Group (row, bucket) incidences by bucket for :meth:`Backend.bucket_sum`.
+
+    Parameters
+    ----------
+    keys : array_like of int, shape (n_rows,) or (n_rows, F)
+        Bucket of each row (per feature); negative keys are skipped.
+    n_rows, n_buckets : int
+
+    Returns
+    -------
+    rows : list of int
+        Row indices sorted by bucket.
+    buckets : list of int
+        The distinct non-empty buckets, ascending.
+    bounds : list of int
+        ``rows[bounds[i]:bounds[i + 1]]`` are the rows of ``buckets[i]``.
+
+    Example
+    -------
+    >>> group_rows(np.array([[1, 0], [1, -1]]), 2, 3)
+    ([0, 0, 1], [0, 1], [0, 1, 3])
+    """
+    if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or n_buckets < 0:
+        raise DataError(f"n_buckets must be a non-negative int, got {n_buckets!r}")
+    k = np.asarray(keys)
+    if k.ndim not in (1, 2) or k.shape[0] != n_rows:
+        raise DataError(f"keys must have shape ({n_rows},) or ({n_rows}, F), got {k.shape}")
+    if k.size and not np.issubdtype(k.dtype, np.integer):
+        raise DataError(f"keys must have an integer dtype, got {k.dtype}")
+    k = k.astype(np.int64, copy=False)
+    if k.ndim == 1:
+        k = k[:, None]
+    flat = k.ravel()
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), k.shape[1])
+    keep = flat >= 0
+    flat, rows = flat[keep], rows[keep]
+    if flat.size and int(flat.max()) >= n_buckets:
+        raise DataError(f"keys must be < n_buckets={n_buckets}, got {int(flat.max())}")
+    order = np.argsort(flat, kind="stable")
+    flat, rows = flat[order], rows[order]
+    starts = np.flatnonzero(np.diff(flat)) + 1 if flat.size else np.zeros(0, dtype=np.int64)
+    bounds = np.concatenate([[0], starts, [flat.size]]) if flat.size else np.zeros(1, dtype=np.int64)
+    buckets = flat[bounds[:-1]] if flat.size else flat
+    return rows.tolist(), buckets.tolist(), bounds.tolist()
+
+
+_COMPRESSED = re.compile(r"^(gh:[^|]*):pack(\d+):n(\d+)$")
+
+
+def compressed_tag(base: str, per: int, count: int) -> str:
+    """Tag of ``count`` packed entries stored ``per`` to a ciphertext.
+
+    Example
+    -------
+    >>> compressed_tag("gh:f40:v57:r20:g8", 11, 100)
+    'gh:f40:v57:r20:g8:pack11:n100'
+    """
+    return f"{base}:pack{per}:n{count}"
+
+
+def compressed_layout(tag: str) -> tuple[str, int, int] | None:
+    """``(gh tag, entries per ciphertext, entry count)`` of a compressed tag, else ``None``.
+
+    Example
+    -------
+    >>> compressed_layout("gh:f40:v57:r20:g8:pack11:n100")
+    ('gh:f40:v57:r20:g8', 11, 100)
+    >>> compressed_layout("num:f40") is None
+    True
+    """
+    m = _COMPRESSED.match(tag)
+    return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def _take_compressed_tag(tag: str, n_cts: int, ix: np.ndarray) -> str:
+    """Tag of ``c[ix]`` for a compressed ``c``: only the last pick may be the partial ciphertext."""
+    base, per, count = compressed_layout(tag)
+    last = count - per * (n_cts - 1)  # entries in the last ciphertext
+    sel = ix % n_cts if n_cts else ix
+    out = per * len(sel)
+    if len(sel) and last < per:
+        partial = np.flatnonzero(sel == n_cts - 1)
+        if partial.size and (partial.size > 1 or partial[0] != len(sel) - 1):
+            raise CryptoError(
+                "a compressed array's partial last ciphertext can only be taken as the last element: "
+                "take contiguous chunks, or compress after selecting"
+            )
+        if partial.size:
+            out -= per - last
+    return compressed_tag(base, per, out)
+
+
+class Backend(ABC):
+    """A homomorphic-encryption backend: one small vectorised interface.
+
+    Parameters
+    ----------
+    frac_bits : int, default 40
+        Fixed-point precision of encrypted backends (ignored by ``plain``).
+    max_rows : int, default 2**20
+        GH packing stays exact for sums of up to this many rows.
+    gh_max_abs : float, default 2**16
+        Largest ``|g|``, ``|h|`` accepted by :meth:`encrypt_gh`.
+
+    Notes
+    -----
+    Results of ``add``/``sub``/``mul_plain``/``bucket_sum``/``compress_gh``
+    are not re-obfuscated (like python-paillier's ``be_secure=False``): call
+    :meth:`rerandomize` on anything that leaves the party.
+
+    ``encrypt`` and ``encrypt_gh`` take the public key, or the private key
+    when the key owner encrypts (faster on the big-integer backends, same
+    ciphertext distribution).
+    """
+
+    name: ClassVar[str]
+    is_encrypted: ClassVar[bool]
+    public_key_type: ClassVar[type]
+
+    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gh_max_abs: float = 2.0**16) -> None:
+        self.fixed_point = FixedPoint(frac_bits)
+        self.packing = GHPacking(self.fixed_point, max_abs=gh_max_abs, max_rows=max_rows)
+        self.num_tag = f"num:f{self.fixed_point.frac_bits}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(frac_bits={self.fixed_point.frac_bits}, max_rows={self.packing.max_rows})"
+
+    # -- keys --------------------------------------------------------------------------------
+    def generate_keys(self, key_bits: int = 2048) -> tuple[PublicKey, PrivateKey]:
+        """Generate a fresh key pair.
+
+        Raises
+        ------
+        ConfigError
+            If ``key_bits < 1024`` or is not an int.
+        """
+        if isinstance(key_bits, bool) or not isinstance(key_bits, (int, np.integer)):
+            raise ConfigError(f"key_bits must be an int, got {type(key_bits).__name__}")
+        if key_bits < MIN_KEY_BITS:
+            raise ConfigError(f"key_bits must be >= {MIN_KEY_BITS} for any security, got {key_bits}")
+        if key_bits % 8:
+            raise ConfigError(f"key_bits must be a multiple of 8, got {key_bits}")
+        return self._generate_keys(int(key_bits))
+
+    @abstractmethod
+    def _generate_keys(self, key_bits: int) -> tuple[PublicKey, PrivateKey]: ...
+
+    # -- the interface -------------------------------------------------------------------------
+    @abstractmethod
+    def encrypt(self, pk: PublicKey | PrivateKey, x: np.ndarray) -> CipherArray:
+        """Encrypt a 1-D float64 array; every ciphertext is freshly obfuscated.
+
+        ``pk`` may be the private key (key owner: CRT encryption where supported).
+        """
+
+    @abstractmethod
+    def decrypt(self, sk: PrivateKey, c: CipherArray) -> np.ndarray:
+        """Decrypt to a float64 array."""
+
+    @abstractmethod
+    def add(self, pk: PublicKey, a: CipherArray, b: CipherArray) -> CipherArray:
+        """Elementwise ``a + b``."""
+
+    @abstractmethod
+    def sub(self, pk: PublicKey, a: CipherArray, b: CipherArray) -> CipherArray:
+        """Elementwise ``a - b``."""
+
+    @abstractmethod
+    def mul_plain(self, pk: PublicKey, c: CipherArray, k: np.ndarray) -> CipherArray:
+        """Elementwise ``c * k`` for a 1-D integer vector ``k``."""
+
+    @abstractmethod
+    def bucket_sum(self, pk: PublicKey, c: CipherArray, keys: np.ndarray, n_buckets: int) -> CipherArray:
+        """``out[keys[i, j]] += c[i]`` for every ``j`` (negative keys skipped); ``np.bincount`` semantics."""
+
+    @abstractmethod
+    def rerandomize(self, pk: PublicKey, c: CipherArray) -> CipherArray:
+        """Fresh obfuscation: new bytes, same plaintexts."""
+
+    @abstractmethod
+    def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray) -> CipherArray:
+        """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`)."""
+
+    @abstractmethod
+    def decrypt_gh(self, sk: PrivateKey, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
+        """Decrypt gradient-pair entries, plain or compressed, to ``(G, H)`` float64 arrays (one per entry)."""
+
+    def slots_per_ciphertext(self, pk: PublicKey) -> int:
+        """How many gradient-pair entries :meth:`compress_gh` puts in one ciphertext (1: no compression)."""
+        self._check_pk(pk)
+        return 1
+
+    def compress_gh(self, pk: PublicKey, c: CipherArray) -> CipherArray:
+        """Pack consecutive gradient-pair entries into as few ciphertexts as the plaintext space allows.
+
+        The result decrypts with :meth:`decrypt_gh` to exactly the entries of
+        ``c``; it supports :meth:`rerandomize`, ``add``/``sub`` with an array
+        of the same layout, ``take`` of contiguous chunks and ``concat``, but
+        not ``mul_plain`` or ``bucket_sum``. Backends without packing (``plain``)
+        return ``c`` itself.
+
+        Example
+        -------
+        >>> from ray_vfl.crypto import get_backend
+        >>> be = get_backend("plain")
+        >>> pk, sk = be.generate_keys()
+        >>> c = be.encrypt_gh(pk, np.array([0.5, 1.0]), np.array([0.25, 0.5]))
+        >>> be.compress_gh(pk, c) is c, be.slots_per_ciphertext(pk)
+        (True, 1)
+        """
+        self._check_pk(pk)
+        self._check_ct(pk, c)
+        return c
+
+    def _encryption_keys(self, key: object) -> tuple[PublicKey, PrivateKey | None]:
+        """``(public key, private key or None)`` of the key given to ``encrypt``."""
+        if isinstance(key, PrivateKey):
+            self._check_sk(key)
+            return key.public_key, key
+        self._check_pk(key)
+        return key, None
+
+    def take(self, c: CipherArray, idx: np.ndarray) -> CipherArray:
+        """Select rows ``c[idx]`` (integer indices or a boolean mask); no crypto."""
+        if not isinstance(c, CipherArray):
+            raise CryptoError(f"expected a CipherArray, got {type(c).__name__}")
+        ix = np.asarray(idx)
+        if ix.dtype == bool:
+            if ix.shape != (len(c),):
+                raise DataError(f"boolean mask must have shape ({len(c)},), got {ix.shape}")
+            ix = np.flatnonzero(ix)
+        elif ix.size == 0:
+            ix = ix.astype(np.int64)
+        elif ix.ndim != 1 or not np.issubdtype(ix.dtype, np.integer):
+            raise DataError(f"idx must be a 1-D integer array, got dtype {ix.dtype}, shape {ix.shape}")
+        if ix.size and (ix.max() >= len(c) or ix.min() < -len(c)):
+            raise DataError(f"index out of range for CipherArray of length {len(c)}")
+        tag = c.tag if compressed_layout(c.tag) is None else _take_compressed_tag(c.tag, len(c), ix)
+        ints = None
+        if c._ints is not None:
+            kind, src = c._ints
+            ints = (kind, [src[i] for i in ix.tolist()])
+        return CipherArray(c.data[ix], c.key_id, tag, ints)
+
+    def concat(self, arrays: Sequence[CipherArray]) -> CipherArray:
+        """Concatenate arrays of the same key and tag; no crypto."""
+        arrays = list(arrays)
+        if not arrays:
+            raise DataError("concat needs at least one CipherArray")
+        first = arrays[0]
+        for a in arrays:
+            if not isinstance(a, CipherArray):
+                raise CryptoError(f"expected CipherArrays, got {type(a).__name__}")
+        tag = first.tag
+        layouts = [compressed_layout(a.tag) for a in arrays]
+        if any(lay is not None for lay in layouts):
+            tag = self._concat_compressed_tag(arrays, layouts)
+        else:
+            for a in arrays:
+                self._check_pair(first, a)
+        ints = None
+        kinds = {a._ints[0] if a._ints is not None else None for a in arrays}
+        if len(kinds) == 1 and None not in kinds:
+            ints = (kinds.pop(), [v for a in arrays for v in a._ints[1]])
+        return CipherArray(np.concatenate([a.data for a in arrays]), first.key_id, tag, ints)
+
+    @staticmethod
+    def _concat_compressed_tag(arrays: list[CipherArray], layouts: list) -> str:
+        first = layouts[0]
+        for a, lay in zip(arrays, layouts):
+            if a.key_id != arrays[0].key_id:
+                raise CryptoError("cannot combine ciphertexts of different keys")
+            if lay is None or lay[:2] != first[:2]:
+                raise CryptoError(f"cannot combine {arrays[0].tag!r} with {a.tag!r} entries")
+        for a, (_, per, count) in zip(arrays[:-1], layouts[:-1]):
+            if count != per * len(a):
+                raise CryptoError("only the last compressed array of a concat may end in a partial ciphertext")
+        return compressed_tag(first[0], first[1], sum(lay[2] for lay in layouts))
+
+    # -- validation helpers --------------------------------------------------------------------
+    def _check_pk(self, pk: object) -> None:
+        if not isinstance(pk, self.public_key_type):
+            raise CryptoError(
+                f"backend {self.name!r} needs a {self.public_key_type.__name__}, got {type(pk).__name__}"
+            )
+
+    def _check_sk(self, sk: object) -> None:
+        if not isinstance(sk, PrivateKey):
+            raise CryptoError(f"expected a private key, got {type(sk).__name__}")
+        self._check_pk(sk.public_key)
+
+    def _check_ct(self, pk: PublicKey, c: object, tag: str | None = None, op: str | None = None) -> None:
+        """Check key and tag of ``c``; ``op`` names an operation compressed arrays do not support."""
+        if not isinstance(c, CipherArray):
+            raise CryptoError(f"expected a CipherArray, got {type(c).__name__}")
+        if c.key_id != pk.key_id:
+            raise CryptoError(
+                f"ciphertexts belong to key {c.key_id.hex()[:8]}.., not to key {pk.key_id.hex()[:8]}..: "
+                "keys must not be mixed"
+            )
+        if tag is not None and c.tag != tag:
+            hint = "use decrypt_gh" if c.tag.startswith("gh") else "use decrypt"
+            raise CryptoError(f"ciphertexts hold {c.tag!r} entries, expected {tag!r} ({hint}, same backend options)")
+        if op is not None and compressed_layout(c.tag) is not None:
+            raise CryptoError(
+                f"{op} is not defined on compressed gradient pairs ({c.tag!r}): call {op} before compress_gh"
+            )
+
+    @staticmethod
+    def _check_pair(a: CipherArray, b: CipherArray, same_len: bool = False) -> None:
+        if a.key_id != b.key_id:
+            raise CryptoError("cannot combine ciphertexts of different keys")
+        if a.tag != b.tag:
+            raise CryptoError(f"cannot combine {a.tag!r} with {b.tag!r} entries")
+        if same_len and len(a) != len(b):
+            raise DataError(f"length mismatch: {len(a)} vs {len(b)}")

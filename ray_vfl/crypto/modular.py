@@ -1,0 +1,225 @@
+"""Shared logic of the big-integer backends (Paillier, OU): :class:`ModularBackend`."""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from typing import Any
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+
+from ray_vfl.crypto.base import (
+    Backend,
+    CipherArray,
+    as_int_list,
+    compressed_layout,
+    compressed_tag,
+    group_rows,
+)
+from ray_vfl.crypto.fixed_point import center
+from ray_vfl.crypto.gmp import parallel_powmod
+from ray_vfl.errors import CryptoError
+
+__all__ = ["ModularBackend"]
+
+logger = logging.getLogger(__name__)
+
+
+class ModularBackend(Backend):
+    """Shared logic of the big-integer schemes (Paillier, OU).
+
+    A subclass supplies the raw primitives on lists of ``gmpy2.mpz``
+    ciphertexts; this class does encoding, packing, compression, validation
+    and the ``uint8 (n, width)`` big-endian byte layout of :class:`CipherArray`.
+
+    Plaintexts: ``_raw_encrypt`` receives signed integers ``|m| <= B // 3``
+    where ``B = _plain_bound(pk)`` is a public lower bound of the plaintext
+    modulus; ``_raw_decrypt`` returns residues modulo ``_decrypt_modulus(sk)``
+    (the plaintext modulus itself, secret for OU), which are centred into
+    signed integers. Ciphertexts live modulo ``_ct_modulus(pk)``: adding
+    plaintexts multiplies ciphertexts, and ``c^(2**w)`` shifts a plaintext by
+    ``w`` bits, which is all that :meth:`compress_gh` needs.
+    """
+
+    is_encrypted = True
+
+    # -- primitives supplied by the scheme --------------------------------------------------
+    @abstractmethod
+    def _plain_bound(self, pk: Any) -> int:
+        """Public lower bound of the plaintext modulus (every range check uses it)."""
+
+    def _decrypt_modulus(self, sk: Any) -> int:
+        """The plaintext modulus that decrypted residues are reduced by."""
+        return self._plain_bound(sk.public_key)
+
+    @abstractmethod
+    def _ct_modulus(self, pk: Any) -> int: ...
+
+    @abstractmethod
+    def _width(self, pk: Any) -> int: ...
+
+    @abstractmethod
+    def _raw_encrypt(self, pk: Any, ms: list[int], sk: Any = None) -> list:
+        """Encrypt signed ints; ``sk`` is the private key when the key owner encrypts."""
+
+    @abstractmethod
+    def _raw_decrypt(self, sk: Any, cts: list) -> list[int]: ...
+
+    @abstractmethod
+    def _raw_rerandomize(self, pk: Any, cts: list) -> list: ...
+
+    @abstractmethod
+    def _from_bytes(self, row: bytes) -> Any: ...
+
+    def _raw_add(self, pk: Any, a: list, b: list) -> list:
+        m = mpz(self._ct_modulus(pk))
+        return [x * y % m for x, y in zip(a, b)]
+
+    def _raw_sub(self, pk: Any, a: list, b: list) -> list:
+        m = mpz(self._ct_modulus(pk))
+        inv = gmpy2.invert
+        return [x * inv(y, m) % m for x, y in zip(a, b)]
+
+    def _raw_mul(self, pk: Any, cts: list, ks: list[int]) -> list:
+        m = mpz(self._ct_modulus(pk))
+        # Negative k: gmpy2 inverts the ciphertext, so the cost follows |k|, not the group order.
+        return [gmpy2.powmod(c, k, m) for c, k in zip(cts, ks)]
+
+    def _raw_bucket_sum(self, pk: Any, cts: list, rows: list[int], buckets: list[int],
+                        bounds: list[int], n_buckets: int) -> list:
+        m = mpz(self._ct_modulus(pk))
+        vals = [cts[r] for r in rows]
+        out = [mpz(1)] * n_buckets  # trivial encryption of 0 for empty buckets
+        for b, s, e in zip(buckets, bounds, bounds[1:]):
+            acc = vals[s]
+            for x in vals[s + 1:e]:
+                acc = acc * x % m
+            out[b] = acc
+        return out
+
+    def _raw_compress(self, pk: Any, cts: list, per: int, shift_bits: int) -> list:
+        """Horner: ``C = (..(c_(k-1))^(2^w) c_(k-2))^(2^w) .. ) c_0``, so ``Dec(C) = sum_i m_i 2^(w i)``."""
+        m = mpz(self._ct_modulus(pk))
+        e = mpz(1) << shift_bits
+        out: list = []
+        full = len(cts) // per * per
+        for lo, hi in ((0, full), (full, len(cts))):  # the full groups, then the partial tail
+            groups = [cts[i:min(i + per, hi)] for i in range(lo, hi, per)]
+            if not groups:
+                continue
+            acc = [g[-1] for g in groups]
+            for j in range(len(groups[0]) - 2, -1, -1):
+                acc = parallel_powmod(acc, [(e, m)])[0]  # c^(2^w): w squarings, in Montgomery form
+                acc = [a * g[j] % m for a, g in zip(acc, groups)]
+            out.extend(acc)
+        return out
+
+    # -- byte layout --------------------------------------------------------------------------
+    def _wrap(self, pk: Any, cts: list, tag: str) -> CipherArray:
+        w = self._width(pk)
+        buf = b"".join([v.to_bytes(w, "big") for v in cts])
+        data = np.frombuffer(buf, dtype=np.uint8).reshape(len(cts), w)
+        return CipherArray(data, pk.key_id, tag, (self.name, cts))
+
+    def _ints(self, pk: Any, c: CipherArray) -> list:
+        if c._ints is not None and c._ints[0] == self.name:
+            return c._ints[1]
+        w = self._width(pk)
+        if c.data.dtype != np.uint8 or c.data.ndim != 2 or c.data.shape[1] != w:
+            raise CryptoError(f"malformed ciphertext array: expected uint8 (n, {w}), got "
+                              f"{c.data.dtype} {c.data.shape}")
+        buf = c.data.tobytes()
+        conv = self._from_bytes
+        ints = [conv(buf[i:i + w]) for i in range(0, len(buf), w)]
+        object.__setattr__(c, "_ints", (self.name, ints))  # later ops on this array skip decoding
+        return ints
+
+    # -- the interface ------------------------------------------------------------------------
+    def encrypt(self, pk: Any, x: np.ndarray) -> CipherArray:
+        pk, sk = self._encryption_keys(pk)
+        ms = self.fixed_point.to_ints(x, max_abs_int=self._plain_bound(pk) // 3)
+        return self._wrap(pk, self._raw_encrypt(pk, ms, sk), self.num_tag)
+
+    def decrypt(self, sk: Any, c: CipherArray) -> np.ndarray:
+        self._check_sk(sk)
+        pk = sk.public_key
+        self._check_ct(pk, c, self.num_tag)
+        ms = self._raw_decrypt(sk, self._ints(pk, c))
+        return self.fixed_point.decode(ms, self._decrypt_modulus(sk))
+
+    def encrypt_gh(self, pk: Any, g: np.ndarray, h: np.ndarray) -> CipherArray:
+        pk, sk = self._encryption_keys(pk)
+        self.packing.check_modulus(self._plain_bound(pk))
+        return self._wrap(pk, self._raw_encrypt(pk, self.packing.pack(g, h), sk), self.packing.tag)
+
+    def decrypt_gh(self, sk: Any, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
+        self._check_sk(sk)
+        pk = sk.public_key
+        layout = compressed_layout(c.tag) if isinstance(c, CipherArray) else None
+        if layout is None:
+            self._check_ct(pk, c, self.packing.tag)
+            ms = self._raw_decrypt(sk, self._ints(pk, c))
+            return self.packing.unpack(center(ms, self._decrypt_modulus(sk)))
+        base, per, count = layout
+        self._check_ct(pk, c)
+        if base != self.packing.tag:
+            raise CryptoError(f"ciphertexts hold {base!r} entries, expected {self.packing.tag!r} (same backend options)")
+        if not 1 <= per <= self.slots_per_ciphertext(pk):
+            raise CryptoError(f"{per} entries per ciphertext do not fit this key "
+                              f"(at most {self.slots_per_ciphertext(pk)})")
+        if len(c) != -(-count // per):
+            raise CryptoError(f"compressed array of {count} entries ({per} per ciphertext) "
+                              f"must have {-(-count // per)} ciphertexts, got {len(c)}")
+        ms = self._raw_decrypt(sk, self._ints(pk, c))
+        return self.packing.unpack_compressed(center(ms, self._decrypt_modulus(sk)), per, count)
+
+    def slots_per_ciphertext(self, pk: Any) -> int:
+        self._check_pk(pk)
+        bound = self._plain_bound(pk)
+        self.packing.check_modulus(bound)
+        return self.packing.max_entries(bound)
+
+    def compress_gh(self, pk: Any, c: CipherArray) -> CipherArray:
+        self._check_pk(pk)
+        self._check_ct(pk, c, self.packing.tag)
+        per = self.slots_per_ciphertext(pk)
+        tag = compressed_tag(self.packing.tag, per, len(c))
+        if per == 1:  # nothing to pack: same ciphertexts, new layout tag
+            return CipherArray(c.data, c.key_id, tag, c._ints)
+        out = self._raw_compress(pk, self._ints(pk, c), per, 2 * self.packing.slot_bits)
+        return self._wrap(pk, out, tag)
+
+    def add(self, pk: Any, a: CipherArray, b: CipherArray) -> CipherArray:
+        self._binary_checks(pk, a, b)
+        return self._wrap(pk, self._raw_add(pk, self._ints(pk, a), self._ints(pk, b)), a.tag)
+
+    def sub(self, pk: Any, a: CipherArray, b: CipherArray) -> CipherArray:
+        self._binary_checks(pk, a, b)
+        return self._wrap(pk, self._raw_sub(pk, self._ints(pk, a), self._ints(pk, b)), a.tag)
+
+    def mul_plain(self, pk: Any, c: CipherArray, k: np.ndarray) -> CipherArray:
+        self._check_pk(pk)
+        self._check_ct(pk, c, op="mul_plain")
+        ks = as_int_list(k, len(c))
+        return self._wrap(pk, self._raw_mul(pk, self._ints(pk, c), ks), c.tag)
+
+    def bucket_sum(self, pk: Any, c: CipherArray, keys: np.ndarray, n_buckets: int) -> CipherArray:
+        self._check_pk(pk)
+        self._check_ct(pk, c, op="bucket_sum")
+        rows, buckets, bounds = group_rows(keys, len(c), n_buckets)
+        cts = self._ints(pk, c) if rows else []
+        out = self._raw_bucket_sum(pk, cts, rows, buckets, bounds, int(n_buckets))
+        return self._wrap(pk, out, c.tag)
+
+    def rerandomize(self, pk: Any, c: CipherArray) -> CipherArray:
+        self._check_pk(pk)
+        self._check_ct(pk, c)
+        return self._wrap(pk, self._raw_rerandomize(pk, self._ints(pk, c)), c.tag)
+
+    def _binary_checks(self, pk: Any, a: CipherArray, b: CipherArray) -> None:
+        self._check_pk(pk)
+        self._check_ct(pk, a)
+        self._check_ct(pk, b)
+        self._check_pair(a, b, same_len=True)

@@ -1,0 +1,303 @@
+"""Vertically partitioned data: per-party feature blocks over one row order.
+
+A :class:`VerticalDataset` holds, for every party, a pandas frame of that
+party's feature columns; all frames share one row order (row ``i`` of every
+party is the same customer, identified by ``ids[i]``). One party, the label
+owner, also holds the labels. In a simulation the whole object lives in the
+driver; the runtime hands each party actor only its own block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError
+
+__all__ = ["VerticalDataset", "vertical_split", "read_table"]
+
+log = logging.getLogger(__name__)
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a CSV (optionally gzip-compressed) or Parquet file into a frame."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DataError(f"data file {path!r} does not exist")
+    if path.endswith((".parquet", ".pq")):
+        return pd.read_parquet(path)
+    if path.endswith((".csv", ".csv.gz", ".txt", ".tsv")):
+        return pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",")
+    raise DataError(f"cannot read {path!r}: use a .csv, .csv.gz or .parquet file")
+
+
+def _as_frame(table, party: str) -> pd.DataFrame:
+    if isinstance(table, pd.DataFrame):
+        return table
+    try:
+        import pyarrow as pa
+
+        if isinstance(table, pa.Table):
+            return table.to_pandas()
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pass
+    raise DataError(f"party {party!r}: expected a pandas DataFrame or pyarrow Table, got {type(table).__name__}")
+
+
+@dataclass(frozen=True)
+class VerticalDataset:
+    """Feature blocks of several parties over one shared row order.
+
+    Attributes
+    ----------
+    features : dict[str, pandas.DataFrame]
+        Party name -> that party's feature columns (positional row order shared).
+    ids : numpy.ndarray
+        Row identifiers, the same for every party.
+    label : numpy.ndarray or None
+        Labels (held by ``label_party``), or None for unlabelled data.
+    label_party : str or None
+        Name of the party that owns the labels.
+    categorical : dict[str, list[str]]
+        Per party, the columns to encode as categories inside that party.
+
+    Example
+    -------
+    >>> import pandas as pd
+    >>> bank = pd.DataFrame({"id": [1, 2, 3, 4], "income": [3.0, 1.0, 2.0, 5.0], "y": [0, 1, 0, 1]})
+    >>> shop = pd.DataFrame({"id": [1, 2, 3, 4], "spend": [9.0, 7.0, 8.0, 1.0]})
+    >>> data = VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="id", label="y")
+    >>> data.party_names, data.label_party, data.n_rows
+    (['bank', 'shop'], 'bank', 4)
+    """
+
+    features: dict[str, pd.DataFrame]
+    ids: np.ndarray
+    label: np.ndarray | None = None
+    label_party: str | None = None
+    categorical: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.features) == 0:
+            raise DataError("a vertical dataset needs at least one party; got none")
+        for party, frame in self.features.items():
+            if frame.shape[1] == 0:
+                raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
+            if len(frame) != len(self.ids):
+                raise DataError(f"party {party!r} has {len(frame)} rows but the dataset has {len(self.ids)} ids")
+        if self.label is not None:
+            if self.label_party not in self.features:
+                raise DataError(f"label_party {self.label_party!r} is not one of the parties {self.party_names}")
+            if len(self.label) != len(self.ids):
+                raise DataError(f"{len(self.label)} labels for {len(self.ids)} rows")
+            if not np.all(np.isfinite(self.label)):
+                bad = int(np.sum(~np.isfinite(self.label)))
+                raise DataError(f"{bad} label(s) are NaN or inf; drop or impute those rows before training")
+        for party, cols in self.categorical.items():
+            if party not in self.features:
+                raise DataError(f"categorical columns given for unknown party {party!r}; parties are {self.party_names}")
+
+    # construction -------------------------------------------------------
+    @classmethod
+    def from_frames(
+        cls,
+        frames: Mapping[str, pd.DataFrame],
+        id_column: str = "id",
+        label: str | None = None,
+        label_party: str | None = None,
+        categorical: Mapping[str, Sequence[str]] | None = None,
+    ) -> "VerticalDataset":
+        """Build from one table per party, each with an ID column, rows already aligned.
+
+        Every party must list the same IDs in the same order (align them by
+        private set intersection otherwise). ``label`` names the label column;
+        the party whose table holds it is the label owner.
+        """
+        if not frames:
+            raise DataError("from_frames needs at least one party table; got none")
+        frames = {str(p): _as_frame(t, str(p)) for p, t in frames.items()}
+        ids = None
+        first = None
+        for party, frame in frames.items():
+            if id_column not in frame.columns:
+                raise DataError(f"party {party!r} has no ID column {id_column!r}; its columns are {list(frame.columns)}")
+            pid = frame[id_column].to_numpy()
+            dup = pd.Index(pid).duplicated()
+            if dup.any():
+                raise DataError(
+                    f"party {party!r} has {int(dup.sum())} duplicate ID(s) in {id_column!r}, e.g. {pid[dup][:3].tolist()}; "
+                    "IDs must be unique within a party"
+                )
+            if ids is None:
+                ids, first = pid, party
+                continue
+            if len(pid) != len(ids) or not np.array_equal(pid, ids):
+                same_set = len(pid) == len(ids) and set(pid.tolist()) == set(ids.tolist())
+                hint = "they hold the same IDs in a different order: sort every table by ID" if same_set else (
+                    "their ID sets differ: align the tables first (private set intersection)"
+                )
+                raise DataError(f"rows of parties {first!r} and {party!r} are misaligned; {hint}")
+        owners = [p for p, f in frames.items() if label is not None and label in f.columns]
+        if label is not None and not owners:
+            raise DataError(f"no party holds the label column {label!r}; add it to the label owner's table")
+        if label_party is None and len(owners) > 1:
+            raise DataError(f"several parties hold a column {label!r} ({owners}); pass label_party= to choose the owner")
+        owner = label_party if label_party is not None else (owners[0] if owners else None)
+        if owner is not None and owner not in owners:
+            raise DataError(f"label_party {owner!r} does not hold the label column {label!r}")
+        y = None
+        features = {}
+        for party, frame in frames.items():
+            drop = [id_column] + ([label] if party == owner else [])
+            features[party] = frame.drop(columns=drop).reset_index(drop=True)
+        if owner is not None:
+            col = frames[owner][label]
+            if not pd.api.types.is_numeric_dtype(col):
+                raise DataError(f"label column {label!r} is not numeric (dtype {col.dtype}); map it to 0/1 or numbers first")
+            y = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        cats = {p: list(c) for p, c in (categorical or {}).items()}
+        return cls(features, np.asarray(ids), y, owner, cats)
+
+    @classmethod
+    def from_files(
+        cls,
+        paths: Mapping[str, str | os.PathLike],
+        id_column: str = "id",
+        label: str | None = None,
+        label_party: str | None = None,
+        categorical: Mapping[str, Sequence[str]] | None = None,
+    ) -> "VerticalDataset":
+        """Build from one CSV/Parquet file per party (see :meth:`from_frames`)."""
+        frames = {party: read_table(path) for party, path in paths.items()}
+        return cls.from_frames(frames, id_column, label, label_party, categorical)
+
+    # views ----------------------------------------------------------------
+    @property
+    def party_names(self) -> list[str]:
+        return list(self.features)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.ids)
+
+    def n_features(self, party: str | None = None) -> int:
+        if party is not None:
+            return self.features[party].shape[1]
+        return sum(f.shape[1] for f in self.features.values())
+
+    def take(self, rows: np.ndarray) -> "VerticalDataset":
+        """Rows ``rows`` of every party (and of the labels)."""
+        rows = np.asarray(rows)
+        return replace(
+            self,
+            features={p: f.iloc[rows].reset_index(drop=True) for p, f in self.features.items()},
+            ids=self.ids[rows],
+            label=None if self.label is None else self.label[rows],
+        )
+
+    def train_test_split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = False):
+        """Seeded random split into ``(train, test)`` datasets.
+
+        ``stratify=True`` keeps the class balance of the labels in both parts.
+        """
+        if not 0.0 < test_size < 1.0:
+            raise DataError(f"test_size must be in (0, 1), got {test_size!r}")
+        rng = np.random.default_rng(seed)
+        if stratify and self.label is not None:
+            test = []
+            for cls_value in np.unique(self.label):
+                members = np.flatnonzero(self.label == cls_value)
+                test.append(rng.choice(members, int(round(test_size * len(members))), replace=False))
+            test_rows = np.sort(np.concatenate(test))
+        else:
+            test_rows = np.sort(rng.choice(self.n_rows, int(round(test_size * self.n_rows)), replace=False))
+        mask = np.zeros(self.n_rows, dtype=bool)
+        mask[test_rows] = True
+        if mask.all() or not mask.any():
+            raise DataError(f"test_size={test_size} leaves an empty part for {self.n_rows} rows")
+        return self.take(np.flatnonzero(~mask)), self.take(test_rows)
+
+    def check_labels(self, objective: str) -> None:
+        """Raise :class:`DataError` unless the labels suit ``objective``."""
+        if self.label is None:
+            raise DataError("no party holds labels; build the dataset with label= naming the label column")
+        if objective == "binary:logistic":
+            bad = ~np.isin(self.label, (0.0, 1.0))
+            if bad.any():
+                raise DataError(
+                    f"labels must be 0 or 1 for a binary objective; found {np.unique(self.label[bad])[:5].tolist()}; "
+                    "map the classes to 0/1 (or use a regression objective)"
+                )
+
+
+def vertical_split(
+    frame: pd.DataFrame,
+    parties: int | Mapping[str, Sequence[str]] = 2,
+    label: str | None = None,
+    label_party: str | None = None,
+    id_column: str | None = None,
+    categorical: Sequence[str] = (),
+    seed: int = 0,
+) -> VerticalDataset:
+    """Split one table's columns over parties.
+
+    ``parties`` is either an explicit mapping ``{party: [columns]}`` or a number
+    ``N``: the feature columns are shuffled with ``seed`` and dealt evenly to
+    ``party0 .. party{N-1}``. The label goes to ``label_party`` (default: the
+    first party). ``categorical`` lists columns to encode inside their party.
+
+    Example
+    -------
+    >>> frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "c": [5.0, 6.0], "y": [0, 1]})
+    >>> data = vertical_split(frame, {"bank": ["a"], "shop": ["b", "c"]}, label="y")
+    >>> {p: list(f.columns) for p, f in data.features.items()}
+    {'bank': ['a'], 'shop': ['b', 'c']}
+    """
+    if id_column is not None and id_column not in frame.columns:
+        raise DataError(f"id column {id_column!r} not in the table's columns")
+    if label is not None and label not in frame.columns:
+        raise DataError(f"label column {label!r} not in the table's columns {list(frame.columns)}")
+    reserved = {c for c in (id_column, label) if c is not None}
+    feature_cols = [c for c in frame.columns if c not in reserved]
+    if isinstance(parties, int) and not isinstance(parties, bool):
+        if not 1 <= parties <= len(feature_cols):
+            raise DataError(f"parties must be in [1, {len(feature_cols)}] (one feature each at least), got {parties}")
+        order = np.random.default_rng(seed).permutation(len(feature_cols))
+        mapping = {f"party{i}": [feature_cols[j] for j in sorted(chunk)] for i, chunk in enumerate(np.array_split(order, parties))}
+    elif isinstance(parties, Mapping):
+        mapping = {str(p): list(cols) for p, cols in parties.items()}
+        seen: dict[str, str] = {}
+        for party, cols in mapping.items():
+            for col in cols:
+                if col not in feature_cols:
+                    raise DataError(f"party {party!r}: column {col!r} is not a feature column of the table")
+                if col in seen:
+                    raise DataError(f"column {col!r} is given to both {seen[col]!r} and {party!r}")
+                seen[col] = party
+        missing = [c for c in feature_cols if c not in seen]
+        if missing:
+            raise DataError(f"columns {missing} are given to no party; map them to one or drop them from the table first")
+    else:
+        raise DataError(f"parties must be an int or a mapping party -> columns, got {type(parties).__name__}")
+    owner = None
+    if label is not None:
+        owner = label_party if label_party is not None else next(iter(mapping))
+        if owner not in mapping:
+            raise DataError(f"label_party {owner!r} is not one of the parties {list(mapping)}")
+    ids = frame[id_column].to_numpy() if id_column else np.arange(len(frame))
+    if pd.Index(ids).has_duplicates:
+        raise DataError(f"id column {id_column!r} has duplicate IDs; IDs must be unique")
+    features = {p: frame[cols].reset_index(drop=True) for p, cols in mapping.items()}
+    cats = {p: [c for c in cols if c in set(categorical)] for p, cols in mapping.items()}
+    y = None
+    if label is not None:
+        col = frame[label]
+        if not pd.api.types.is_numeric_dtype(col):
+            raise DataError(f"label column {label!r} is not numeric (dtype {col.dtype}); map it to 0/1 or numbers first")
+        y = col.to_numpy(dtype=np.float64, na_value=np.nan)
+    return VerticalDataset(features, ids, y, owner, {p: c for p, c in cats.items() if c})

@@ -1,0 +1,197 @@
+"""Pure, party-agnostic numpy kernels of histogram gradient boosting.
+
+Every protocol (SecureBoost, later PIVODL and SSXGB) and the centralized
+reference call these functions; none of them knows about parties or Ray.
+Histograms are laid out as ``(slots, features, n_bins)`` with the last bin of
+every feature reserved for missing values, so that one flat ``bucket_sum`` key
+
+    key = (slot * n_features + feature) * n_bins + bin
+
+covers all nodes and features of a level at once. Plaintext and encrypted
+histograms are built by the same :func:`build_histograms`; only the crypto
+backend's ``bucket_sum`` differs.
+
+The split gain follows XGBoost (Chen & Guestrin 2016, eq. 7, without the 1/2):
+
+    gain = G_L^2 / (H_L + lambda) + G_R^2 / (H_R + lambda) - G^2 / (H + lambda)
+
+and a split is made only if ``gain > gamma`` and both children have a hessian
+sum of at least ``min_child_weight``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = [
+    "gradients",
+    "base_margin",
+    "transform_margin",
+    "feature_keys",
+    "histogram_keys",
+    "slot_of_rows",
+    "bucket_sum",
+    "build_histograms",
+    "SplitChoice",
+    "best_splits",
+    "leaf_weights",
+    "smaller_children",
+]
+
+_GAIN_EPS = 1e-10  # gains below this are float noise, never a real split
+
+
+def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and second derivative of the loss at the current margin.
+
+    Example
+    -------
+    >>> g, h = gradients("reg:squarederror", np.array([1.0]), np.array([0.5]))
+    >>> float(g[0]), float(h[0])
+    (-0.5, 1.0)
+    """
+    if objective == "binary:logistic":
+        p = 1.0 / (1.0 + np.exp(-margin))
+        return p - y, np.maximum(p * (1.0 - p), 1e-16)
+    if objective == "reg:squarederror":
+        return margin - y, np.ones_like(margin)
+    raise ConfigError(f"unknown objective {objective!r}")
+
+
+def base_margin(objective: str, base_score: float) -> float:
+    """Margin of the initial prediction (logit of a probability for logistic)."""
+    if objective == "binary:logistic":
+        return float(np.log(base_score / (1.0 - base_score)))
+    return float(base_score)
+
+
+def transform_margin(objective: str, margin: np.ndarray) -> np.ndarray:
+    """Turn raw margins into predictions (probabilities for logistic)."""
+    if objective == "binary:logistic":
+        return 1.0 / (1.0 + np.exp(-margin))
+    return margin
+
+
+def feature_keys(bins: np.ndarray, n_bins: int) -> np.ndarray:
+    """Per row and feature, the bucket ``f * n_bins + bin`` of slot 0 (computed once per data set)."""
+    return bins.astype(np.int64) + np.arange(bins.shape[1], dtype=np.int64) * n_bins
+
+
+def histogram_keys(fkeys: np.ndarray, slot: np.ndarray, n_bins: int) -> np.ndarray:
+    """Flat bucket keys ``(slot * F + f) * n_bins + bin`` from :func:`feature_keys` rows and their slots.
+
+    Example
+    -------
+    >>> histogram_keys(feature_keys(np.array([[1, 0], [2, 2]]), 3), np.array([0, 1]), 3).tolist()
+    [[1, 3], [8, 11]]
+    """
+    return fkeys + (slot.astype(np.int64) * (fkeys.shape[1] * n_bins))[:, None]
+
+
+def slot_of_rows(node_of_row: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Index of each row's node within ``nodes`` (-1 for rows of other nodes).
+
+    Example
+    -------
+    >>> slot_of_rows(np.array([4, 2, -1, 4, 7]), np.array([4, 7])).tolist()
+    [0, -1, -1, 0, 1]
+    """
+    size = max(int(node_of_row.max(initial=-1)), int(np.max(nodes, initial=-1))) + 2
+    lookup = np.full(size, -1, dtype=np.int64)
+    lookup[np.asarray(nodes, dtype=np.int64)] = np.arange(len(nodes))
+    return lookup[node_of_row]  # node -1 reads lookup[-1], which is always -1
+
+
+def bucket_sum(values: np.ndarray, keys: np.ndarray, n_buckets: int) -> np.ndarray:
+    """Plaintext bucket sum: ``out[keys[i, j]] += values[i]`` for keys >= 0.
+
+    ``values`` is ``(n,)`` or ``(n, k)``; ``keys`` is ``(n,)`` or ``(n, F)``.
+
+    Example
+    -------
+    >>> bucket_sum(np.array([1.0, 2.0, 4.0]), np.array([0, 2, 0]), 3)
+    array([5., 0., 2.])
+    """
+    width = values.shape[1:] if values.ndim == 2 else ()
+    if len(keys) == 0:
+        return np.zeros((n_buckets, *width))
+    keys = keys.reshape(len(keys), -1)
+    per_row = keys.shape[1]
+    if keys.min() >= 0:  # the common case: no skipped keys, no masking
+        flat = keys.ravel()
+        weights = np.repeat(values, per_row, axis=0)
+    else:
+        ok = keys >= 0
+        flat = keys[ok]
+        weights = values[np.nonzero(ok)[0]]
+    if values.ndim == 1:
+        return np.bincount(flat, weights=weights, minlength=n_buckets)
+    return np.stack([np.bincount(flat, weights=weights[:, j], minlength=n_buckets) for j in range(values.shape[1])], axis=1)
+
+
+def build_histograms(backend, public_key, gh, fkeys: np.ndarray, slot_of_row: np.ndarray, n_slots: int, n_bins: int):
+    """Sum (encrypted or plain) gradient pairs into ``n_slots`` node histograms.
+
+    ``gh`` is what ``backend.encrypt_gh`` produced for every row, ``fkeys`` the
+    :func:`feature_keys` of those rows; only rows with ``slot_of_row >= 0`` are
+    read, so the cost is proportional to the rows of the nodes actually built.
+    """
+    rows = np.flatnonzero(slot_of_row >= 0)
+    keys = histogram_keys(fkeys[rows], slot_of_row[rows], n_bins)
+    return backend.bucket_sum(public_key, backend.take(gh, rows), keys, n_slots * fkeys.shape[1] * n_bins)
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """Best split of each node: arrays indexed by node slot."""
+
+    gain: np.ndarray  # (slots,) loss reduction, -inf where no valid split
+    feature: np.ndarray  # (slots,) feature index within the histogram
+    bin: np.ndarray  # (slots,) rows with bin <= this go left
+    default_left: np.ndarray  # (slots,) bool: missing values go left
+
+    def splittable(self, gamma: float) -> np.ndarray:
+        return (self.gain > gamma) & (self.gain > _GAIN_EPS)
+
+
+def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
+    """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms.
+
+    Candidates are ordered feature by feature, missing-left before missing-right,
+    thresholds ascending; ties go to the first candidate so every caller that
+    lists features in the same order picks the same split.
+    """
+    slots, n_features, n_bins = G.shape
+    if n_features == 0:
+        empty = np.full(slots, -np.inf)
+        zeros = np.zeros(slots, dtype=np.int64)
+        return SplitChoice(empty, zeros, zeros, np.zeros(slots, dtype=bool))
+    g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
+    h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
+    cg = np.cumsum(G[:, :, :-1], axis=2)
+    ch = np.cumsum(H[:, :, :-1], axis=2)
+    gl = np.stack([cg + G[:, :, -1:], cg], axis=2)  # (slots, F, 2, n_bins-1): [missing left, missing right]
+    hl = np.stack([ch + H[:, :, -1:], ch], axis=2)
+    gr, hr = g_tot - gl, h_tot - hl
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
+    valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)
+    gain = np.where(valid, gain, -np.inf).reshape(slots, -1)
+    best = np.argmax(gain, axis=1)
+    feature, rest = np.divmod(best, 2 * (n_bins - 1))
+    direction, threshold = np.divmod(rest, n_bins - 1)
+    return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0)
+
+
+def leaf_weights(G: np.ndarray, H: np.ndarray, reg_lambda: float, learning_rate: float) -> np.ndarray:
+    """Shrunk optimal leaf weights ``-eta * G / (H + lambda)``."""
+    return -learning_rate * G / (H + reg_lambda)
+
+
+def smaller_children(left_counts: np.ndarray, right_counts: np.ndarray) -> np.ndarray:
+    """True where the left child is the one to build (the smaller); its sibling is derived."""
+    return left_counts <= right_counts

@@ -1,0 +1,284 @@
+"""The Ray runtime: one object owns the Ray connection and the party actors.
+
+Each party (and later each server) runs as a named Ray actor bound to a custom
+Ray resource of its own, ``vfl_<party>``: the actor and every task it fans out
+can only be placed on nodes that declare that resource, so a party's data and
+keys never leave its machines. On a laptop the runtime starts Ray itself and
+declares every party's resource on the local node; on a cluster
+(``ray job submit``, ``cluster.yaml``) each party's nodes declare their own.
+
+Protocol classes are plain Python; :meth:`Runtime.spawn` wraps them as actors.
+Every exception raised inside a party method is re-raised at the driver as a
+:class:`~ray_vfl.errors.PartyFailedError` naming the party and the phase, as
+is a dead actor or a phase that exceeds its timeout; the runtime then kills
+the other actors so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import ray
+
+from .errors import ConfigError, DataError, PartyFailedError, VFLError
+
+__all__ = ["Runtime", "TaskPool", "party_resource"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.25  # how often a waiting driver checks for failed parties
+RESOURCE_UNITS = 10_000  # units of a party resource declared per node; an actor takes 1, a task 0.01
+
+
+def party_resource(party: str) -> str:
+    """Name of the custom Ray resource that pins a party's actor and tasks."""
+    return f"vfl_{party}"
+
+
+# ---------------------------------------------------------------------------
+# tasks inside a party
+_REMOTE_CACHE: dict[Callable, Any] = {}
+
+
+def _remote(fn: Callable):
+    if fn not in _REMOTE_CACHE:
+        _REMOTE_CACHE[fn] = ray.remote(fn)
+    return _REMOTE_CACHE[fn]
+
+
+@dataclass(frozen=True)
+class TaskPool:
+    """A party's pool of Ray tasks, pinned to that party's resource.
+
+    ``map`` runs ``fn(chunk, *shared)`` for every chunk, on ``workers`` Ray
+    tasks at most in parallel, or in-process when ``workers == 1`` (or without
+    a resource, as in unit tests). Shared arguments are put into the object
+    store once, not once per task.
+
+    Example
+    -------
+    >>> TaskPool(resource=None, workers=1).map(sum, [[1, 2], [3]])
+    [3, 3]
+    """
+
+    resource: str | None
+    workers: int = 1
+    timeout_s: float = 600.0
+
+    def chunks(self, n_items: int, min_chunk: int = 256) -> list[slice]:
+        """Split ``range(n_items)`` into at most ``workers`` contiguous slices."""
+        parts = max(1, min(self.workers, math.ceil(n_items / max(1, min_chunk))))
+        bounds = [round(i * n_items / parts) for i in range(parts + 1)]
+        return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+    def map(self, fn: Callable, chunks: Sequence[Any], *shared: Any) -> list[Any]:
+        if self.resource is None or self.workers <= 1 or len(chunks) <= 1:
+            shared = tuple(ray.get(s, timeout=self.timeout_s) if isinstance(s, ray.ObjectRef) else s for s in shared)
+            return [fn(chunk, *shared) for chunk in chunks]
+        remote = _remote(fn).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
+        shared_refs = [s if isinstance(s, ray.ObjectRef) else ray.put(s) for s in shared]
+        refs = [remote.remote(chunk, *shared_refs) for chunk in chunks]
+        return ray.get(refs, timeout=self.timeout_s)
+
+
+# ---------------------------------------------------------------------------
+# party actors
+def _guarded(name: str, fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def method(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except (DataError, ConfigError, PartyFailedError):
+            raise  # the user's own input, reported as is
+        except Exception as exc:  # the party reports which of its steps failed
+            raise PartyFailedError(getattr(self, "name", "?"), name, f"{type(exc).__name__}: {exc}") from exc
+
+    return method
+
+
+@functools.lru_cache(maxsize=None)
+def _actor_class(cls: type) -> type:
+    methods = {n: _guarded(n, f) for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
+    return type(f"{cls.__name__}Actor", (cls,), methods)
+
+
+class Runtime:
+    """Owns the Ray connection and the actors of one federation.
+
+    Parameters
+    ----------
+    address : str or None
+        ``None`` connects to the cluster of a ``ray job submit`` (when
+        ``RAY_ADDRESS`` is set) and otherwise starts a local Ray; ``"auto"``
+        always attaches to a running cluster; ``"local"`` always starts one.
+    num_cpus : int or None
+        CPUs of a Ray started locally (default: all).
+    timeout_s : float
+        Default longest wait for one protocol phase.
+
+    Example
+    -------
+    >>> rt = Runtime()                                    # doctest: +SKIP
+    >>> bank = rt.spawn("bank", MyPartyClass, data)       # doctest: +SKIP
+    >>> rt.get([("bank", bank.step.remote())], "step")    # doctest: +SKIP
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, timeout_s: float = 600.0) -> None:
+        if address not in (None, "auto", "local") and not str(address).startswith(("ray://", "http")) and ":" not in str(address):
+            raise ConfigError(f"address must be None, 'auto', 'local' or a Ray address, got {address!r}")
+        self.address = address
+        self.num_cpus = num_cpus
+        self.timeout_s = timeout_s
+        self.started_ray = False
+        self._actors: dict[str, Any] = {}
+        self._classes: dict[str, type] = {}
+        self._token = uuid.uuid4().hex[:8]
+
+    # connection ----------------------------------------------------------
+    def connect(self, parties: Sequence[str]) -> None:
+        """Attach to or start Ray so that every party's resource exists."""
+        if not ray.is_initialized():
+            address = self.address
+            if address is None:
+                address = "auto" if os.environ.get("RAY_ADDRESS") else "local"
+            if address == "local":
+                ray.init(
+                    address="local",
+                    num_cpus=self.num_cpus,
+                    resources={party_resource(p): RESOURCE_UNITS for p in parties},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
+                self.started_ray = True
+            else:
+                ray.init(address=address, log_to_driver=False)
+        available = ray.cluster_resources()
+        missing = [party_resource(p) for p in parties if available.get(party_resource(p), 0) <= 0]
+        if missing:
+            declare = ", ".join(f'"{r}": {RESOURCE_UNITS}' for r in missing)
+            raise ConfigError(
+                f"no Ray node declares the resource(s) {missing} that pin the parties' actors; start each party's "
+                f"nodes with --resources '{{{declare}}}' (see cluster.yaml) or let ray_vfl start a local Ray"
+            )
+
+    def cpus(self) -> int:
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def pool(self, party: str, workers: int | None = None) -> TaskPool:
+        """The task pool a party uses for its heavy crypto."""
+        return TaskPool(party_resource(party), workers or self.cpus(), self.timeout_s)
+
+    # actors --------------------------------------------------------------
+    def spawn(self, party: str, cls: type, *args: Any, **kwargs: Any):
+        """Start (or reuse) the actor of ``party`` running ``cls(*args, **kwargs)``.
+
+        A live actor of the same class is reused and re-initialised through
+        its ``reset`` method, so repeated fits pay the actor start-up once.
+        """
+        handle = self._actors.get(party)
+        if handle is not None and self._classes.get(party) is cls and hasattr(cls, "reset"):
+            try:
+                self.get([(party, handle.reset.remote(*args, **kwargs))], "reset")
+                return handle
+            except PartyFailedError:
+                self._actors.pop(party, None)
+        elif handle is not None:
+            self.kill(party)
+        actor_cls = ray.remote(_actor_class(cls))
+        handle = actor_cls.options(
+            name=f"vfl-{self._token}-{party}",
+            num_cpus=0,
+            resources={party_resource(party): 1},
+            max_restarts=0,
+        ).remote(*args, **kwargs)
+        self._actors[party] = handle
+        self._classes[party] = cls
+        return handle
+
+    def actor(self, party: str):
+        if party not in self._actors:
+            raise VFLError(f"no actor for party {party!r}; parties are {sorted(self._actors)}")
+        return self._actors[party]
+
+    def kill(self, party: str) -> None:
+        handle = self._actors.pop(party, None)
+        self._classes.pop(party, None)
+        if handle is not None:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # already dead
+                log.debug("actor of %s already gone", party)
+
+    def kill_all(self) -> None:
+        for party in list(self._actors):
+            self.kill(party)
+
+    def shutdown(self) -> None:
+        """Kill the actors; stop Ray too if this runtime started it."""
+        self.kill_all()
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+            self.started_ray = False
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # waiting -------------------------------------------------------------
+    def _party_of_actor(self, actor_id) -> str:
+        for party, handle in self._actors.items():
+            if actor_id is not None and handle._actor_id.hex() == actor_id:
+                return party
+        return "?"
+
+    def get(self, calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float | None = None) -> list[Any]:
+        """Wait for ``(party, ObjectRef)`` pairs; fail fast with the party's name.
+
+        The first error (an exception in a party, a dead actor) or the end of
+        the timeout raises :class:`PartyFailedError`; every actor of this
+        runtime is then killed. User errors found inside a party
+        (:class:`~ray_vfl.errors.DataError`, ``ConfigError``) are re-raised as is.
+        """
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        party_of = {ref: party for party, ref in calls}
+        pending = list(party_of)
+        while pending:
+            # Wake up at least every _POLL_S to look for failed calls: fail fast, never hang.
+            wait_s = min(_POLL_S, max(0.0, deadline - time.monotonic()))
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
+            for ref in ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except Exception as exc:
+                    error = self._translate(exc, party_of[ref], phase)
+                    self.kill_all()
+                    raise error from None
+            if pending and time.monotonic() >= deadline:
+                late = party_of[pending[0]]
+                self.kill_all()
+                raise PartyFailedError(late, phase, f"no answer within {timeout:g} s")
+        return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
+
+    def _translate(self, exc: Exception, party: str, phase: str) -> Exception:
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
+            if isinstance(cause, PartyFailedError):
+                return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause)
+            if isinstance(cause, (DataError, ConfigError)):
+                return cause
+            return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
+        if isinstance(exc, ray.exceptions.RayActorError):
+            failed = self._party_of_actor(getattr(exc, "actor_id", None))
+            return PartyFailedError(failed if failed != "?" else party, phase, "actor died")
+        return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,141 @@
+"""Federated tree structure and per-party lookup tables.
+
+The active party holds every tree's structure and leaf weights; an internal
+node stores only ``(owner party index, record id)``. The owner resolves the
+record in its private :class:`LookupTable` (feature, bin, threshold, missing
+direction); no other party ever sees a threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Tree", "TreeBuilder", "LookupTable", "goes_left"]
+
+
+def goes_left(bins: np.ndarray, feature: np.ndarray, bin_index: np.ndarray, default_left: np.ndarray, missing_bin: int) -> np.ndarray:
+    """Per row: does a split ``(feature, bin, default_left)`` send it left?"""
+    b = bins[np.arange(len(bins)), feature] if bins.ndim == 2 else bins
+    return np.where(b == missing_bin, default_left, b <= bin_index)
+
+
+@dataclass
+class Tree:
+    """Arrays over node ids; ``left[i] == -1`` marks a leaf."""
+
+    left: np.ndarray
+    right: np.ndarray
+    owner: np.ndarray
+    record: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.left)
+
+    @property
+    def n_leaves(self) -> int:
+        return int(np.sum(self.left < 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k).tolist() for k in ("left", "right", "owner", "record", "weight")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Tree":
+        ints = {k: np.asarray(d[k], dtype=np.int32) for k in ("left", "right", "owner", "record")}
+        return cls(**ints, weight=np.asarray(d["weight"], dtype=np.float64))
+
+
+@dataclass
+class TreeBuilder:
+    """Grows a tree node by node; ``finish`` freezes it into a :class:`Tree`."""
+
+    left: list[int] = field(default_factory=lambda: [-1])
+    right: list[int] = field(default_factory=lambda: [-1])
+    owner: list[int] = field(default_factory=lambda: [-1])
+    record: list[int] = field(default_factory=lambda: [-1])
+    weight: list[float] = field(default_factory=lambda: [0.0])
+
+    def split(self, node: int, owner: int, record: int) -> tuple[int, int]:
+        children = []
+        for _ in range(2):
+            children.append(len(self.left))
+            for arr, v in ((self.left, -1), (self.right, -1), (self.owner, -1), (self.record, -1), (self.weight, 0.0)):
+                arr.append(v)
+        self.left[node], self.right[node] = children
+        self.owner[node], self.record[node] = owner, record
+        return children[0], children[1]
+
+    def set_leaf(self, node: int, weight: float) -> None:
+        self.weight[node] = float(weight)
+
+    def finish(self) -> Tree:
+        return Tree(
+            np.asarray(self.left, dtype=np.int32),
+            np.asarray(self.right, dtype=np.int32),
+            np.asarray(self.owner, dtype=np.int32),
+            np.asarray(self.record, dtype=np.int32),
+            np.asarray(self.weight, dtype=np.float64),
+        )
+
+
+class LookupTable:
+    """A party's private split records: record id -> (feature, bin, threshold, missing left).
+
+    Example
+    -------
+    >>> table = LookupTable()
+    >>> table.add(0, feature=2, bin_index=5, threshold=3.5, default_left=True)
+    >>> table.feature.tolist(), table.threshold.tolist()
+    ([2], [3.5])
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[int, int, float, bool]] = []
+        self._arrays: tuple[np.ndarray, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, record: int, feature: int, bin_index: int, threshold: float, default_left: bool) -> None:
+        if record != len(self._rows):
+            raise ValueError(f"record ids must be filed in order: expected {len(self._rows)}, got {record}")
+        self._rows.append((int(feature), int(bin_index), float(threshold), bool(default_left)))
+        self._arrays = None
+
+    def _cols(self) -> tuple[np.ndarray, ...]:
+        if self._arrays is None:
+            rows = self._rows or [(0, 0, 0.0, False)][:0]
+            self._arrays = (
+                np.array([r[0] for r in rows], dtype=np.int64),
+                np.array([r[1] for r in rows], dtype=np.int64),
+                np.array([r[2] for r in rows], dtype=np.float64),
+                np.array([r[3] for r in rows], dtype=bool),
+            )
+        return self._arrays
+
+    feature = property(lambda self: self._cols()[0])
+    bin = property(lambda self: self._cols()[1])
+    threshold = property(lambda self: self._cols()[2])
+    default_left = property(lambda self: self._cols()[3])
+
+    def route(self, bins: np.ndarray, rows: np.ndarray, records: np.ndarray, missing_bin: int) -> np.ndarray:
+        """Which of ``rows`` go left at ``records`` (element-wise pairs)."""
+        if len(rows) == 0:
+            return np.zeros(0, dtype=bool)
+        return goes_left(
+            bins[rows, self.feature[records]], None, self.bin[records], self.default_left[records], missing_bin
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [list(r) for r in self._rows]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LookupTable":
+        table = cls()
+        for i, (f, b, t, dl) in enumerate(d["rows"]):
+            table.add(i, f, b, t, dl)
+        return table

@@ -1,0 +1,78 @@
+"""One Ray instance per test session, on loopback, with every test party's resource.
+
+Settings from ../shared/RAY_NOTES.md: no usage stats, no auth, a short
+RAY_TMPDIR, and a HOME holding ``ray_bootstrap_config.yaml`` so Ray's
+dashboard never probes cloud metadata addresses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("VFL_DATA_DIR", REPO.parent / "shared" / "data"))
+TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop"]
+
+_SCRATCH = tempfile.mkdtemp(prefix="vflh")
+_RAY_TMP = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+Path(_SCRATCH, "ray_bootstrap_config.yaml").write_text("provider: {type: local}\n")
+os.environ.update(
+    RAY_USAGE_STATS_ENABLED="0",
+    RAY_AUTH_MODE="disabled",
+    RAY_TMPDIR=_RAY_TMP,
+    HOME=_SCRATCH,
+    RAY_USAGE_STATS_REPORT_URL="http://127.0.0.1:9/",
+)
+os.environ.pop("RAY_ADDRESS", None)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    from ray_vfl.runtime import RESOURCE_UNITS, party_resource
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=512 * 1024**2,
+        log_to_driver=False,
+        resources={party_resource(p): RESOURCE_UNITS for p in TEST_PARTIES},
+    )
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(_RAY_TMP, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runtime(ray_session):
+    """A runtime shared by the tests: its actors are reused from fit to fit."""
+    from ray_vfl import Runtime
+
+    rt = Runtime(timeout_s=300)
+    yield rt
+    rt.kill_all()
+
+
+@pytest.fixture(scope="session")
+def credit():
+    """The credit data split over 2 parties, 80/20 with seed 0."""
+    from ray_vfl import vertical_split
+    from ray_vfl.datasets import load_named
+
+    frame, label, _, _ = load_named("credit")
+    data = vertical_split(frame, 2, label=label, seed=0)
+    return data.train_test_split(0.2, seed=0)
+
+
+def data_file(name: str) -> Path:
+    path = DATA_DIR / name
+    if not path.exists():
+        pytest.fail(f"test data {path} is missing; put ../shared/data beside the repository or set VFL_DATA_DIR")
+    return path

@@ -1,0 +1,248 @@
+"""SecureBoost on Ray actors: lossless, accurate, N parties, private, robust."""
+
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ray_vfl import (
+    BoostConfig,
+    ConfigError,
+    DataError,
+    EarlyStopping,
+    PartyFailedError,
+    ProgressBar,
+    Runtime,
+    SecureBoostClassifier,
+    SecureBoostRegressor,
+    VerticalDataset,
+    train,
+    vertical_split,
+)
+from ray_vfl.binning import PartyBinner
+from ray_vfl.datasets import load_named
+from ray_vfl.kernels import base_margin
+from ray_vfl.reference import fit_reference, predict_reference
+
+
+def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDataset | None = None) -> np.ndarray:
+    """Every party's own bins (fitted on the training rows), concatenated in party order."""
+    fitted_on = fitted_on or data
+    blocks = []
+    for p in data.party_names:
+        binner = PartyBinner(max_bin).fit(fitted_on.features[p], data.categorical.get(p, []), p)
+        blocks.append(binner.transform(data.features[p], p))
+    return np.concatenate(blocks, axis=1)
+
+
+def assert_lossless(model, train_data, test_data, config):
+    """Every tree equals the centralized reference on the same bins, split for split."""
+    y = train_data.label
+    base = config.base_score if config.base_score is not None else float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
+    ref = fit_reference(reference_bins(train_data, config.max_bin), y, config, base)
+    fed_trees, tables = model.trees(), model.lookup_tables()
+    offsets = np.cumsum([0] + [train_data.n_features(p) for p in model.order])
+    assert len(fed_trees) == len(ref) == config.n_trees
+    n_splits = 0
+    for fed, r in zip(fed_trees, ref):
+        np.testing.assert_array_equal(fed.left, r.left)
+        np.testing.assert_array_equal(fed.right, r.right)
+        np.testing.assert_allclose(fed.weight, r.weight, rtol=1e-7, atol=1e-10)
+        for node in np.flatnonzero(fed.left >= 0):
+            owner = model.order[fed.owner[node]]
+            feature, bin_index, _, default_left = tables[owner]["rows"][fed.record[node]]
+            assert (offsets[fed.owner[node]] + feature, bin_index, default_left) == (
+                r.feature[node], r.bin[node], r.default_left[node]), f"node {node}"
+            n_splits += 1
+    assert n_splits > 0
+    expect = predict_reference(ref, reference_bins(test_data, config.max_bin, train_data),
+                               base_margin(config.objective, base), config.max_bin)
+    np.testing.assert_allclose(model.predict_margin(test_data), expect, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def small_credit(credit):
+    train_data, test_data = credit
+    return train_data.take(np.arange(3000)), test_data.take(np.arange(1000))
+
+
+def test_lossless_plain_backend(runtime, credit):
+    train_data, test_data = credit
+    config = BoostConfig(n_trees=4, max_depth=5, backend="plain")
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+
+
+def test_lossless_paillier_backend(runtime, small_credit):
+    train_data, test_data = small_credit
+    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024)
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+
+
+@pytest.mark.parametrize("n_parties", [3, 5])
+def test_lossless_with_more_parties(runtime, n_parties):
+    frame, label, _, _ = load_named("credit")
+    data = vertical_split(frame.iloc[:4000], n_parties, label=label, seed=n_parties)
+    train_data, test_data = data.train_test_split(0.25, seed=1)
+    config = BoostConfig(n_trees=3, max_depth=4, backend="plain", learning_rate=0.5)
+    model = train(runtime, train_data, config)
+    assert model.order == [f"party{i}" for i in range(n_parties)]
+    assert_lossless(model, train_data, test_data, config)
+
+
+def test_auc_matches_xgboost_on_credit(runtime, credit):
+    xgb = pytest.importorskip("xgboost")
+    train_data, test_data = credit
+
+    def stacked(d):
+        return pd.concat([d.features[p] for p in d.party_names], axis=1).to_numpy()
+
+    ref = xgb.XGBClassifier(n_estimators=10, max_depth=5, learning_rate=0.3, reg_lambda=1.0, max_bin=32,
+                            tree_method="hist", base_score=0.5)
+    ref.fit(stacked(train_data), train_data.label)
+    from ray_vfl.metrics import auc
+
+    xgb_auc = auc(test_data.label, ref.predict_proba(stacked(test_data))[:, 1])
+    clf = SecureBoostClassifier(n_estimators=10, max_depth=5, learning_rate=0.3, max_bin=32, base_score=0.5,
+                                backend="plain", runtime=runtime).fit(train_data, eval_set=[test_data])
+    ours = auc(test_data.label, clf.predict_proba(test_data)[:, 1])
+    assert abs(ours - xgb_auc) <= 0.005, (ours, xgb_auc)
+    assert clf.evals_result_["validation_0"][-1]["auc"] == pytest.approx(ours)
+    assert len(clf.evals_result_["train"]) == 10
+    assert set(clf.comm_stats_.by_channel()) == {"party0 -> party1", "party1 -> party0"}
+
+
+def test_regressor_learns_energy(runtime):
+    from conftest import data_file
+
+    frame = pd.read_csv(data_file("uci_appliances_energy.csv.gz")).drop(columns="date").iloc[:5000]
+    data = vertical_split(frame, 2, label="Appliances", seed=0)
+    train_data, test_data = data.train_test_split(0.2, seed=0)
+    reg = SecureBoostRegressor(n_estimators=20, max_depth=4, backend="plain", runtime=runtime).fit(train_data)
+    rmse = float(np.sqrt(np.mean((reg.predict(test_data) - test_data.label) ** 2)))
+    assert rmse < 0.9 * test_data.label.std()
+
+
+def test_paillier_privacy_audit(runtime, small_credit):
+    """A passive party receives only ciphertexts, node row sets and its own split decisions."""
+    train_data, test_data = small_credit
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, runtime=runtime)
+    clf.fit(train_data, eval_set=[test_data])
+    stats = clf.comm_stats_
+    received = stats.received_by("party1")
+    assert {r.kind for r in received} == {"public_key", "encrypted_gh", "level_plan", "split_orders", "route_query"}
+
+    def arrays(shape):
+        if isinstance(shape, tuple) and shape and shape[0] == "ndarray":
+            yield shape
+        elif isinstance(shape, (tuple, list)):
+            for item in shape:
+                yield from arrays(item)
+        elif isinstance(shape, dict):
+            for item in shape.values():
+                yield from arrays(item)
+
+    for record in received:
+        for _, dtype, _ in arrays(record.shape):
+            assert not dtype.startswith("float"), f"{record.kind} carried a float array to a passive party"
+        if record.kind == "encrypted_gh":
+            cipher = record.shape[1]
+            assert cipher["tag"] == "str" and cipher["data"][1] == "uint8"
+            assert cipher["data"][2] == (len(train_data.ids), 256)  # one 2048-bit ciphertext mod n^2 per row
+    orders = [r for r in received if r.kind == "split_orders"]
+    filed = sum(r.shape[1]["node"][2][0] for r in orders)
+    tables = clf.model_.lookup_tables()
+    assert filed == len(tables["party1"]["rows"])
+    trees = clf.model_.trees()
+    assert filed == sum(int(np.sum((t.owner == 1) & (t.left >= 0))) for t in trees)
+    # what the active party got back from the passive: encrypted histograms, partitions, route answers
+    assert {r.kind for r in stats.received_by("party0")} == {"encrypted_histograms", "partition", "route_answer"}
+
+
+def test_save_and_load_give_the_same_predictions(runtime, credit, tmp_path):
+    train_data, test_data = credit
+    clf = SecureBoostClassifier(n_estimators=3, max_depth=3, backend="plain", runtime=runtime).fit(train_data)
+    before = clf.predict_proba(test_data)
+    clf.save_model(str(tmp_path / "model"))
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["federation.json", "party0.json", "party1.json"]
+    loaded = SecureBoostClassifier.load_model(str(tmp_path / "model"), runtime=runtime)
+    np.testing.assert_allclose(loaded.predict_proba(test_data), before, atol=1e-12)
+
+
+def test_early_stopping_and_progress_bar(runtime, credit):
+    import io
+
+    train_data, test_data = credit
+    stream = io.StringIO()
+    clf = SecureBoostClassifier(n_estimators=40, max_depth=2, learning_rate=1.0, backend="plain", runtime=runtime,
+                                early_stopping_rounds=2, callbacks=[ProgressBar(stream=stream)])
+    clf.fit(train_data, eval_set=[test_data])
+    aucs = [m["auc"] for m in clf.evals_result_["validation_0"]]
+    assert clf.best_iteration_ == int(np.argmax(aucs)) and clf.n_trees_ == clf.best_iteration_ + 1
+    assert len(aucs) < 40 and "ETA" in stream.getvalue()
+    assert len(clf.model_.trees()) == clf.n_trees_
+
+
+def test_bad_input_is_rejected_before_training(runtime, credit):
+    train_data, _ = credit
+    with pytest.raises(DataError, match="0 or 1"):
+        bad = VerticalDataset(train_data.features, train_data.ids, train_data.label * 2, "party0")
+        SecureBoostClassifier(backend="plain", runtime=runtime).fit(bad)
+    with pytest.raises(DataError, match="no party holds labels"):
+        SecureBoostClassifier(backend="plain", runtime=runtime).fit(VerticalDataset(train_data.features, train_data.ids))
+    with pytest.raises(ConfigError, match="key_bits"):
+        SecureBoostClassifier(key_bits=512, runtime=runtime).fit(train_data)
+    with pytest.raises(ConfigError, match="max_depth"):
+        SecureBoostClassifier(max_depth=0, runtime=runtime).fit(train_data)
+    with pytest.raises(ConfigError, match="unknown backend|valid"):
+        SecureBoostClassifier(backend="rot13", runtime=runtime).fit(train_data)
+    with pytest.raises(DataError, match="passive party"):
+        one = VerticalDataset({"party0": train_data.features["party0"]}, train_data.ids, train_data.label, "party0")
+        SecureBoostClassifier(backend="plain", runtime=runtime).fit(one)
+    text = train_data.features["party1"].assign(city="x")
+    with pytest.raises(DataError, match="categorical"):
+        data = VerticalDataset({"party0": train_data.features["party0"], "party1": text}, train_data.ids, train_data.label, "party0")
+        SecureBoostClassifier(backend="plain", runtime=runtime).fit(data)
+
+
+def test_killed_party_fails_fast_with_its_name(ray_session, credit):
+    """A dead passive actor mid-training gives PartyFailedError, never a hang; the rest are cleaned up."""
+    import ray
+
+    from ray_vfl import TrainingCallback
+
+    train_data, _ = credit
+    runtime = Runtime(timeout_s=60)
+    first_tree_done = threading.Event()
+
+    class Signal(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            first_tree_done.set()
+            return False
+
+    clf = SecureBoostClassifier(n_estimators=500, max_depth=5, backend="plain", runtime=runtime, callbacks=[Signal()])
+
+    def kill_mid_training():
+        if first_tree_done.wait(timeout=60):
+            ray.kill(runtime.actor("party1"), no_restart=True)
+
+    killer = threading.Thread(target=kill_mid_training)
+    killer.start()
+    start = time.monotonic()
+    with pytest.raises(PartyFailedError) as info:
+        clf.fit(train_data)
+    killer.join()
+    assert info.value.party == "party1" and info.value.phase.startswith("tree"), info.value
+    assert time.monotonic() - start < 30
+    assert runtime._actors == {}
+
+
+def test_phase_timeout_raises_party_failed(ray_session, credit):
+    train_data, _ = credit
+    runtime = Runtime(timeout_s=60)
+    with pytest.raises(PartyFailedError, match="no answer within"):
+        SecureBoostClassifier(n_estimators=2, backend="plain", timeout_s=1e-3, runtime=runtime).fit(train_data)
+    assert runtime._actors == {}
