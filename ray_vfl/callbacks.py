@@ -21,7 +21,16 @@ log = logging.getLogger(__name__)
 
 
 class TrainingCallback:
-    """Base class; override any of the three hooks."""
+    """Base class; override any of the three hooks.
+
+    Example
+    -------
+    >>> class StopAtAuc(TrainingCallback):
+    ...     def after_iteration(self, iteration, logs):
+    ...         return logs.get("validation_0", {}).get("auc", 0.0) > 0.9
+    >>> StopAtAuc().after_iteration(3, {"validation_0": {"auc": 0.95}})
+    True
+    """
 
     def before_training(self, config: Any) -> None:
         pass
@@ -72,7 +81,13 @@ class ProgressBar(TrainingCallback):
 
 
 class EvaluationLogger(TrainingCallback):
-    """Log every ``period`` trees' metrics through :mod:`logging`."""
+    """Log every ``period`` trees' metrics through :mod:`logging`.
+
+    Example
+    -------
+    >>> EvaluationLogger(period=5).after_iteration(0, {"train": {"logloss": 0.5}})
+    False
+    """
 
     def __init__(self, period: int = 1) -> None:
         if period < 1:
@@ -101,6 +116,14 @@ class EarlyStopping(TrainingCallback):
         Metric name; default ``auc`` for classification, ``rmse`` otherwise.
     maximize : bool or None
         Direction; inferred from the metric name when None.
+
+    Example
+    -------
+    >>> stop = EarlyStopping(rounds=2)
+    >>> [stop.after_iteration(i, {"validation_0": {"auc": a}}) for i, a in enumerate([0.7, 0.8, 0.79, 0.78])]
+    [False, False, False, True]
+    >>> stop.best_iteration
+    1
     """
 
     def __init__(self, rounds: int, data: str = "validation_0", metric: str | None = None, maximize: bool | None = None) -> None:

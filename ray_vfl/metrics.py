@@ -32,7 +32,7 @@ def logloss(y: np.ndarray, p: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
 
 
-def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray) -> dict[str, float]:
+def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray, with_auc: bool = True) -> dict[str, float]:
     """Metrics of raw margins: logloss and AUC for logistic, RMSE for regression.
 
     Example
@@ -42,5 +42,8 @@ def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray) -> dict[s
     """
     pred = transform_margin(objective, margin)
     if objective == "binary:logistic":
-        return {"logloss": logloss(y, pred), "auc": auc(y, pred)}
+        metrics = {"logloss": logloss(y, pred)}
+        if with_auc:
+            metrics["auc"] = auc(y, pred)
+        return metrics
     return {"rmse": float(np.sqrt(np.mean((pred - y) ** 2)))}

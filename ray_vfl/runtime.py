@@ -17,10 +17,12 @@ the other actors so nothing is left behind.
 from __future__ import annotations
 
 import functools
+import contextlib
 import inspect
 import logging
 import math
 import os
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,6 +38,34 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.25  # how often a waiting driver checks for failed parties
 RESOURCE_UNITS = 10_000  # units of a party resource declared per node; an actor takes 1, a task 0.01
+
+
+@contextlib.contextmanager
+def _no_phone_home():
+    """Start a local Ray that talks to loopback only.
+
+    Ray reports usage statistics unless told not to, and its dashboard head
+    probes cloud metadata addresses (169.254.169.254, metadata.google.internal)
+    at start unless ``~/ray_bootstrap_config.yaml`` exists. A federation's
+    local simulation has no business on the network, so usage stats are off
+    and, while Ray starts, HOME points at a scratch folder holding that file.
+    """
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    home = os.path.expanduser("~")
+    if not os.path.exists(os.path.join(home, "ray_bootstrap_config.yaml")):
+        scratch = tempfile.mkdtemp(prefix="ray_vfl_home")
+        with open(os.path.join(scratch, "ray_bootstrap_config.yaml"), "w", encoding="utf-8") as fh:
+            fh.write("provider: {type: local}\n")
+        os.environ["HOME"] = scratch
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def party_resource(party: str) -> str:
@@ -150,13 +180,14 @@ class Runtime:
             if address is None:
                 address = "auto" if os.environ.get("RAY_ADDRESS") else "local"
             if address == "local":
-                ray.init(
-                    address="local",
-                    num_cpus=self.num_cpus,
-                    resources={party_resource(p): RESOURCE_UNITS for p in parties},
-                    include_dashboard=False,
-                    log_to_driver=False,
-                )
+                with _no_phone_home():
+                    ray.init(
+                        address="local",
+                        num_cpus=self.num_cpus,
+                        resources={party_resource(p): RESOURCE_UNITS for p in parties},
+                        include_dashboard=False,
+                        log_to_driver=False,
+                    )
                 self.started_ray = True
             else:
                 ray.init(address=address, log_to_driver=False)

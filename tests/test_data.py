@@ -23,6 +23,15 @@ def test_from_frames_builds_aligned_blocks():
     np.testing.assert_array_equal(data.label, [0, 1, 0, 1, 0, 1])
 
 
+def test_from_frames_accepts_pyarrow_tables():
+    import pyarrow as pa
+
+    bank, shop = frames()
+    data = VerticalDataset.from_frames({"bank": pa.Table.from_pandas(bank), "shop": pa.Table.from_pandas(shop)},
+                                       id_column="id", label="y", categorical={"shop": ["city"]})
+    assert data.n_features("shop") == 2
+
+
 def test_from_files_reads_csv_and_parquet(tmp_path):
     bank, shop = frames()
     bank.to_csv(tmp_path / "bank.csv", index=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,8 @@ class Party:
         self.missing_bin = config.max_bin
         self.n_bins = config.max_bin + 1
         self.bins: dict[str, np.ndarray] = {}
+        # Homomorphic operations performed, for the benchmarks' crypto floor.
+        self.ops: Counter[str] = Counter()
         self.fkeys: np.ndarray | None = None
         if frame is not None:
             self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
@@ -60,6 +63,10 @@ class Party:
     def comm_records(self) -> list[Record]:
         """Hand over (and forget) what this party's send path recorded."""
         return self.mailbox.drain()
+
+    def op_counts(self) -> dict[str, int]:
+        """Crypto operations this party performed since training started."""
+        return dict(self.ops)
 
     def ping(self) -> str:
         return self.name

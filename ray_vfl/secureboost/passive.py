@@ -10,6 +10,7 @@ from ..kernels import build_histograms, slot_of_rows
 from ..runtime import TaskPool
 from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
+from .tree import goes_left
 
 __all__ = ["PassiveParty"]
 
@@ -52,6 +53,7 @@ class PassiveParty(Party):
         slot = slot_of_rows(plan.node_of_row, plan.build)
         n_slots = len(plan.build)
         rows = np.flatnonzero(slot >= 0)
+        self.ops["add"] += len(rows) * self.n_features  # one ciphertext product per (row, feature)
         width = self.n_features * self.n_bins
         if n_slots and self._parallel(len(rows)):
             parts = self.pool.map(
@@ -70,8 +72,10 @@ class PassiveParty(Party):
         for node, parent, sibling in plan.derive.tolist():
             level_hist[node] = self.backend.sub(self.public_key, self.hists[parent], level_hist[sibling])
         self.hists = level_hist  # parents of the next level
+        self.ops["sub"] += len(plan.derive) * width
         out = self.backend.concat([level_hist[n] for n in plan.level.tolist()])
         out = self.backend.rerandomize(self.public_key, out)
+        self.ops["rerandomize"] += len(out)
         return self.mailbox.send("encrypted_histograms", [message.sender], out, self.tree, message.depth)
 
     def apply_splits(self, message):
@@ -82,7 +86,7 @@ class PassiveParty(Party):
         for node, f, b, dl, rec in zip(orders.node, orders.feature, orders.bin, orders.default_left, orders.record):
             self.lookup.add(int(rec), int(f), int(b), self.binner.threshold(int(f), int(b)), bool(dl))
             rows = np.flatnonzero(self.node_of_row == node)
-            bits.append(self.lookup.route(bins, rows, np.full(len(rows), rec), self.missing_bin))
+            bits.append(goes_left(bins[rows, f], None, b, dl, self.missing_bin))
             counts.append(len(rows))
         packed = np.packbits(np.concatenate(bits)) if bits else np.zeros(0, dtype=np.uint8)
         reply = Partition(orders.node, packed, np.asarray(counts, dtype=np.int64))

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -66,6 +67,12 @@ class FederatedModel:
     The active party's actor holds the trees and leaf weights; every party's
     actor holds its own lookup table. Use :meth:`predict` for federated
     prediction, :meth:`save` to have each party write its own part.
+
+    Example
+    -------
+    >>> model = train(Runtime(), train_data, BoostConfig(backend="plain"))  # doctest: +SKIP
+    >>> model.predict(test_data)[:3]                                        # doctest: +SKIP
+    >>> model.save("model/"); FederatedModel.load("model/").predict(test_data)  # doctest: +SKIP
     """
 
     runtime: Runtime
@@ -75,6 +82,7 @@ class FederatedModel:
     n_trees: int
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     comm_stats: CommStats = field(default_factory=CommStats)
+    op_counts: dict[str, int] = field(default_factory=dict)
     best_iteration: int | None = None
 
     @property
@@ -94,8 +102,8 @@ class FederatedModel:
         margin_ref, refs = _route(self, key, 0, n_trees or self.n_trees)
         margin = self.runtime.get(refs + [(self.label_party, margin_ref)], "prediction")[-1]
         self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
-        base = self.runtime.get([(self.label_party, self._handle(self.label_party).model_part.remote())], "model")[0]
-        return margin + base["base_margin"]
+        base = self.runtime.get([(self.label_party, self._handle(self.label_party).get_base_margin.remote())], "model")[0]
+        return margin + base
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Predictions (probabilities for the logistic objective)."""
@@ -246,6 +254,8 @@ def train(
     model.history = runtime.get([(active_name, active.history_snapshot.remote())], "history", config.timeout_s)[0]
     records = runtime.get([(p, runtime.actor(p).comm_records.remote()) for p in order], "communication statistics", config.timeout_s)
     model.comm_stats = CommStats(r for party_records in records for r in party_records)
+    counts = runtime.get([(p, runtime.actor(p).op_counts.remote()) for p in order], "operation counts", config.timeout_s)
+    model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     for key in eval_sets or {}:
         runtime.get([(p, runtime.actor(p).drop_rows.remote(key)) for p in order], "cleanup", config.timeout_s)
     return model

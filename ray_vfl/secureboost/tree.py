@@ -95,7 +95,7 @@ class LookupTable:
 
     def __init__(self) -> None:
         self._rows: list[tuple[int, int, float, bool]] = []
-        self._arrays: tuple[np.ndarray, ...] | None = None
+        self._arrays: tuple[np.ndarray, ...] | None = None  # column view, rebuilt lazily after additions
 
     def __len__(self) -> int:
         return len(self._rows)

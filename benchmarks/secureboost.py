@@ -1,0 +1,177 @@
+"""SecureBoost benchmark: seconds per tree, test AUC and MB exchanged per crypto backend,
+next to centralized xgboost, our centralized reference, and the crypto floor (measured in the same run).
+
+    python benchmarks/secureboost.py                          # credit, 2 parties: plain, Paillier 1024 and 2048
+    python benchmarks/secureboost.py --datasets credit bank --parties 2 4 --cases plain paillier:2048
+
+A case is ``backend[:key_bits[:trees]]``. The crypto floor is the protocol's own operation counts
+(encryptions, ciphertext products, subtractions, re-randomisations, decryptions) times the cost of
+one such operation measured here, divided by the cores used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from ray_vfl import Runtime, SecureBoostClassifier, TrainingCallback, vertical_split
+from ray_vfl.config import BoostConfig
+from ray_vfl.crypto import get_backend
+from ray_vfl.datasets import load_named
+from ray_vfl.metrics import auc
+from ray_vfl.reference import fit_reference
+from ray_vfl.binning import PartyBinner
+
+DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+
+
+class TreeTimer(TrainingCallback):
+    def before_training(self, config) -> None:
+        self.start, self.seconds = time.perf_counter(), 0.0
+
+    def after_iteration(self, iteration, logs) -> bool:
+        self.seconds = time.perf_counter() - self.start
+        return False
+
+
+_COSTS: dict[tuple[str, int], dict[str, float]] = {}
+
+
+def op_costs(backend_name: str, bits: int) -> dict[str, float]:
+    """Seconds per single operation of the backend, measured on arrays like the protocol's."""
+    if (backend_name, bits) in _COSTS:
+        return _COSTS[(backend_name, bits)]
+    be = get_backend(backend_name)
+    pk, sk = be.generate_keys(bits)
+    rng = np.random.default_rng(0)
+    n = 400 if be.is_encrypted else 100_000
+    g, h = rng.normal(0, 0.3, n), rng.uniform(0, 0.25, n)
+
+    def timed(fn, count):
+        best = float("inf")
+        for _ in range(2):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+        return best / count
+
+    gh = be.encrypt_gh(pk, g, h)
+    keys = rng.integers(0, 330, (n, 10))
+    hist = be.bucket_sum(pk, gh, keys, 330)
+    costs = {
+        "encrypt": timed(lambda: be.encrypt_gh(pk, g, h), n),
+        "add": timed(lambda: be.bucket_sum(pk, gh, keys, 330), n * 10),
+        "sub": timed(lambda: be.sub(pk, hist, hist), len(hist)),
+        "rerandomize": timed(lambda: be.rerandomize(pk, hist), len(hist)),
+    }
+    packed = be.compress_gh(pk, hist) if hasattr(be, "compress_gh") else hist
+    costs["decrypt"] = timed(lambda: be.decrypt_gh(sk, packed), len(packed))
+    if packed is not hist:
+        costs["compress"] = timed(lambda: be.compress_gh(pk, hist), len(hist))
+    _COSTS[(backend_name, bits)] = costs
+    return costs
+
+
+def split(dataset: str, parties: int):
+    frame, label, cats, _ = load_named(dataset, DATA_DIR)
+    data = vertical_split(frame, parties, label=label, categorical=cats, seed=0)
+    return data.train_test_split(0.2, seed=0)
+
+
+def xgboost_row(train, test, trees, depth, bins) -> dict:
+    import xgboost as xgb
+
+    def stacked(d):
+        cols = []
+        for p in d.party_names:
+            binner = PartyBinner(bins).fit(train.features[p], train.categorical.get(p, []), p)
+            from ray_vfl.binning import encode_party_frame
+
+            cols.append(encode_party_frame(d.features[p], binner.categorical, p, binner.categories)[0])
+        return np.concatenate(cols, axis=1)
+
+    xtr, xte = stacked(train), stacked(test)
+    model = xgb.XGBClassifier(n_estimators=trees, max_depth=depth, learning_rate=0.3, max_bin=bins, tree_method="hist",
+                              base_score=0.5, n_jobs=os.cpu_count())
+    start = time.perf_counter()
+    model.fit(xtr, train.label)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "auc": auc(test.label, model.predict_proba(xte)[:, 1])}
+
+
+def reference_seconds(train, trees, depth, bins) -> float:
+    blocks = [PartyBinner(bins).fit_transform(train.features[p], train.categorical.get(p, []), p) for p in train.party_names]
+    start = time.perf_counter()
+    fit_reference(np.concatenate(blocks, axis=1), train.label, BoostConfig(n_trees=trees, max_depth=depth, max_bin=bins), 0.5)
+    return time.perf_counter() - start
+
+
+def run_case(runtime, train, test, backend, bits, trees, depth, bins) -> dict:
+    timer = TreeTimer()
+    clf = SecureBoostClassifier(n_estimators=trees, max_depth=depth, max_bin=bins, base_score=0.5, backend=backend,
+                                key_bits=bits, runtime=runtime, callbacks=[timer])
+    start = time.perf_counter()
+    clf.fit(train)
+    fit_s = time.perf_counter() - start
+    score = auc(test.label, clf.predict_proba(test)[:, 1])
+    costs = op_costs(backend, bits)
+    counts = clf.model_.op_counts
+    cores = runtime.cpus()
+    floor = sum(counts.get(op, 0) * c for op, c in costs.items()) / cores
+    return {"train_s": timer.seconds, "fit_s": fit_s, "s_per_tree": timer.seconds / trees, "auc": score,
+            "mb": clf.comm_stats_.total_mb, "floor_s": floor, "ops": counts, "cores": cores}
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=["credit"])
+    p.add_argument("--parties", nargs="+", type=int, default=[2])
+    p.add_argument("--cases", nargs="+", default=["plain", "paillier:1024", "paillier:2048"])
+    p.add_argument("--trees", type=int, default=10)
+    p.add_argument("--depth", type=int, default=5)
+    p.add_argument("--bins", type=int, default=32)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    runtime = Runtime(timeout_s=3600)
+    runtime.connect([f"party{i}" for i in range(max(args.parties))])
+    rows = []
+    for dataset in args.datasets:
+        for parties in args.parties:
+            train, test = split(dataset, parties)
+            xgb_row = xgboost_row(train, test, args.trees, args.depth, args.bins)
+            ref_s = reference_seconds(train, args.trees, args.depth, args.bins)
+            for case in args.cases:
+                name, *rest = case.split(":")
+                bits = int(rest[0]) if rest else 2048
+                trees = int(rest[1]) if len(rest) > 1 else args.trees
+                r = run_case(runtime, train, test, name, bits, trees, args.depth, args.bins)
+                r.update(dataset=dataset, parties=parties, backend=name, bits=bits, trees=trees,
+                         xgb_s=xgb_row["seconds"], xgb_auc=xgb_row["auc"], reference_s=ref_s)
+                rows.append(r)
+                print(f"# {dataset} {parties}p {case}: {r['train_s']:.2f} s, AUC {r['auc']:.4f}", file=sys.stderr)
+    header = ("| data | parties | backend | bits | trees | train s | s/tree | floor s | train/floor | AUC | xgb AUC | "
+              "dAUC | MB | xgb s | ours/xgb | ref s | cores |")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for r in rows:
+        bits = "-" if r["backend"] == "plain" else r["bits"]
+        ratio = r["train_s"] / r["floor_s"] if r["floor_s"] > 0 else float("nan")
+        print(f"| {r['dataset']} | {r['parties']} | {r['backend']} | {bits} | {r['trees']} | {r['train_s']:.3f} | "
+              f"{r['s_per_tree']:.3f} | {r['floor_s']:.3f} | {ratio:.2f} | {r['auc']:.4f} | {r['xgb_auc']:.4f} | "
+              f"{r['auc'] - r['xgb_auc']:+.4f} | {r['mb']:.1f} | {r['xgb_s']:.3f} | {r['train_s'] / r['xgb_s']:.1f} | "
+              f"{r['reference_s']:.3f} | {r['cores']} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=2, default=float)
+    runtime.shutdown()
+    return rows
+
+
+if __name__ == "__main__":
+    main()
