@@ -20,7 +20,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from ray_vfl import Runtime, SecureBoostClassifier, TrainingCallback, vertical_split
+from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
+from ray_vfl.callbacks import TreeTimer
 from ray_vfl.config import BoostConfig
 from ray_vfl.crypto import get_backend
 from ray_vfl.datasets import load_named
@@ -29,15 +30,6 @@ from ray_vfl.reference import fit_reference
 from ray_vfl.binning import PartyBinner
 
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-
-
-class TreeTimer(TrainingCallback):
-    def before_training(self, config) -> None:
-        self.start, self.seconds = time.perf_counter(), 0.0
-
-    def after_iteration(self, iteration, logs) -> bool:
-        self.seconds = time.perf_counter() - self.start
-        return False
 
 
 _COSTS: dict[tuple[str, int], dict[str, float]] = {}

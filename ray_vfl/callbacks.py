@@ -15,7 +15,7 @@ from typing import Any, Sequence, TextIO
 
 from .errors import ConfigError
 
-__all__ = ["TrainingCallback", "ProgressBar", "EvaluationLogger", "EarlyStopping", "CallbackList"]
+__all__ = ["TrainingCallback", "ProgressBar", "EvaluationLogger", "EarlyStopping", "TreeTimer", "CallbackList"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,26 @@ class EarlyStopping(TrainingCallback):
         if self.best_iteration is None or (math.isfinite(score) and score > self.best_score):
             self.best_iteration, self.best_score = iteration, score
         return iteration - self.best_iteration >= self.rounds
+
+
+class TreeTimer(TrainingCallback):
+    """Seconds spent growing trees, from the first tree's start (after set-up and key generation).
+
+    Example
+    -------
+    >>> timer = TreeTimer()
+    >>> timer.before_training(None); timer.after_iteration(0, {})
+    False
+    >>> timer.seconds >= 0.0
+    True
+    """
+
+    def before_training(self, config: Any) -> None:
+        self.start, self.seconds = time.perf_counter(), 0.0
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        self.seconds = time.perf_counter() - self.start
+        return False
 
 
 class CallbackList:

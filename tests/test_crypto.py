@@ -258,7 +258,7 @@ def small(name: str):
 @st.composite
 def compress_cases(draw, per: int):
     n_entries = draw(st.integers(1, 2 * per + 1))
-    n_rows = draw(st.integers(n_entries, 8 * n_entries))
+    n_rows = draw(st.integers(n_entries, min(8 * n_entries, 40)))
     bucket = np.array(draw(st.permutations(list(range(n_rows)))), dtype=np.int64) % n_entries  # <= 8 rows each
     g = np.array(draw(st.lists(gh_values, min_size=n_rows, max_size=n_rows)))
     h = np.array(draw(st.lists(gh_values, min_size=n_rows, max_size=n_rows)))
@@ -274,7 +274,8 @@ def test_compressed_decrypts_to_exactly_the_entries(name, data):
     per = be.slots_per_ciphertext(pk)
     assert per >= 3
     g, h, bucket, n = data.draw(compress_cases(per))
-    hist = be.bucket_sum(pk, be.encrypt_gh(pk, g, h), bucket, n)  # sums of <= max_rows edge values
+    maker = small("paillier") if name == "phe" else be  # same keys and layout; python-paillier is slow
+    hist = be.bucket_sum(pk, maker.encrypt_gh(pk, g, h), bucket, n)  # sums of <= max_rows edge values
     want = be.decrypt_gh(sk, hist)
     z = be.compress_gh(pk, hist)
     assert len(z) == -(-n // per) and z.tag.endswith(f":pack{per}:n{n}")
@@ -337,7 +338,8 @@ def test_compressed_arrays_support_sibling_subtraction_but_not_the_other_ops(nam
         with pytest.raises(CryptoError):
             op()
     per = be.slots_per_ciphertext(pk)
-    odd = be.compress_gh(pk, be.take(parent, np.arange(per + 1)))  # second ciphertext holds one entry
+    wide = be.concat([parent] * per)
+    odd = be.compress_gh(pk, be.take(wide, np.arange(per + 1)))  # second ciphertext holds one entry
     with pytest.raises(CryptoError, match="partial last ciphertext"):
         be.take(odd, [1, 0])
     with pytest.raises(CryptoError, match="partial"):

@@ -31,7 +31,8 @@ Gradient pairs: ``encrypt_gh`` packs ``(g, h)`` into one plaintext;
 (``slots_per_ciphertext``: 5 / 11 / 17 at 1024 / 2048 / 3072-bit Paillier
 with the default options), so the key owner decrypts a few ciphertexts per
 feature instead of one per histogram bin. The key owner may pass its private
-key to ``encrypt``/``encrypt_gh`` for CRT encryption.
+key to ``encrypt``/``encrypt_gh``; ``paillier`` then encrypts with the CRT
+(about 1.4x faster at 2048 bits), the other backends use the public key.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ layout lives in the tag, ``"<gh tag>:pack<k>:n<count>"``: ``k`` entries per
 ciphertext, ``count`` entries in all, only the last ciphertext may be partial.
 
 Encryption by the key owner: ``encrypt``/``encrypt_gh`` accept either the
-public key or the private key. Given the private key, the big-integer
-backends encrypt with the Chinese remainder theorem (half-size moduli,
-``p^2`` and ``q^2``); the ciphertexts are identical in distribution to those
-made with the public key.
+public key or the private key. Given the private key, ``paillier``
+encrypts with the Chinese remainder theorem (half-size moduli ``p^2`` and
+``q^2``); the ciphertexts are identical in distribution to those made with
+the public key. Backends without such a fast path use the public key.
 """
 
 from __future__ import annotations
@@ -264,8 +264,8 @@ class Backend(ABC):
     :meth:`rerandomize` on anything that leaves the party.
 
     ``encrypt`` and ``encrypt_gh`` take the public key, or the private key
-    when the key owner encrypts (faster on the big-integer backends, same
-    ciphertext distribution).
+    when the key owner encrypts (CRT on ``paillier``, same ciphertext
+    distribution).
     """
 
     name: ClassVar[str]
@@ -427,7 +427,8 @@ class Backend(ABC):
                 raise CryptoError("cannot combine ciphertexts of different keys")
             if lay is None or lay[:2] != first[:2]:
                 raise CryptoError(f"cannot combine {arrays[0].tag!r} with {a.tag!r} entries")
-        for a, (_, per, count) in zip(arrays[:-1], layouts[:-1]):
+        filled = [(a, lay) for a, lay in zip(arrays, layouts) if len(a)]
+        for a, (_, per, count) in filled[:-1]:
             if count != per * len(a):
                 raise CryptoError("only the last compressed array of a concat may end in a partial ciphertext")
         return compressed_tag(first[0], first[1], sum(lay[2] for lay in layouts))

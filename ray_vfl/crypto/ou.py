@@ -13,6 +13,8 @@ Electronics Letters 1999, as implemented by HEU)::
 ``H^t = 1 (mod p^2)``, so the randomness vanishes after raising to the short
 ``t`` (224 bits at 2048), which makes decryption cheap. ``G^m`` and ``H^r``
 use fixed-base tables (8-bit windows); negative ``m`` use a table of ``G^-1``.
+``encrypt(sk, ...)`` is accepted but uses the public tables (a CRT split
+mod ``p^2`` and ``q`` did not pay in pure Python).
 
 Security assumptions, next to Paillier's:
 
@@ -48,7 +50,7 @@ import gmpy2
 from gmpy2 import mpz
 
 from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.gmp import FixedBase, crt_pair, parallel_powmod, random_prime
+from ray_vfl.crypto.gmp import FixedBase, parallel_powmod, random_prime
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.crypto.paillier import short_exponent_bits
 from ray_vfl.errors import CryptoError
@@ -155,16 +157,23 @@ class _Tables:
 
     def __init__(self, g: int, h: int, modulus: int, msg_bytes: int, rand_bytes: int) -> None:
         self.modulus = mpz(modulus)
+        self.msg_bytes, self.rand_bytes = msg_bytes, rand_bytes
         self.g = FixedBase(g, modulus, msg_bytes)
         self.g_inv = FixedBase(gmpy2.invert(mpz(g), self.modulus), modulus, msg_bytes)
         self.h = FixedBase(h, modulus, rand_bytes)
 
-    def encrypt(self, ms: list[int], hr: list[mpz]) -> list[mpz]:
-        m = self.modulus
+    def encrypt(self, ms: list[int], rand: bytes) -> list[mpz]:
+        """``G^m H^r`` for signed ``m`` and the little-endian ``r`` packed in ``rand``."""
+        mod, rb = self.modulus, self.rand_bytes
+        width = max(1, (max((abs(v) for v in ms), default=0).bit_length() + 7) // 8)
+        pos, neg = self.g._table(width), self.g_inv._table(width)
         out = []
-        for v, rr in zip(ms, hr):
-            gm = (self.g if v >= 0 else self.g_inv).pow_ints([abs(v)])[0]
-            out.append(gm * rr % m)
+        for v, acc in zip(ms, self.h.pow_bytes(rand, rb)):
+            rows = pos if v >= 0 else neg
+            for row, byte in zip(rows, abs(v).to_bytes(width, "little")):
+                if byte:
+                    acc = acc * row[byte] % mod
+            out.append(acc)
         return out
 
 
@@ -179,9 +188,12 @@ class _PublicContext:
     def random_hr(self, count: int) -> list[mpz]:
         return self.tables.h.pow_bytes(secrets.token_bytes(self.rand_bytes * count), self.rand_bytes)
 
+    def encrypt(self, ms: list[int]) -> list[mpz]:
+        return self.tables.encrypt(ms, secrets.token_bytes(self.rand_bytes * len(ms)))
+
 
 class _PrivateContext:
-    """Decryption constants and the CRT tables (mod ``p^2`` and ``q``) of the key owner."""
+    """Decryption constants of the key owner."""
 
     def __init__(self, sk: OUPrivateKey) -> None:
         pk = sk.public_key
@@ -189,18 +201,6 @@ class _PrivateContext:
         self.p2 = self.p * self.p
         gp = gmpy2.powmod(pk.g, self.t, self.p2)  # G^t = g^(p-1): order p mod p^2
         self.gp_inv = gmpy2.invert((gp - 1) // self.p, self.p)
-        self.q_inv_p2 = gmpy2.invert(self.q, self.p2)
-        self.rand_bytes = short_exponent_bits(pk.key_bits) // 8
-        msg_bytes = (pk.p_bits + 7) // 8
-        self.crt = (_Tables(pk.g % self.p2, pk.h % self.p2, self.p2, msg_bytes, self.rand_bytes),
-                    _Tables(pk.g % self.q, pk.h % self.q, self.q, msg_bytes, self.rand_bytes))
-
-    def encrypt(self, ms: list[int]) -> list[mpz]:
-        """``G^m H^r`` modulo ``p^2`` and ``q`` with the same ``r``, recombined with the CRT."""
-        rb = self.rand_bytes
-        rs = secrets.token_bytes(rb * len(ms))
-        cp, cq = (tb.encrypt(ms, tb.h.pow_bytes(rs, rb)) for tb in self.crt)
-        return [crt_pair(a, b, self.p2, self.q, self.q_inv_p2) for a, b in zip(cp, cq)]
 
 
 @lru_cache(maxsize=16)
@@ -250,10 +250,9 @@ class OUBackend(ModularBackend):
         return mpz.from_bytes(row, "big")
 
     def _raw_encrypt(self, pk: OUPublicKey, ms: list[int], sk: OUPrivateKey | None = None) -> list[mpz]:
-        if sk is not None:
-            return _private_context(sk).encrypt(ms)
-        ctx = _public_context(pk)
-        return ctx.tables.encrypt(ms, ctx.random_hr(len(ms)))
+        # No owner fast path: CRT tables mod p^2 and q were measured at 0.8x (1024) to 1.2x (3072),
+        # the two table walks cost more Python than the smaller moduli save.
+        return _public_context(pk).encrypt(ms)
 
     def _raw_decrypt(self, sk: OUPrivateKey, cts: list[mpz]) -> list[int]:
         ctx = _private_context(sk)

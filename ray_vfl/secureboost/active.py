@@ -20,12 +20,20 @@ from .tree import Tree, TreeBuilder, goes_left
 __all__ = ["ActiveParty"]
 
 
-def _encrypt_task(gh: tuple[np.ndarray, np.ndarray], backend_name: str, public_key):
-    return get_backend(backend_name).encrypt_gh(public_key, gh[0], gh[1])
+def _encrypt_task(gh: tuple[np.ndarray, np.ndarray], spec: tuple, key):
+    # ``key`` is the private key: the key owner encrypts with CRT, faster than with the public key.
+    return get_backend(spec[0], **spec[1]).encrypt_gh(key, gh[0], gh[1])
 
 
-def _decrypt_task(cipher, backend_name: str, secret_key):
-    return get_backend(backend_name).decrypt_gh(secret_key, cipher)
+def _decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
+    backend = get_backend(spec[0], **spec[1])
+    return [backend.decrypt_gh(secret_key, c) for c in ciphers]
+
+
+def backend_options(objective: str) -> dict:
+    """Encoding options every party must share: logistic gradients are bounded by 1,
+    which leaves room for more bin sums per compressed ciphertext."""
+    return {"gh_max_abs": 1.0} if objective == "binary:logistic" else {}
 
 
 def _one_or_tuple(items: list) -> Any:
@@ -48,7 +56,8 @@ class ActiveParty(Party):
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
-        self.backend = get_backend(config.backend)
+        self.backend_spec = (config.backend, backend_options(config.objective))
+        self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
@@ -71,7 +80,7 @@ class ActiveParty(Party):
 
     # setup ---------------------------------------------------------------
     def public_key_message(self):
-        return self.mailbox.send("public_key", self.passives, (self.backend.name, self.public_key))
+        return self.mailbox.send("public_key", self.passives, (self.backend_spec, self.public_key))
 
     def set_eval_labels(self, key: str, label: np.ndarray) -> None:
         self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
@@ -85,10 +94,10 @@ class ActiveParty(Party):
         self.g, self.h = g, h
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
-            parts = self.pool.map(_encrypt_task, [(g[s], h[s]) for s in self.pool.chunks(n, 1024)], self.backend.name, self.public_key)
+            parts = self.pool.map(_encrypt_task, [(g[s], h[s]) for s in self.pool.chunks(n, 1024)], self.backend_spec, self._secret_key)
             gh = self.backend.concat(parts)
         else:
-            gh = self.backend.encrypt_gh(self.public_key, g, h)
+            gh = self.backend.encrypt_gh(self._secret_key, g, h)
         self.ops["encrypt"] += len(gh)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
         self.builder = TreeBuilder()
@@ -116,13 +125,18 @@ class ActiveParty(Party):
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists
 
-    def _decrypt(self, cipher) -> tuple[np.ndarray, np.ndarray]:
-        self.ops["decrypt"] += len(cipher)
-        if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1 and len(cipher) > 256:
-            chunks = [self.backend.take(cipher, np.arange(s.start, s.stop)) for s in self.pool.chunks(len(cipher), 128)]
-            parts = self.pool.map(_decrypt_task, chunks, self.backend.name, self._secret_key)
-            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-        return self.backend.decrypt_gh(self._secret_key, cipher)
+    def _decrypt(self, ciphers: list) -> tuple[np.ndarray, np.ndarray]:
+        """Decrypt a passive party's sealed node histograms, in parallel tasks when worth it."""
+        self.ops["decrypt"] += sum(len(c) for c in ciphers)
+        if not ciphers:
+            return np.zeros(0), np.zeros(0)
+        groups = [ciphers[s] for s in self.pool.chunks(len(ciphers), 1)]
+        parallel = self.backend.is_encrypted and self.pool.resource is not None and len(groups) > 1
+        if parallel:
+            parts = [r for part in self.pool.map(_decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
+        else:
+            parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def find_splits(self, depth: int, *hist_messages):
         """Decrypt, pick the best split of every open node over all parties' features."""

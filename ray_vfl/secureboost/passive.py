@@ -15,11 +15,22 @@ from .tree import goes_left
 __all__ = ["PassiveParty"]
 
 
-def _histogram_task(rows: np.ndarray, backend_name: str, public_key, gh, fkeys: np.ndarray, slot_of_row: np.ndarray, n_slots: int, n_bins: int):
+def _histogram_task(rows: np.ndarray, spec: tuple, public_key, gh, fkeys: np.ndarray, slot_of_row: np.ndarray, n_slots: int, n_bins: int):
     """One chunk of rows summed into encrypted histograms (runs as a pinned Ray task)."""
     mask = np.full(len(slot_of_row), -1, dtype=np.int64)
     mask[rows] = slot_of_row[rows]
-    return build_histograms(get_backend(backend_name), public_key, gh, fkeys, mask, n_slots, n_bins)
+    return build_histograms(get_backend(spec[0], **spec[1]), public_key, gh, fkeys, mask, n_slots, n_bins)
+
+
+def _compress_task(hists: list, spec: tuple, public_key) -> list:
+    """Pack each node histogram's bin sums into few ciphertexts (pinned task)."""
+    backend = get_backend(spec[0], **spec[1])
+    return [backend.compress_gh(public_key, h) for h in hists]
+
+
+def _rerandomize_task(hists: list, spec: tuple, public_key) -> list:
+    backend = get_backend(spec[0], **spec[1])
+    return [backend.rerandomize(public_key, h) for h in hists]
 
 
 class PassiveParty(Party):
@@ -32,8 +43,8 @@ class PassiveParty(Party):
     """
 
     def set_public_key(self, message) -> None:
-        self.backend_name, self.public_key = self.mailbox.open(message, "public_key")
-        self.backend = get_backend(self.backend_name)
+        self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
+        self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
 
     def receive_gradients(self, message) -> None:
         self.tree = message.tree
@@ -43,40 +54,57 @@ class PassiveParty(Party):
         self.gh_ref = ray.put(gh) if self._parallel(len(gh)) else gh
         self.hists: dict[int, object] = {}
 
-    def _parallel(self, n_rows: int) -> bool:
-        return self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1 and n_rows > 512
+    def _parallel(self, n_items: int, min_items: int = 512) -> bool:
+        """Fan out over the task pool only for real crypto on enough items to pay a task's start."""
+        return self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1 and n_items > min_items
+
+    def _fan_out(self, fn, items: list, *shared) -> list:
+        """``fn`` over groups of ``items`` on the task pool (or in-process), results in order."""
+        if not items:
+            return []
+        groups = [items[s] for s in self.pool.chunks(len(items), 1)]
+        if len(groups) > 1 and self._parallel(len(items), 1):
+            return [r for part in self.pool.map(fn, groups, *shared) for r in part]
+        return fn(items, *shared)
 
     def histograms(self, message):
-        """Encrypted G/H histograms of every open node of this level."""
+        """Encrypted, compressed, re-randomised G/H histograms of every open node of this level.
+
+        Built nodes are summed from rows and compressed (many bin sums per
+        ciphertext); each sibling is derived by subtracting compressed
+        histograms (``parent - built``), which needs no compression of its own.
+        """
         plan: LevelPlan = self.mailbox.open(message, "level_plan")
         self.node_of_row = plan.node_of_row
         slot = slot_of_rows(plan.node_of_row, plan.build)
         n_slots = len(plan.build)
         rows = np.flatnonzero(slot >= 0)
-        self.ops["add"] += len(rows) * self.n_features  # one ciphertext product per (row, feature)
         width = self.n_features * self.n_bins
+        self.ops["add"] += len(rows) * self.n_features  # one ciphertext product per (row, feature)
+        built = []
         if n_slots and self._parallel(len(rows)):
             parts = self.pool.map(
-                _histogram_task,
-                [rows[s] for s in self.pool.chunks(len(rows), 2048)],
-                self.backend_name, self.public_key, self.gh_ref, self.fkeys, slot, n_slots, self.n_bins,
+                _histogram_task, [rows[s] for s in self.pool.chunks(len(rows), 2048)],
+                self.backend_spec, self.public_key, self.gh_ref, self.fkeys, slot, n_slots, self.n_bins,
             )
-            built_hist = parts[0]
+            total = parts[0]
             for part in parts[1:]:
-                built_hist = self.backend.add(self.public_key, built_hist, part)
+                total = self.backend.add(self.public_key, total, part)
         elif n_slots:
-            built_hist = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, slot, n_slots, self.n_bins)
-        level_hist = {}
-        for i, node in enumerate(plan.build.tolist()):
-            level_hist[node] = self.backend.take(built_hist, np.arange(i * width, (i + 1) * width))
+            total = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, slot, n_slots, self.n_bins)
+        if n_slots:
+            built = [self.backend.take(total, np.arange(i * width, (i + 1) * width)) for i in range(n_slots)]
+            if self.backend.slots_per_ciphertext(self.public_key) > 1:
+                self.ops["compress"] += n_slots * width
+            built = self._fan_out(_compress_task, built, self.backend_spec, self.public_key)
+        level = dict(zip(plan.build.tolist(), built))
         for node, parent, sibling in plan.derive.tolist():
-            level_hist[node] = self.backend.sub(self.public_key, self.hists[parent], level_hist[sibling])
-        self.hists = level_hist  # parents of the next level
-        self.ops["sub"] += len(plan.derive) * width
-        out = self.backend.concat([level_hist[n] for n in plan.level.tolist()])
-        out = self.backend.rerandomize(self.public_key, out)
-        self.ops["rerandomize"] += len(out)
-        return self.mailbox.send("encrypted_histograms", [message.sender], out, self.tree, message.depth)
+            level[node] = self.backend.sub(self.public_key, self.hists[parent], level[sibling])
+            self.ops["sub"] += len(level[node])
+        self.hists = level  # parents of the next level
+        sealed = self._fan_out(_rerandomize_task, [level[n] for n in plan.level.tolist()], self.backend_spec, self.public_key)
+        self.ops["rerandomize"] += sum(len(c) for c in sealed)
+        return self.mailbox.send("encrypted_histograms", [message.sender], sealed, self.tree, message.depth)
 
     def apply_splits(self, message):
         """File the splits this party won; tell the active party which rows go left."""
