@@ -13,6 +13,7 @@ from .comm import CommStats
 from .config import BoostConfig
 from .dataset import VerticalDataset, read_table, vertical_split
 from .datasets import load_credit
+from .psi import AlignedDataset, PsiResult, private_set_intersection
 from .errors import ConfigError, CryptoError, DataError, NotFittedError, PartyFailedError, VFLError
 from .estimator import SecureBoostClassifier, SecureBoostRegressor
 from .runtime import Runtime
@@ -38,6 +39,9 @@ __all__ = [
     "TrainingCallback",
     "VFLError",
     "VerticalDataset",
+    "AlignedDataset",
+    "PsiResult",
+    "private_set_intersection",
     "load_credit",
     "read_table",
     "train",

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import DataError
+from .errors import ConfigError, DataError
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
 
@@ -111,16 +111,29 @@ class VerticalDataset:
         label: str | None = None,
         label_party: str | None = None,
         categorical: Mapping[str, Sequence[str]] | None = None,
+        align: str | None = None,
+        runtime=None,
     ) -> "VerticalDataset":
-        """Build from one table per party, each with an ID column, rows already aligned.
+        """Build from one table per party, each with an ID column.
 
-        Every party must list the same IDs in the same order (align them by
-        private set intersection otherwise). ``label`` names the label column;
-        the party whose table holds it is the label owner.
+        With ``align=None`` every party must list the same IDs in the same
+        order. With ``align="psi"`` the tables may hold different IDs in any
+        order: the parties intersect them by private set intersection on Ray
+        actors (``runtime``, or a fresh :class:`~ray_vfl.runtime.Runtime`) and
+        the result is a :class:`~ray_vfl.psi.AlignedDataset` over the common
+        IDs in ascending order, whose ``unaligned[party]`` keeps each party's
+        other rows. ``label`` names the label column; the party whose table
+        holds it is the label owner (and leads the PSI).
         """
         if not frames:
             raise DataError("from_frames needs at least one party table; got none")
         frames = {str(p): _as_frame(t, str(p)) for p, t in frames.items()}
+        if align is not None:
+            if align != "psi":
+                raise ConfigError(f"align must be None or 'psi', got {align!r}")
+            from .psi import align_frames  # the PSI protocol depends on this module, not the reverse
+
+            return align_frames(frames, id_column, label, label_party, categorical, runtime=runtime)
         ids = None
         first = None
         for party, frame in frames.items():

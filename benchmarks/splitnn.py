@@ -1,0 +1,88 @@
+"""Split-NN throughput: training samples per second on Ray next to the same model trained centrally in torch.
+
+Both are measured in the same run, on the same FedAds-like rows, with the FedAds architecture:
+
+    python benchmarks/splitnn.py                     # 40,000 aligned rows, batch 256, 1 epoch
+    python benchmarks/splitnn.py --rows 100000 --depths 1 8 32 --json results/splitnn_bench.json
+
+"split (loop)" times the batch loop only (actors up, data encoded); "split (end to end)" adds
+spawning or resetting the actors and encoding. Centralized torch is timed with 1 thread (what each
+party actor uses) and with torch's default thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+from ray_vfl import Runtime
+from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig, make_fedads_like, train
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=40_000, help="aligned training rows wanted")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--depths", type=int, nargs="+", default=[1, 32], help="pipeline depths to measure")
+    p.add_argument("--repeats", type=int, default=2, help="timed repetitions (the best is reported)")
+    p.add_argument("--json", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    data = make_fedads_like(int(args.rows / 0.75) + 200, aligned_fraction=1.0, seed=0).train  # 3 of 4 weeks are training
+    config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs)
+    samples = data.n_rows * args.epochs
+    default_threads = torch.get_num_threads()
+    results: dict = {"rows": data.n_rows, "epochs": args.epochs, "batch_size": args.batch_size, "cases": {}}
+
+    def record(name: str, seconds: list[float]) -> None:
+        best = min(seconds)
+        results["cases"][name] = {"seconds": round(best, 3), "samples_per_s": round(samples / best, 1)}
+        print(f"{name:32s} {best:8.2f} s  {samples / best:10.0f} samples/s", flush=True)
+
+    for threads in sorted({1, default_threads}):
+        times = [InProcessSplitNet(config, num_threads=threads).fit(data).train_seconds_ for _ in range(args.repeats)]
+        record(f"centralized torch ({threads} thread{'s' if threads > 1 else ''})", times)
+    torch.set_num_threads(default_threads)
+
+    runtime = Runtime()
+    try:
+        runtime.connect(data.party_names)
+        train(runtime, data.take(range(min(2048, data.n_rows))), config)  # warm-up: start the actors, import torch
+        for depth in args.depths:
+            cfg = config.replace(pipeline_depth=depth)
+            loop, total = [], []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                model = train(runtime, data, cfg)
+                total.append(time.perf_counter() - start)
+                loop.append(model.train_seconds)
+            record(f"split on Ray, depth {depth} (loop)", loop)
+            record(f"split on Ray, depth {depth} (end to end)", total)
+    finally:
+        runtime.shutdown()
+    cases = results["cases"]
+    central = cases[f"centralized torch ({default_threads} thread{'s' if default_threads > 1 else ''})"]["samples_per_s"]
+    central_1 = cases["centralized torch (1 thread)"]["samples_per_s"]
+    best_split = max(v["samples_per_s"] for k, v in cases.items() if k.endswith("(loop)"))
+    results["ratio_vs_central_default_threads"] = round(best_split / central, 3)
+    results["ratio_vs_central_1_thread"] = round(best_split / central_1, 3)
+    print(f"\nbest split / centralized: {results['ratio_vs_central_default_threads']:.2f}x (default threads), "
+          f"{results['ratio_vs_central_1_thread']:.2f}x (1 thread); target >= 0.5x")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

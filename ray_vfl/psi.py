@@ -1,0 +1,268 @@
+"""Private set intersection (ECDH-PSI) among N parties, and row alignment by it.
+
+Protocol: Diffie-Hellman PSI (Meadows 1986; Huberman, Franklin and Hogg 1999),
+in a star around a *leader* (the label party when there is one). Every party
+``P`` draws a secret scalar ``k_P`` from the OS RNG and hashes each of its IDs
+to the group, ``H(id)`` (X25519, see :mod:`ray_vfl.psi_party`). Blinding
+commutes, ``X(a, X(f, H(x))) == X(f, X(a, H(x)))``, so the double-blinded
+values of the leader's and a follower's IDs are equal exactly on their common
+IDs. Each follower ``F`` (all in parallel) runs with the leader ``L``:
+
+=====  ===============  =====================================  ==============================================
+round  sender -> recv.  payload (bytes per ID)                 what the receiver learns
+=====  ===============  =====================================  ==============================================
+1      L -> F           ``X(a, H(x))`` for x in L, L's order   ``|L|``; nothing about any ID (DDH)
+                        (32)
+2      F -> L           ``X(f, H(y))`` for y in F, shuffled    ``|F|``; nothing about any ID (DDH)
+                        (32)
+3      F -> L           ``X(f, X(a, H(x)))`` for x in L, L's   which of L's own rows F also holds: the
+                        order, truncated (16)                  pairwise intersection ``L ∩ F`` (L compares
+                                                               it with ``X(a, X(f, H(y)))``, computed
+                                                               locally)
+4      L -> F           positions, in F's shuffled list, of    ``I`` = L ∩ F_1 ∩ ... ∩ F_{N-1}, as F's own
+                        the rows of ``I`` in the common order  rows, in the common order; nothing about
+                        (8 per row of ``I``)                   other followers or about ``L ∩ F`` beyond I
+=====  ===============  =====================================  ==============================================
+
+Who learns what, in sum: every party learns the final intersection ``I``
+(that is the point of alignment) and the set sizes of the parties it talks
+to. The leader also learns, for each follower, which of its own IDs that
+follower holds (the pairwise intersections ``L ∩ F``, hence their sizes).
+A follower learns nothing about another follower, and no party learns any
+ID outside its own set. Security is against semi-honest parties.
+
+The common order is ascending ID (numeric for integer IDs, by Unicode code
+point for strings): it depends on neither the input row order nor the keys,
+so it is deterministic, and every party could check it on its own rows.
+The leader sorts once and the followers follow its positions.
+
+Each party's rows outside ``I`` are kept, not dropped: :class:`PsiResult`
+lists them, and :class:`AlignedDataset` exposes them as frames (the label
+party's unaligned rows can still train a local or split model).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .comm import CommStats
+from .dataset import VerticalDataset
+from .errors import ConfigError, DataError
+from .psi_party import PsiParty
+from .runtime import Runtime
+
+__all__ = ["PsiResult", "AlignedDataset", "private_set_intersection", "align_frames", "normalize_ids"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PsiResult:
+    """What PSI hands back to each party (collected at the driver in a simulation).
+
+    Attributes
+    ----------
+    leader : str
+        The party that coordinated the intersection.
+    rows : dict[str, numpy.ndarray]
+        Per party, positions of its input rows in the common aligned order:
+        ``ids[p][rows[p][i]]`` is the same ID for every party ``p``.
+    unaligned_rows : dict[str, numpy.ndarray]
+        Per party, positions (ascending) of its rows outside the intersection.
+    comm_stats : CommStats
+        Every message of the run, as the metered send path recorded it.
+    """
+
+    leader: str
+    rows: dict[str, np.ndarray]
+    unaligned_rows: dict[str, np.ndarray]
+    comm_stats: CommStats = field(default_factory=CommStats)
+
+    @property
+    def n_aligned(self) -> int:
+        return len(next(iter(self.rows.values())))
+
+
+def normalize_ids(values: Any, party: str, id_column: str = "id") -> tuple[np.ndarray, str]:
+    """Check one party's IDs and return them as ``(array, kind)``, kind ``"int"`` or ``"str"``.
+
+    Raises :class:`DataError` for missing, duplicate, float, boolean or mixed IDs.
+
+    Example
+    -------
+    >>> normalize_ids(pd.Series([3, 1]), "bank")[1], normalize_ids(["a", "b"], "shop")[1]
+    ('int', 'str')
+    """
+    series = pd.Series(values) if not isinstance(values, pd.Series) else values
+    where = f"party {party!r}, ID column {id_column!r}"
+    missing = int(series.isna().sum())
+    if missing:
+        raise DataError(f"{where}: {missing} missing ID(s); every row needs an ID (drop or fill those rows first)")
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        raise DataError(f"{where}: IDs are booleans; use integer or string IDs")
+    if pd.api.types.is_integer_dtype(dtype):
+        ids, kind = series.to_numpy(dtype=np.int64 if dtype.kind != "u" else np.uint64), "int"
+    elif pd.api.types.is_float_dtype(dtype):
+        raise DataError(f"{where}: IDs are floats ({dtype}); integer IDs read with missing values become floats. "
+                        "Use integer or string IDs")
+    else:
+        ids = series.to_numpy(dtype=object)
+        kinds = {"str" if isinstance(v, str) else "int" if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 else type(v).__name__ for v in ids}
+        if len(kinds) != 1 or not kinds <= {"str", "int"}:
+            raise DataError(f"{where}: IDs must all be integers or all strings, found {sorted(kinds)}")
+        kind = kinds.pop()
+        if kind == "int":
+            ids = np.array([int(v) for v in ids], dtype=object)  # may exceed 64 bits: keep Python ints
+    dup = pd.Index(ids).duplicated()
+    if dup.any():
+        raise DataError(f"{where}: {int(dup.sum())} duplicate ID(s), e.g. {ids[dup][:3].tolist()}; "
+                        "IDs must be unique within a party")
+    return ids, kind
+
+
+def private_set_intersection(
+    runtime: Runtime,
+    ids: Mapping[str, Any],
+    leader: str | None = None,
+    workers: int | None = None,
+    audit: bool = False,
+    timeout_s: float | None = None,
+) -> PsiResult:
+    """Intersect the parties' ID sets by ECDH-PSI, one actor per party.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        Owns the Ray connection and the actors (one :class:`PsiParty` per party).
+    ids : mapping of str to array-like
+        Each party's IDs (all integers or all strings, the same kind for every party).
+    leader : str, optional
+        The coordinating party (default: the first). See the module docstring for what it learns.
+    workers : int, optional
+        Pool tasks per party (default: all CPUs).
+    audit : bool
+        Have every party keep the payloads it receives (``runtime.actor(p).received``).
+    timeout_s : float, optional
+        Longest wait for the whole protocol (default: the runtime's).
+
+    Returns
+    -------
+    PsiResult
+        Raises :class:`DataError` on bad IDs or an empty intersection and
+        :class:`~ray_vfl.errors.PartyFailedError` if a party fails.
+
+    Example
+    -------
+    >>> res = private_set_intersection(Runtime(), {"bank": [3, 1, 2], "shop": [2, 3, 4]})  # doctest: +SKIP
+    >>> res.rows, res.unaligned_rows                                                     # doctest: +SKIP
+    ({'bank': array([2, 0]), 'shop': array([0, 1])}, {'bank': array([1]), 'shop': array([2])})
+    """
+    if len(ids) < 2:
+        raise ConfigError(f"PSI needs at least two parties, got {list(ids)}")
+    checked = {str(p): normalize_ids(v, str(p)) for p, v in ids.items()}
+    kinds = {p: kind for p, (_, kind) in checked.items()}
+    if len(set(kinds.values())) > 1:
+        raise DataError(f"parties use different ID kinds {kinds}; convert the ID columns to one kind "
+                        "(for example frame[id_column].astype(str)) so equal customers get equal IDs")
+    names = list(checked)
+    leader = names[0] if leader is None else leader
+    if leader not in checked:
+        raise ConfigError(f"leader {leader!r} is not one of the parties {names}")
+    followers = [p for p in names if p != leader]
+    runtime.connect(names)
+    handles = {p: runtime.spawn(p, PsiParty, p, arr, kind, runtime.pool(p, workers), audit)
+               for p, (arr, kind) in checked.items()}
+    lead = handles[leader]
+
+    # The protocol of the module docstring, submitted without waiting: Ray chains the calls by reference.
+    # The driver waits on the small results only; the point matrices go party to party.
+    points = lead.blind_own.remote(followers, False)                               # round 1
+    watch = []
+    for f in followers:
+        theirs = handles[f].blind_own.remote([leader], True)                       # round 2
+        double = handles[f].reblind.remote(points)                                 # round 3
+        watch += [(leader, lead.blind_theirs.remote(theirs)), (leader, lead.match.remote(double))]
+    finished = lead.finish.options(num_returns=2 + len(followers)).remote(followers)   # round 4
+    results = [(f, handles[f].apply_result.remote(m)) for f, m in zip(followers, finished[2:])]
+    got = runtime.get(watch + [(leader, finished[0]), (leader, finished[1])] + results, "psi", timeout_s)
+    got = got[len(watch):]
+    rows = {leader: got[0]} | {f: r[0] for (f, _), r in zip(results, got[2:])}
+    unaligned = {leader: got[1]} | {f: r[1] for (f, _), r in zip(results, got[2:])}
+    records = runtime.get([(p, handles[p].comm_records.remote()) for p in names], "psi statistics", timeout_s)
+    stats = CommStats(r for party_records in records for r in party_records)
+    if len(rows[leader]) == 0:
+        sizes = {p: len(arr) for p, (arr, _) in checked.items()}
+        raise DataError(f"the parties' ID sets have no common ID (sizes {sizes}); check that every party's ID "
+                        "column holds the same customer IDs in the same format")
+    log.info("PSI: %d common rows of %s; %.3f MB exchanged", len(rows[leader]),
+             {p: len(a) for p, (a, _) in checked.items()}, stats.total_mb)
+    return PsiResult(leader, {p: rows[p] for p in names}, {p: unaligned[p] for p in names}, stats)
+
+
+@dataclass(frozen=True)
+class AlignedDataset(VerticalDataset):
+    """A :class:`VerticalDataset` whose rows were aligned by PSI.
+
+    Its rows are the intersection of the parties' IDs, in ascending ID order.
+    Nothing is dropped: ``unaligned[p]`` holds party ``p``'s other rows, with
+    all their columns (ID and label included), in their input order.
+
+    Attributes
+    ----------
+    unaligned : dict[str, pandas.DataFrame]
+        Per party, the rows of its input table outside the intersection.
+    psi : PsiResult or None
+        Row positions of the alignment and its communication statistics.
+
+    Example
+    -------
+    >>> bank = pd.DataFrame({"id": [3, 1, 2], "income": [1.0, 2.0, 3.0], "y": [0, 1, 0]})
+    >>> shop = pd.DataFrame({"id": [2, 4, 3], "spend": [5.0, 6.0, 7.0]})
+    >>> data = VerticalDataset.from_frames({"bank": bank, "shop": shop}, label="y", align="psi")  # doctest: +SKIP
+    >>> data.ids.tolist(), data.unaligned["shop"]["id"].tolist()                                # doctest: +SKIP
+    ([2, 3], [4])
+    """
+
+    unaligned: dict[str, pd.DataFrame] = field(default_factory=dict)
+    psi: PsiResult | None = None
+
+
+def align_frames(
+    frames: Mapping[str, pd.DataFrame],
+    id_column: str = "id",
+    label: str | None = None,
+    label_party: str | None = None,
+    categorical: Mapping[str, Sequence[str]] | None = None,
+    runtime: Runtime | None = None,
+    workers: int | None = None,
+) -> AlignedDataset:
+    """Align per-party tables whose ID sets differ by PSI; what ``from_frames(..., align="psi")`` runs.
+
+    The label party (when there is one) leads the intersection. Without a
+    ``runtime`` a fresh one is used and its PSI actors are killed afterwards
+    (Ray itself keeps running for the training that follows).
+    """
+    for party, frame in frames.items():
+        if id_column not in frame.columns:
+            raise DataError(f"party {party!r} has no ID column {id_column!r}; its columns are {list(frame.columns)}")
+    owners = [p for p, f in frames.items() if label is not None and label in f.columns]
+    leader = label_party if label_party in frames else (owners[0] if len(owners) == 1 else None)
+    own_runtime = runtime is None
+    runtime = runtime or Runtime()
+    try:
+        result = private_set_intersection(runtime, {p: f[id_column] for p, f in frames.items()}, leader, workers)
+    finally:
+        if own_runtime:
+            runtime.kill_all()
+    aligned = {p: f.iloc[result.rows[p]].reset_index(drop=True) for p, f in frames.items()}
+    unaligned = {p: f.iloc[result.unaligned_rows[p]].reset_index(drop=True) for p, f in frames.items()}
+    base = VerticalDataset.from_frames(aligned, id_column, label, label_party, categorical)
+    return AlignedDataset(base.features, base.ids, base.label, base.label_party, base.categorical,
+                          unaligned=unaligned, psi=result)

@@ -1,0 +1,46 @@
+"""Split neural networks (FedAds): label / non-label party actors, attacks and defenses.
+
+Needs torch (``pip install torch==2.13.0``, the CPU build; or the ``nn`` extra).
+
+Example
+-------
+>>> from ray_vfl import Runtime                                               # doctest: +SKIP
+>>> from ray_vfl.splitnn import make_fedads_like, train, SplitNNConfig, MixPro  # doctest: +SKIP
+>>> data = make_fedads_like(50_000, seed=0)                                    # doctest: +SKIP
+>>> model = train(Runtime(), data.train, SplitNNConfig(), defense=MixPro())    # doctest: +SKIP
+>>> model.evaluate(data.test)                                                  # doctest: +SKIP
+"""
+
+from .attacks import NonLabelView, cluster_attack, d_leak_auc, leak_auc, norm_attack
+from .baselines import InProcessSplitNet
+from .config import SplitNNConfig
+from .data import SplitNNData, load_credit_vfl, load_fedads, load_ipinyou, load_open_bandit, make_fedads_like
+from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense, analytic_gaussian_sigma
+from .parties import LabelParty, NonLabelParty
+from .protocol import SplitNNModel, train
+
+__all__ = [
+    "Defense",
+    "GaussianDP",
+    "InProcessSplitNet",
+    "LabelParty",
+    "Marvell",
+    "MixPro",
+    "NoDefense",
+    "NonLabelParty",
+    "NonLabelView",
+    "SplitNNConfig",
+    "SplitNNData",
+    "SplitNNModel",
+    "analytic_gaussian_sigma",
+    "cluster_attack",
+    "d_leak_auc",
+    "leak_auc",
+    "load_credit_vfl",
+    "load_fedads",
+    "load_ipinyou",
+    "load_open_bandit",
+    "make_fedads_like",
+    "norm_attack",
+    "train",
+]

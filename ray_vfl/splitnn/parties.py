@@ -1,0 +1,223 @@
+"""The two split-NN roles as plain classes; :meth:`Runtime.spawn` makes them actors.
+
+Both roles hold one party's feature block, encoded on its own (see
+:class:`~ray_vfl.splitnn.encoding.FeatureEncoder`), a bottom model, an
+optimizer and a :class:`~ray_vfl.comm.Mailbox`. The label party adds the labels,
+the top model, the loss and the defense that wraps what it sends. Batches are
+named by their number in the shared schedule (both sides derive it from the
+seed), so no row index ever travels.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..comm import Mailbox, Message, Record
+from ..errors import DataError
+from .attacks import NonLabelView
+from .config import SplitNNConfig
+from .defenses import Defense, NoDefense
+from .encoding import FeatureEncoder
+from .models import LABEL_BOTTOM_SEED, batch_schedule, build_bottom, build_top, make_optimizer, nonlabel_seed, torch_dtype
+
+__all__ = ["NonLabelParty", "LabelParty", "check_binary_labels"]
+
+
+def check_binary_labels(labels: Any) -> np.ndarray:
+    """Labels as float64 0/1, or :class:`DataError` naming the offending values."""
+    y = np.asarray(labels, dtype=np.float64)
+    if y.ndim != 1:
+        raise DataError(f"labels must be one value per row (1-d), got shape {y.shape}")
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        raise DataError(
+            f"split-NN labels must be 0 or 1 (binary conversion); found {np.unique(y[bad])[:5].tolist()}; "
+            "map the classes to 0/1 first"
+        )
+    return y
+
+
+class _SplitParty:
+    """What both roles have: a feature block, its encoder, a bottom model, a mailbox."""
+
+    def _setup(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig) -> None:
+        torch.set_num_threads(1)  # two cores shared by every party: one thread each, no oversubscription
+        self.name = name
+        self.config = config
+        self.mailbox = Mailbox(name)
+        self.encoder = FeatureEncoder(config.n_bins, config.max_categories).fit(frame, categorical, party=name)
+        self.ids: dict[str, torch.Tensor] = {"train": torch.from_numpy(self.encoder.transform(frame, party=name))}
+        self.schedule = batch_schedule(len(frame), config.batch_size, config.epochs, config.seed)
+        self.dtype = torch_dtype(config.dtype)
+
+    def load_rows(self, key: str, frame: pd.DataFrame) -> int:
+        """Encode a new data set (test or prediction rows) with the training encoder."""
+        self.ids[key] = torch.from_numpy(self.encoder.transform(frame, party=self.name))
+        return len(frame)
+
+    def drop_rows(self, key: str) -> None:
+        self.ids.pop(key, None)
+
+    def n_batches(self) -> int:
+        return len(self.schedule)
+
+    def vocab_sizes(self) -> list[int]:
+        return list(self.encoder.vocab_sizes)
+
+    def comm_records(self) -> list[Record]:
+        """Hand over (and forget) what this party's send path recorded."""
+        return self.mailbox.drain()
+
+    def param_grads(self) -> dict[str, np.ndarray]:
+        """Gradients of this party's parameters from its latest backward pass."""
+        return {k: p.grad.detach().numpy().copy() for k, p in self._modules().named_parameters() if p.grad is not None}
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self._modules().state_dict().items()}
+
+    def ping(self) -> str:
+        return self.name
+
+
+class NonLabelParty(_SplitParty):
+    """A feature holder: sends federated embeddings, receives their gradients.
+
+    Its view (kept in :attr:`view`) is exactly what it received plus what it
+    computed itself: embedding gradients, and the embeddings it sent.
+    """
+
+    def __init__(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig,
+                 label_party: str, index: int = 0) -> None:
+        self.reset(name, frame, categorical, config, label_party, index)
+
+    def reset(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig,
+              label_party: str, index: int = 0) -> None:
+        self._setup(name, frame, categorical, config)
+        self.label_party = label_party
+        self.bottom = build_bottom(self.encoder.vocab_sizes, config.nonlabel_hidden, config, nonlabel_seed(index))
+        self.optimizer = make_optimizer(self.bottom.parameters(), config)
+        self.view = NonLabelView(name)
+        self._pending: tuple[int, torch.Tensor] | None = None
+
+    def _modules(self) -> torch.nn.Module:
+        return self.bottom
+
+    def step(self, grad_message: Message | None, batch: int | None) -> Message | None:
+        """Apply the gradient of the previous batch (if any), then embed ``batch`` (if any).
+
+        One call per batch: the backward pass of batch ``b`` and the forward
+        pass of batch ``b + 1`` travel together, halving the round trips.
+        """
+        if grad_message is not None:
+            self._backward(grad_message)
+        if batch is None:
+            return None
+        rows = self.schedule[batch]
+        emb = self.bottom(self.ids["train"][rows])
+        self._pending = (batch, emb)
+        payload = emb.detach().numpy()
+        self.view.rows.append(rows)
+        self.view.embeddings.append(payload.copy())
+        return self.mailbox.send("embedding", [self.label_party], payload, tree=batch)
+
+    def _backward(self, message: Message) -> None:
+        grad = self.mailbox.open(message, "embedding_grad")
+        if self._pending is None or self._pending[0] != message.tree:
+            raise DataError(f"party {self.name!r} got the gradient of batch {message.tree} but no embedding is waiting for it")
+        _, emb = self._pending
+        if grad.shape != tuple(emb.shape):
+            raise DataError(
+                f"party {self.name!r}: gradient of shape {grad.shape} for an embedding of shape {tuple(emb.shape)} "
+                f"(batch {message.tree}); the parties disagree on the batch rows"
+            )
+        self.view.gradients.append(np.array(grad))
+        self.optimizer.zero_grad(set_to_none=True)
+        emb.backward(torch.as_tensor(grad, dtype=self.dtype))
+        self.optimizer.step()
+        self._pending = None
+
+    def embed(self, key: str) -> Message:
+        """Embeddings of every row of a loaded data set, for prediction (no gradient comes back)."""
+        with torch.no_grad():
+            payload = self.bottom(self.ids[key]).numpy()
+        return self.mailbox.send("embedding", [self.label_party], payload)
+
+    def recorded_view(self) -> NonLabelView:
+        """What this party saw during training (the only input attacks get)."""
+        return self.view
+
+
+class LabelParty(_SplitParty):
+    """The label holder: own bottom model, the top model, the loss, and the defense on what it sends."""
+
+    def __init__(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], labels: np.ndarray,
+                 config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
+        self.reset(name, frame, categorical, labels, config, nonlabel, defense)
+
+    def reset(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], labels: np.ndarray,
+              config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
+        y = check_binary_labels(labels)
+        if len(y) != len(frame):
+            raise DataError(f"party {name!r}: {len(y)} labels for {len(frame)} feature rows")
+        self._setup(name, frame, categorical, config)
+        self.labels = torch.as_tensor(y, dtype=self.dtype)
+        self.nonlabel = list(nonlabel)
+        self.defense = defense if defense is not None else NoDefense()
+        self.rng = np.random.default_rng([config.seed, 7919])  # the defense's noise
+        self.bottom = build_bottom(self.encoder.vocab_sizes, config.label_hidden, config, LABEL_BOTTOM_SEED)
+        self.top = build_top(self.bottom.out_width + len(self.nonlabel) * config.embedding_width, config)
+        self.optimizer = make_optimizer(list(self.bottom.parameters()) + list(self.top.parameters()), config)
+        self.losses: list[float] = []
+
+    def _modules(self) -> torch.nn.Module:
+        return torch.nn.ModuleDict({"label_bottom": self.bottom, "top": self.top})
+
+    def _embeddings(self, messages: Sequence[Message], n_rows: int, batch: int) -> list[torch.Tensor]:
+        if len(messages) != len(self.nonlabel):
+            raise DataError(f"party {self.name!r} expected embeddings from {self.nonlabel}, got {len(messages)}")
+        out = []
+        for party, message in zip(self.nonlabel, messages):
+            emb = self.mailbox.open(message, "embedding")
+            if message.sender != party:
+                raise DataError(f"party {self.name!r} expected the embedding of {party!r}, got one from {message.sender!r}")
+            if emb.ndim != 2 or emb.shape[0] != n_rows or emb.shape[1] != self.config.embedding_width:
+                raise DataError(
+                    f"party {self.name!r}: {party!r} sent an embedding of shape {emb.shape} for batch {batch} of {n_rows} "
+                    f"rows; expected ({n_rows}, {self.config.embedding_width}); the parties disagree on the batch rows "
+                    "or on nonlabel_hidden"
+                )
+            out.append(torch.as_tensor(np.array(emb), dtype=self.dtype).requires_grad_(True))
+        return out
+
+    def step(self, batch: int, *messages: Message) -> Message | tuple[Message, ...]:
+        """Forward, loss, backward and update for ``batch``; send each non-label party its gradient."""
+        rows = self.schedule[batch]
+        embs = self._embeddings(messages, len(rows), batch)
+        logits = self.top([self.bottom(self.ids["train"][rows])] + embs)
+        loss = F.binary_cross_entropy_with_logits(logits, self.labels[rows])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.losses.append(float(loss.detach()))
+        y = self.labels[rows].numpy()
+        # The defense wraps what leaves this party; the party's own models trained on the true gradients above.
+        out = tuple(
+            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.rng), tree=batch)
+            for party, e in zip(self.nonlabel, embs)
+        )
+        return out[0] if len(out) == 1 else out
+
+    def predict(self, key: str, *messages: Message) -> np.ndarray:
+        """Probabilities for every row of a loaded data set, from the non-label parties' embeddings."""
+        ids = self.ids[key]
+        with torch.no_grad():
+            embs = [e.detach() for e in self._embeddings(messages, len(ids), -1)]
+            return torch.sigmoid(self.top([self.bottom(ids)] + embs)).numpy().astype(np.float64)
+
+    def training_losses(self) -> list[float]:
+        return list(self.losses)

@@ -1,0 +1,199 @@
+"""Split-NN training on Ray (FedAds, Wei et al., SIGIR 2023; split learning, Vepakomma et al. 2018).
+
+A label party holds the labels, some features, its bottom model and the top
+model; each non-label party holds other features of the same (aligned) rows
+and its bottom model. Both sides derive the batch order from the shared seed.
+
+Rounds per batch ``b`` (``P`` non-label parties):
+
+======  ==========================  ===============================  =====================================
+round   sender -> receiver          payload                          what the receiver learns
+======  ==========================  ===============================  =====================================
+1       non-label p -> label        federated embedding (B, d) of b  p's bottom-model output for the rows
+2       label -> non-label p        d loss / d embedding (B, d),     the gradient of its own output; this
+                                    wrapped by the defense           is what leaks labels (see attacks)
+======  ==========================  ===============================  =====================================
+
+Prediction: each non-label party sends the embeddings of the rows to score;
+nothing comes back. Per batch the driver submits two actor calls and never
+waits: a non-label party's call applies the gradient of batch ``b - 1`` and
+embeds batch ``b``; the label party's call takes those embeddings. Ray runs
+each actor's calls in submission order and chains them by object reference,
+so training is exactly sequential SGD; the driver blocks once per
+``pipeline_depth`` batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..binning import check_encodable
+from ..comm import CommStats
+from ..dataset import VerticalDataset
+from ..errors import DataError
+from ..metrics import auc, logloss
+from ..runtime import Runtime
+from .attacks import NonLabelView
+from .config import SplitNNConfig
+from .defenses import Defense, NoDefense
+from .models import batch_schedule
+from .parties import LabelParty, NonLabelParty, check_binary_labels
+
+__all__ = ["train", "SplitNNModel"]
+
+log = logging.getLogger(__name__)
+
+
+def _as_list(refs, n: int) -> list:
+    return [refs] if n == 1 else list(refs)
+
+
+@dataclass
+class SplitNNModel:
+    """A trained split network, spread over the party actors.
+
+    Example
+    -------
+    >>> model = train(Runtime(), data, SplitNNConfig())   # doctest: +SKIP
+    >>> model.evaluate(test)                              # doctest: +SKIP
+    {'auc': 0.71, 'nll': 0.12}
+    """
+
+    runtime: Runtime
+    label_party: str
+    nonlabel: list[str]
+    config: SplitNNConfig
+    defense: Defense
+    n_rows: int
+    comm_stats: CommStats = field(default_factory=CommStats)
+    losses: list[float] = field(default_factory=list)
+    train_seconds: float = 0.0  # the batch loop alone (actors already up, data encoded)
+
+    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
+        """Federated prediction: probabilities of the positive class for every row of ``data``."""
+        parties = [self.label_party] + self.nonlabel
+        if sorted(data.party_names) != sorted(parties):
+            raise DataError(f"prediction data must hold the parties {parties}, got {data.party_names}")
+        key = f"predict-{uuid.uuid4().hex[:8]}"
+        rt = self.runtime
+        rt.get([(p, rt.actor(p).load_rows.remote(key, data.features[p])) for p in parties], "load prediction rows")
+        embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
+        proba = rt.get([(self.label_party, rt.actor(self.label_party).predict.remote(key, *embs))], "prediction")[0]
+        rt.get([(p, rt.actor(p).drop_rows.remote(key)) for p in parties], "cleanup")
+        self.comm_stats.extend(r for batch in rt.get([(p, rt.actor(p).comm_records.remote()) for p in self.nonlabel], "records") for r in batch)
+        return proba
+
+    def evaluate(self, data: VerticalDataset) -> dict[str, float]:
+        """Test AUC and NLL (log loss) on labelled rows."""
+        y = check_binary_labels(data.label)
+        p = self.predict_proba(data)
+        return {"auc": auc(y, p), "nll": logloss(y, p)}
+
+    def recorded_view(self, party: str | None = None) -> NonLabelView:
+        """What a non-label party saw during training (default: the first one)."""
+        party = party or self.nonlabel[0]
+        if party not in self.nonlabel:
+            raise DataError(f"{party!r} is not a non-label party; those are {self.nonlabel}")
+        return self.runtime.get([(party, self.runtime.actor(party).recorded_view.remote())], "view")[0]
+
+    def param_grads(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every party's parameter gradients from the last batch (diagnostic; used by the tests)."""
+        parties = [self.label_party] + self.nonlabel
+        grads = self.runtime.get([(p, self.runtime.actor(p).param_grads.remote()) for p in parties], "gradients")
+        return dict(zip(parties, grads))
+
+
+def _check_input(data: VerticalDataset, config: SplitNNConfig, defense: Defense) -> None:
+    if not isinstance(config, SplitNNConfig):
+        raise DataError(f"config must be a SplitNNConfig, got {type(config).__name__}")
+    if not isinstance(defense, Defense):
+        raise DataError(f"defense must be a ray_vfl.splitnn Defense (NoDefense, GaussianDP, Marvell, MixPro), got {type(defense).__name__}")
+    if data.label is None or data.label_party is None:
+        raise DataError("split-NN training needs labels; build the dataset with label= naming the label column")
+    check_binary_labels(data.label)
+    if len(data.party_names) < 2:
+        raise DataError(f"split-NN training needs a label party and at least one non-label party, got {data.party_names}")
+    if data.n_rows < 1:
+        raise DataError("no training rows")
+    for party in data.party_names:  # cheap (dtypes only): fail here, not inside an actor
+        check_encodable(data.features[party], data.categorical.get(party, []), party)
+
+
+def train(
+    runtime: Runtime,
+    data: VerticalDataset,
+    config: SplitNNConfig | None = None,
+    defense: Defense | None = None,
+    on_window: Callable[[int], None] | None = None,
+) -> SplitNNModel:
+    """Train a split network on the aligned rows of ``data``, one actor per party.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        Owns the Ray connection and the actors.
+    data : VerticalDataset
+        Aligned training rows; ``data.label_party`` becomes the label party,
+        every other party a non-label party.
+    config : SplitNNConfig
+        Architecture and training hyper-parameters (FedAds defaults).
+    defense : Defense
+        Wraps the embedding gradients the label party sends (default: none).
+    on_window : callable, optional
+        Called with the number of batches done after every window of
+        ``config.pipeline_depth`` batches (progress, or fault injection in tests).
+
+    Returns
+    -------
+    SplitNNModel
+
+    Example
+    -------
+    >>> from ray_vfl.splitnn import make_fedads_like, SplitNNConfig, MixPro   # doctest: +SKIP
+    >>> data = make_fedads_like(50_000, seed=0)                                # doctest: +SKIP
+    >>> model = train(Runtime(), data.train, SplitNNConfig(), MixPro())        # doctest: +SKIP
+    >>> model.evaluate(data.test)                                              # doctest: +SKIP
+    """
+    config = config or SplitNNConfig()
+    defense = defense if defense is not None else NoDefense()
+    _check_input(data, config, defense)
+    label_name = data.label_party
+    nonlabel = [p for p in data.party_names if p != label_name]
+    runtime.connect(data.party_names)
+    cats = data.categorical
+    label = runtime.spawn(label_name, LabelParty, label_name, data.features[label_name], cats.get(label_name, []),
+                          data.label, config, nonlabel, defense)
+    handles = [runtime.spawn(p, NonLabelParty, p, data.features[p], cats.get(p, []), config, label_name, i)
+               for i, p in enumerate(nonlabel)]
+    runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", config.timeout_s)
+
+    n = len(nonlabel)
+    n_batches = len(batch_schedule(data.n_rows, config.batch_size, config.epochs, config.seed))
+    grads: list = [None] * n
+    window: list = []
+    start = time.perf_counter()
+    for b in range(n_batches):
+        embs = [h.step.remote(g, b) for h, g in zip(handles, grads)]
+        grads = _as_list(label.step.options(num_returns=n).remote(b, *embs), n)
+        window += list(zip(nonlabel, embs)) + [(label_name, g) for g in grads]
+        if (b + 1) % config.pipeline_depth == 0 or b + 1 == n_batches:
+            runtime.get(window, f"batches up to {b}", config.timeout_s)
+            window = []
+            if on_window is not None:
+                on_window(b + 1)
+    last = [(p, h.step.remote(g, None)) for p, h, g in zip(nonlabel, handles, grads)]
+    runtime.get(last, "last backward", config.timeout_s)
+    seconds = time.perf_counter() - start
+
+    parties = [label_name] + nonlabel
+    records = runtime.get([(p, runtime.actor(p).comm_records.remote()) for p in parties], "records")
+    losses = runtime.get([(label_name, label.training_losses.remote())], "losses")[0]
+    log.info("split-NN trained %d batches over %d aligned rows (defense %s)", n_batches, data.n_rows, defense.name)
+    return SplitNNModel(runtime, label_name, nonlabel, config, defense, data.n_rows,
+                        CommStats(r for batch in records for r in batch), losses, seconds)

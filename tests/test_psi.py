@@ -1,0 +1,183 @@
+"""ECDH-PSI on Ray actors: exact, deterministic, private, robust; SecureBoost after PSI is unchanged."""
+
+import pickle
+import secrets
+import threading
+import time
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ray_vfl import ConfigError, DataError, PartyFailedError, Runtime, SecureBoostClassifier, VerticalDataset, VFLError
+from ray_vfl.datasets import load_named
+from ray_vfl.psi import AlignedDataset, private_set_intersection
+from ray_vfl.psi_party import POINT_BYTES, blind, hash_and_blind
+
+PARTIES = ["party0", "party1", "party2", "party3", "party4"]
+
+
+def aligned_ids(ids, result):
+    return {p: [ids[p][i] for i in result.rows[p]] for p in ids}
+
+
+def test_blinding_commutes_and_separates_types():
+    a, b = secrets.token_bytes(32), secrets.token_bytes(32)
+    ints, strs = np.array([7, 8, 9]), np.array(["7", "8", "9"], dtype=object)
+    ab = blind(hash_and_blind(ints, "int", a), b)
+    assert (ab == blind(hash_and_blind(ints, "int", b), a)).all()
+    assert len({row.tobytes() for row in ab}) == 3
+    assert not (hash_and_blind(ints, "int", a) == hash_and_blind(strs, "str", a)).all(axis=1).any()
+    assert hash_and_blind(ints, "int", a).shape == (3, POINT_BYTES)
+
+
+@st.composite
+def id_sets(draw):
+    n = draw(st.integers(2, 5))
+    as_str = draw(st.booleans())
+    sets = [draw(st.lists(st.integers(0, 30), min_size=1, max_size=20, unique=True)) for _ in range(n)]
+    ids = {PARTIES[i]: [f"u{v}" for v in s] if as_str else s for i, s in enumerate(sets)}
+    return ids, PARTIES[draw(st.integers(0, n - 1))]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(id_sets())
+@example(({p: [3, 1, 2, 5] for p in PARTIES}, "party2"))  # first: all five actors start at once
+def test_intersection_equals_set_intersection(runtime, case):
+    ids, leader = case
+    common = set.intersection(*(set(v) for v in ids.values()))
+    if not common:
+        with pytest.raises(DataError, match="no common ID"):
+            private_set_intersection(runtime, ids, leader=leader, workers=1)
+        return
+    result = private_set_intersection(runtime, ids, leader=leader, workers=1)
+    assert result.leader == leader
+    for party, order in aligned_ids(ids, result).items():
+        assert order == sorted(common)  # every party, one order: ascending ID
+        kept = [ids[party][i] for i in result.unaligned_rows[party]]
+        assert kept == [v for v in ids[party] if v not in common]  # unaligned rows kept, input order
+
+
+def test_order_is_deterministic(runtime):
+    rng = np.random.default_rng(1)
+    ids = {"party0": rng.permutation(60), "party1": rng.permutation(np.arange(20, 90))}
+    first = private_set_intersection(runtime, ids, workers=1)
+    shuffled = {p: rng.permutation(v) for p, v in ids.items()}
+    again = private_set_intersection(runtime, shuffled, workers=1)  # fresh keys, other input order
+    a, b = aligned_ids(ids, first), aligned_ids(shuffled, again)
+    assert a == b and a["party0"] == a["party1"] == list(range(20, 60))
+
+
+@pytest.mark.parametrize("kind", ["str", "int"])
+def test_no_raw_id_reaches_another_party(runtime, kind):
+    rng = np.random.default_rng(2)
+    universe = ([f"cust-{uuid.uuid4().hex}" for _ in range(90)] if kind == "str"
+                else rng.integers(2**40, 2**62, 90).tolist())
+    ids = {"party0": universe[:60], "party1": universe[20:80], "party2": universe[10:50] + universe[80:]}
+    result = private_set_intersection(runtime, ids, workers=1, audit=True)
+    assert result.n_aligned == 30
+
+    def raw_forms(v):
+        if isinstance(v, str):
+            return [v.encode()]
+        return [str(v).encode(), int(v).to_bytes(8, "little"), int(v).to_bytes(8, "big")]
+
+    forms = [f for values in ids.values() for v in values for f in raw_forms(v)]
+    for party in ids:
+        inbox = runtime.get([(party, runtime.actor(party).received.remote())], "audit")[0]
+        records = result.comm_stats.received_by(party)
+        assert len(inbox) == len(records) > 0  # every message it opened went through the metered send path
+        for message, record in zip(sorted(inbox, key=lambda m: (m.kind, m.sender)),
+                                   sorted(records, key=lambda r: (r.kind, r.sender))):
+            assert message.sender != party and (message.kind, message.sender) == (record.kind, record.sender)
+            assert record.nbytes >= message.payload.nbytes  # metered at least at its size
+            assert record.shape[0] == "ndarray" and record.shape[1] in ("uint8", "int64")
+            blob = pickle.dumps(message.payload) + np.asarray(message.payload).tobytes()
+            leaked = [f for f in forms if f in blob]
+            assert not leaked, f"{party} received raw IDs in {message.kind}: {leaked[:3]}"
+
+
+def test_bad_input_gives_clear_errors(runtime):
+    def frames(a, b, col="id"):
+        return {"party0": pd.DataFrame({col: a, "x": np.arange(len(a), dtype=float)}),
+                "party1": pd.DataFrame({"id": b, "z": np.arange(len(b), dtype=float)})}
+
+    with pytest.raises(DataError, match="duplicate ID"):
+        VerticalDataset.from_frames(frames([1, 2, 2], [1, 2]), align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="no ID column 'id'"):
+        VerticalDataset.from_frames(frames([1, 2], [1, 2], col="key"), align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="different ID kinds"):
+        VerticalDataset.from_frames(frames([1, 2], ["1", "2"]), align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="floats"):
+        VerticalDataset.from_frames(frames([1.0, 2.0], [1, 2]), align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="missing ID"):
+        VerticalDataset.from_frames(frames(["a", None], ["a"]), align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="no common ID"):
+        VerticalDataset.from_frames(frames(["a", "b"], ["c"]), align="psi", runtime=runtime)
+    with pytest.raises(ConfigError, match="align"):
+        VerticalDataset.from_frames(frames([1], [1]), align="sort")
+    data = VerticalDataset.from_frames(frames(["b", "a", "c"], ["c", "d", "b"]), align="psi", runtime=runtime)
+    assert isinstance(data, AlignedDataset) and data.ids.tolist() == ["b", "c"]
+    assert data.features["party0"]["x"].tolist() == [0.0, 2.0] and data.features["party1"]["z"].tolist() == [2.0, 0.0]
+    assert data.unaligned["party0"]["id"].tolist() == ["a"] and data.unaligned["party1"]["id"].tolist() == ["d"]
+
+
+def test_secureboost_after_psi_equals_prealigned(runtime):
+    frame, label, _, _ = load_named("credit")
+    frame = frame.iloc[:2000].reset_index(drop=True)
+    frame.insert(0, "ID", np.arange(2000) * 7 + 100)  # ascending: the pre-aligned order is the PSI order
+    cols = [c for c in frame.columns if c not in ("ID", label)]
+    bank_cols, shop_cols = ["ID", label] + cols[: len(cols) // 2], ["ID"] + cols[len(cols) // 2:]
+    rng = np.random.default_rng(3)
+    bank = frame.iloc[rng.permutation(1700)][bank_cols]                  # rows 0..1699, shuffled
+    shop = frame.iloc[300 + rng.permutation(1700)][shop_cols]            # rows 300..1999, shuffled
+    psi = VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="ID", label=label, align="psi",
+                                      runtime=runtime)
+    common = frame.iloc[300:1700]
+    pre = VerticalDataset.from_frames({"bank": common[bank_cols], "shop": common[shop_cols]}, id_column="ID",
+                                      label=label)
+    np.testing.assert_array_equal(psi.ids, pre.ids)
+    np.testing.assert_array_equal(psi.label, pre.label)
+    for p in ("bank", "shop"):
+        pd.testing.assert_frame_equal(psi.features[p], pre.features[p])
+    assert sorted(psi.unaligned["bank"]["ID"]) == frame["ID"].iloc[:300].tolist()
+    assert sorted(psi.unaligned["shop"]["ID"]) == frame["ID"].iloc[1700:].tolist()
+    assert label in psi.unaligned["bank"].columns  # the label party's unaligned rows keep their labels
+
+    models = [SecureBoostClassifier(n_estimators=2, max_depth=3, backend="plain", runtime=runtime).fit(d)
+              for d in (psi, pre)]
+    margins = [m.predict_margin(pre) for m in models]
+    np.testing.assert_array_equal(margins[0], margins[1])
+    for t0, t1 in zip(models[0].model_.trees(), models[1].model_.trees()):
+        np.testing.assert_array_equal(t0.left, t1.left)
+        np.testing.assert_array_equal(t0.weight, t1.weight)
+
+
+def test_party_dying_mid_psi_raises_party_failed(ray_session):
+    rt = Runtime(timeout_s=60)
+    ids = {"bank": np.arange(3000), "shop": np.arange(1000, 4000)}
+
+    def kill_shop():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                handle = rt.actor("shop")
+            except VFLError:
+                time.sleep(0.01)
+                continue
+            time.sleep(0.3)  # the protocol is under way: calls are queued on both actors
+            ray_session.kill(handle, no_restart=True)
+            return
+
+    killer = threading.Thread(target=kill_shop)
+    killer.start()
+    try:
+        with pytest.raises(PartyFailedError) as err:
+            private_set_intersection(rt, ids, workers=1)
+    finally:
+        killer.join()
+        rt.kill_all()
+    assert err.value.party == "shop"

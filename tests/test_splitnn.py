@@ -1,0 +1,199 @@
+"""Split-NN (FedAds): equivalence with one process, baselines, attacks, defenses, bad input, faults."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ray_vfl import ConfigError, DataError, PartyFailedError  # noqa: E402
+from ray_vfl.comm import Mailbox  # noqa: E402
+from ray_vfl.splitnn import (  # noqa: E402
+    GaussianDP,
+    InProcessSplitNet,
+    LabelParty,
+    Marvell,
+    MixPro,
+    SplitNNConfig,
+    cluster_attack,
+    leak_auc,
+    make_fedads_like,
+    norm_attack,
+    train,
+)
+from ray_vfl.splitnn.defenses import marvell_variances  # noqa: E402
+from ray_vfl.splitnn.models import SplitNet  # noqa: E402
+
+LABEL, OTHER = "bank", "shop"
+FAST = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=2)
+
+
+@pytest.fixture(scope="module")
+def fedads():
+    return make_fedads_like(40_000, positive_rate=0.03, seed=0, label_party=LABEL, nonlabel_party=OTHER)
+
+
+@pytest.fixture(scope="module")
+def vanilla(runtime, fedads):
+    """VanillaVFL with no defense, trained once for several tests."""
+    model = train(runtime, fedads.train, FAST)
+    return model, model.evaluate(fedads.test), model.recorded_view(OTHER)
+
+
+# ---------------------------------------------------------------------------
+# configuration
+def test_config_validates_itself():
+    with pytest.raises(ConfigError, match="nonlabel_hidden"):
+        SplitNNConfig(nonlabel_hidden=())
+    with pytest.raises(ConfigError, match="optimizer"):
+        SplitNNConfig(optimizer="rmsprop")
+    with pytest.raises(ConfigError, match="unknown split-NN parameter"):
+        SplitNNConfig.from_dict({"batchsize": 10})
+    assert SplitNNConfig.from_dict({"label_hidden": [16, 8]}).label_hidden == (16, 8)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: GaussianDP(epsilon=0.0), lambda: GaussianDP(delta=1.0), lambda: GaussianDP(clip_norm=-1.0),
+     lambda: Marvell(power_scale=0.0), lambda: MixPro(alpha=-0.1), lambda: MixPro(phi_goal=1.5)],
+)
+def test_defense_parameters_out_of_range(make):
+    with pytest.raises(ConfigError):
+        make()
+
+
+# ---------------------------------------------------------------------------
+# federated == one process
+def test_split_gradients_equal_single_process(runtime):
+    small = make_fedads_like(1_000, seed=3, label_party=LABEL, nonlabel_party=OTHER).train.take(np.arange(48))
+    cfg = SplitNNConfig(batch_size=48, dtype="float64", label_hidden=(32, 16), nonlabel_hidden=(16, 8), seed=5)
+    fed = train(runtime, small, cfg).param_grads()
+
+    twin = InProcessSplitNet(cfg)
+    twin.fit(small.take(np.arange(small.n_rows)))  # builds the encoders and the seeded net
+    net = SplitNet(twin.encoders_[LABEL].vocab_sizes, [twin.encoders_[OTHER].vocab_sizes], cfg)  # fresh, same seeds
+    ids = twin._ids(small)
+    y = torch.as_tensor(small.label)
+    torch.nn.functional.binary_cross_entropy_with_logits(net(ids[0], ids[1:]), y).backward()
+    local = {k: p.grad.numpy() for k, p in net.named_parameters()}
+    expected = {LABEL: {k: v for k, v in local.items() if not k.startswith("nonlabel_bottoms.")},
+                OTHER: {k.removeprefix("nonlabel_bottoms.0."): v for k, v in local.items() if k.startswith("nonlabel_bottoms.0.")}}
+    for party in (LABEL, OTHER):
+        assert sorted(fed[party]) == sorted(expected[party])
+        for name, grad in expected[party].items():
+            np.testing.assert_allclose(fed[party][name], grad, rtol=0, atol=1e-6, err_msg=f"{party}:{name}")
+        assert any(np.abs(g).max() > 1e-4 for g in expected[party].values())
+
+
+# ---------------------------------------------------------------------------
+# baselines on the FedAds-like generator
+def test_generator_shape(fedads):
+    s = fedads.summary()
+    assert s["features"] == {LABEL: 16, OTHER: 7}
+    assert 0.01 < s["positive_rate_train"] < 0.06
+    assert 0.17 < s["train_rows"] / (s["train_rows"] + s["label_only_rows"]) < 0.23  # ~20 % of training rows aligned
+    assert fedads.test.ids.min() > fedads.train.ids.max()  # last week is the test set
+
+
+def test_vanilla_vfl_beats_local_and_matches_its_twin(fedads, vanilla):
+    _, vfl, _ = vanilla
+    local = InProcessSplitNet(FAST, parties=[LABEL], num_threads=1).fit(fedads.local_train()).evaluate(fedads.test)
+    central = InProcessSplitNet(FAST, num_threads=1).fit(fedads.train).evaluate(fedads.test)
+    assert vfl["auc"] > local["auc"] + 0.02, (vfl, local)
+    assert abs(vfl["auc"] - central["auc"]) < 1e-4  # the Ray run is the in-process network, batch for batch
+
+
+# ---------------------------------------------------------------------------
+# what the non-label party sees, and what it can infer
+def test_nonlabel_view_holds_only_embedding_gradients(vanilla, fedads):
+    model, _, view = vanilla
+    received = model.comm_stats.received_by(OTHER)
+    assert {r.kind for r in received} == {"embedding_grad"}
+    assert {r.sender for r in received} == {LABEL}
+    assert len(received) == view.n_batches == len(view.rows)
+    assert all(g.shape == (len(r), FAST.embedding_width) for g, r in zip(view.gradients, view.rows))
+    assert all(r.shape == ("ndarray", "float32", (len(rows), FAST.embedding_width)) for r, rows in zip(received, view.rows))
+    assert {r.kind for r in model.comm_stats.received_by(LABEL)} == {"embedding"}
+
+
+def test_norm_attack_leaks_rare_positive_labels(vanilla, fedads):
+    _, _, view = vanilla
+    assert leak_auc(norm_attack(view), view.rows, fedads.train.label) >= 0.9
+    cluster = leak_auc(cluster_attack(view), view.rows, fedads.train.label)
+    assert 0.0 <= cluster <= 1.0
+
+
+def test_each_defense_lowers_the_norm_attack(runtime, fedads, vanilla):
+    _, _, view = vanilla
+    y = fedads.train.label
+    none = leak_auc(norm_attack(view), view.rows, y)
+    for defense in (GaussianDP(epsilon=1.0), Marvell(), MixPro()):
+        model = train(runtime, fedads.train, FAST, defense=defense)
+        defended = model.recorded_view(OTHER)
+        assert leak_auc(norm_attack(defended), defended.rows, y) < none, defense
+
+
+def test_mixpro_meets_the_cosine_bound_and_lambda():
+    rng = np.random.default_rng(0)
+    grad = rng.normal(size=(256, 32))
+    grad[:8] *= -20  # a few large, opposite rows, like rare positives
+    mix = MixPro()
+    _, lam = mix.mix(grad, np.random.default_rng(1))
+    assert (lam > 0.5).all() and (lam <= 1.0).all()
+    out = mix.protect(grad, np.zeros(256), np.random.default_rng(2))
+    mean = grad.mean(axis=0)
+    cos = out @ mean / (np.linalg.norm(out, axis=1) * np.linalg.norm(mean))
+    assert cos.min() >= mix.phi_goal - 1e-9
+    assert math.isclose(mix.phi_goal, math.sqrt(3) / 2) and mix.alpha == 0.6
+    collinear = np.outer(np.where(np.arange(64) < 4, -30.0, 1.0), rng.normal(size=8))  # top is one linear layer
+    out = mix.project(collinear, collinear.mean(axis=0), rng)
+    m = collinear.mean(axis=0)
+    assert (out @ m / (np.linalg.norm(out, axis=1) * np.linalg.norm(m))).min() >= mix.phi_goal - 1e-9
+
+
+def test_dp_and_marvell_kernels():
+    dp = GaussianDP(epsilon=1.0, delta=1e-5, clip_norm=0.5)
+    assert dp.sigma < math.sqrt(2 * math.log(1.25 / 1e-5)) * 1.0 / 1.0  # analytic beats the classical bound
+    assert GaussianDP(epsilon=4.0).sigma < GaussianDP(epsilon=1.0).sigma
+    a0, a1 = marvell_variances(1.0, 0.03, 4.0)
+    assert math.isclose(0.97 * a0 + 0.03 * a1, 4.0, rel_tol=1e-9)
+    kl = lambda x0, x1: x0 / x1 + x1 / x0 - 2 + (1 / x0 + 1 / x1)  # noqa: E731
+    assert kl(a0, a1) <= kl(4.0, 4.0) + 1e-9  # optimised beats isotropic-in-class noise of the same power
+
+
+# ---------------------------------------------------------------------------
+# bad input and faults
+def test_bad_input_is_reported(runtime, fedads):
+    small = fedads.train.take(np.arange(300))
+    bad = type(small)(small.features, small.ids, np.where(small.label > 0, 2.0, 0.0), LABEL, small.categorical)
+    with pytest.raises(DataError, match="0 or 1"):
+        train(runtime, bad, FAST)
+    with pytest.raises(ConfigError, match="max_categories"):
+        InProcessSplitNet(FAST.replace(max_categories=2)).fit(small)
+    wrong_cats = type(small)(small.features, small.ids, small.label, LABEL, {OTHER: ["no_such_column"]})
+    with pytest.raises(DataError, match="no_such_column"):
+        train(runtime, wrong_cats, FAST)
+
+
+def test_mismatched_batch_rows_are_refused(fedads):
+    small = fedads.train.take(np.arange(200))
+    party = LabelParty(LABEL, small.features[LABEL], small.categorical[LABEL], small.label, FAST, [OTHER])
+    wrong = Mailbox(OTHER).send("embedding", [LABEL], np.zeros((63, FAST.embedding_width), np.float32), tree=0)
+    with pytest.raises(DataError, match="disagree on the batch rows"):
+        party.step(0, wrong)
+
+
+def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
+    """Last in this module: the runtime kills every actor after a failure (later tests start new ones)."""
+    import ray
+
+    def kill_shop(done: int) -> None:
+        if done == 2:
+            ray.kill(runtime.actor(OTHER), no_restart=True)
+
+    with pytest.raises(PartyFailedError) as info:
+        train(runtime, fedads.train, FAST.replace(pipeline_depth=2), on_window=kill_shop)
+    assert info.value.party == OTHER
