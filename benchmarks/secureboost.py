@@ -18,7 +18,6 @@ import sys
 import time
 
 import numpy as np
-import pandas as pd
 
 from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
 from ray_vfl.callbacks import TreeTimer

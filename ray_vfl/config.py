@@ -17,18 +17,20 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS"]
+__all__ = ["BoostConfig", "ValidatedConfig", "check_int", "check_float", "OBJECTIVES", "MIN_KEY_BITS"]
 
 OBJECTIVES = ("binary:logistic", "reg:squarederror")
 MIN_KEY_BITS = 1024
 
 
-def _int_in(name: str, value: Any, lo: int, hi: int) -> None:
+def check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is an integer in ``[lo, hi]``."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
-def _float_in(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
+def check_float(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is a finite number in ``[lo, hi]`` (``(lo, hi]`` if ``lo_open``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (lo < value if lo_open else lo <= value) and value <= hi
@@ -37,8 +39,28 @@ def _float_in(name: str, value: Any, lo: float, hi: float, lo_open: bool = False
         raise ConfigError(f"{name} must be a finite number in {bracket}{lo}, {hi}], got {value!r}")
 
 
+class ValidatedConfig:
+    """Mixin of frozen config dataclasses: strict construction from a mapping, validated copies."""
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any]):
+        """Build from a mapping; unknown keys are an error, not silently ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(f"unknown {cls.__name__} parameter(s) {unknown}; valid names are {sorted(known)}")
+        return cls(**dict(params))
+
+    def replace(self, **changes: Any):
+        """Return a copy with some fields changed (validated again)."""
+        return self.from_dict({**dataclasses.asdict(self), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclass(frozen=True)
-class BoostConfig:
+class BoostConfig(ValidatedConfig):
     """Hyper-parameters of federated gradient boosting (XGBoost semantics).
 
     Parameters
@@ -94,22 +116,22 @@ class BoostConfig:
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _int_in("n_trees", self.n_trees, 1, 10_000)
-        _int_in("max_depth", self.max_depth, 1, 16)
-        _float_in("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
-        _float_in("reg_lambda", self.reg_lambda, 0.0, 1e12)
-        _float_in("gamma", self.gamma, 0.0, 1e12)
-        _float_in("min_child_weight", self.min_child_weight, 0.0, 1e12)
-        _int_in("max_bin", self.max_bin, 2, 255)
+        check_int("n_trees", self.n_trees, 1, 10_000)
+        check_int("max_depth", self.max_depth, 1, 16)
+        check_float("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
+        check_float("reg_lambda", self.reg_lambda, 0.0, 1e12)
+        check_float("gamma", self.gamma, 0.0, 1e12)
+        check_float("min_child_weight", self.min_child_weight, 0.0, 1e12)
+        check_int("max_bin", self.max_bin, 2, 255)
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.base_score is not None:
             if self.objective == "binary:logistic":
-                _float_in("base_score", self.base_score, 0.0, 1.0, lo_open=True)
+                check_float("base_score", self.base_score, 0.0, 1.0, lo_open=True)
                 if self.base_score >= 1.0:
                     raise ConfigError(f"base_score must be a probability in (0, 1), got {self.base_score!r}")
             else:
-                _float_in("base_score", self.base_score, -1e300, 1e300)
+                check_float("base_score", self.base_score, -1e300, 1e300)
         if not isinstance(self.backend, str) or not self.backend:
             raise ConfigError(f"backend must be a backend name such as 'paillier' or 'plain', got {self.backend!r}")
         if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or self.key_bits < MIN_KEY_BITS:
@@ -118,18 +140,5 @@ class BoostConfig:
                 "smaller Paillier keys are breakable"
             )
         if self.workers_per_party is not None:
-            _int_in("workers_per_party", self.workers_per_party, 1, 4096)
-        _float_in("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
-
-    @classmethod
-    def from_dict(cls, params: Mapping[str, Any]) -> "BoostConfig":
-        """Build from a mapping; unknown keys are an error, not silently ignored."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ConfigError(f"unknown parameter(s) {unknown}; valid names are {sorted(known)}")
-        return cls(**dict(params))
-
-    def replace(self, **changes: Any) -> "BoostConfig":
-        """Return a copy with some fields changed (validated again)."""
-        return self.from_dict({**dataclasses.asdict(self), **changes})
+            check_int("workers_per_party", self.workers_per_party, 1, 4096)
+        check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)

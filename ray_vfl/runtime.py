@@ -32,7 +32,7 @@ import ray
 
 from .errors import ConfigError, DataError, PartyFailedError, VFLError
 
-__all__ = ["Runtime", "TaskPool", "party_resource"]
+__all__ = ["Runtime", "TaskPool", "party_resource", "as_ref_list"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ def _no_phone_home():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def as_ref_list(refs: Any, n: int) -> list:
+    """The refs of a ``num_returns=n`` call as a list (Ray returns a bare ref when ``n == 1``)."""
+    return [refs] if n == 1 else list(refs)
 
 
 def party_resource(party: str) -> str:

@@ -126,5 +126,5 @@ def test_out_of_range_hyper_parameters(field, value):
 
 
 def test_unknown_parameter_is_an_error():
-    with pytest.raises(ConfigError, match="unknown parameter"):
+    with pytest.raises(ConfigError, match="unknown BoostConfig parameter"):
         BoostConfig.from_dict({"max_dpeth": 3})

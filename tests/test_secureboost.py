@@ -11,7 +11,6 @@ from ray_vfl import (
     BoostConfig,
     ConfigError,
     DataError,
-    EarlyStopping,
     PartyFailedError,
     ProgressBar,
     Runtime,

@@ -50,7 +50,7 @@ def test_config_validates_itself():
         SplitNNConfig(nonlabel_hidden=())
     with pytest.raises(ConfigError, match="optimizer"):
         SplitNNConfig(optimizer="rmsprop")
-    with pytest.raises(ConfigError, match="unknown split-NN parameter"):
+    with pytest.raises(ConfigError, match="unknown SplitNNConfig parameter"):
         SplitNNConfig.from_dict({"batchsize": 10})
     assert SplitNNConfig.from_dict({"label_hidden": [16, 8]}).label_hidden == (16, 8)
 

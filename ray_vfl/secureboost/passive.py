@@ -7,7 +7,6 @@ import ray
 
 from ..crypto import get_backend
 from ..kernels import build_histograms, slot_of_rows
-from ..runtime import TaskPool
 from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
 from .tree import goes_left

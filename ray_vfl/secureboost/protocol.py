@@ -47,17 +47,13 @@ from ..config import BoostConfig
 from ..dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..kernels import transform_margin
-from ..runtime import Runtime
+from ..runtime import Runtime, as_ref_list
 from .active import ActiveParty
 from .passive import PassiveParty
 
 __all__ = ["train", "FederatedModel"]
 
 log = logging.getLogger(__name__)
-
-
-def _as_list(refs: Any, n: int) -> list:
-    return [refs] if n == 1 else list(refs)
 
 
 @dataclass
@@ -161,13 +157,13 @@ def _route(model: FederatedModel, key: str, first: int, end: int):
     passives = [(p, model._handle(p)) for p in model.passives]
     n = len(passives)
     calls = []
-    queries = _as_list(active.route_start.options(num_returns=n).remote(key, first, end), n)
+    queries = as_ref_list(active.route_start.options(num_returns=n).remote(key, first, end), n)
     for depth in range(1, model.config.max_depth + 1):
         answers = [h.route.remote(key, q) for (p, h), q in zip(passives, queries)]
         calls += [(p, a) for (p, _), a in zip(passives, answers)]
         if depth == model.config.max_depth:
             return active.route_finish.remote(key, *answers), calls
-        queries = _as_list(active.route_step.options(num_returns=n).remote(key, depth, *answers), n)
+        queries = as_ref_list(active.route_step.options(num_returns=n).remote(key, depth, *answers), n)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -230,7 +226,7 @@ def train(
         for depth in range(config.max_depth):
             own = active.own_histograms.remote()
             hists = [h.histograms.remote(plan) for _, h in passives]
-            orders = _as_list(active.find_splits.options(num_returns=n).remote(depth, *hists), n)
+            orders = as_ref_list(active.find_splits.options(num_returns=n).remote(depth, *hists), n)
             partitions = [h.apply_splits.remote(o) for (_, h), o in zip(passives, orders)]
             calls += [(active_name, own)] + [(p, r) for (p, _), r in zip(passives, hists + partitions)]
             plan = active.apply_partitions.remote(depth, *partitions)

@@ -14,11 +14,10 @@ batch size 256, one epoch.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError
 
 __all__ = ["SplitNNConfig", "OPTIMIZERS", "DTYPES"]
@@ -27,15 +26,8 @@ OPTIMIZERS = ("adam", "sgd", "adagrad")
 DTYPES = ("float32", "float64")
 
 
-def _int_in(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-
-
 def _positive(name: str, value: Any, hi: float = 1e6) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= hi
-    if not ok:
-        raise ConfigError(f"{name} must be a finite number in (0, {hi:g}], got {value!r}")
+    check_float(name, value, 0.0, hi, lo_open=True)
 
 
 def _layers(name: str, value: Any) -> None:
@@ -44,7 +36,7 @@ def _layers(name: str, value: Any) -> None:
 
 
 @dataclass(frozen=True)
-class SplitNNConfig:
+class SplitNNConfig(ValidatedConfig):
     """Hyper-parameters of split-NN training (FedAds defaults).
 
     Parameters
@@ -106,20 +98,20 @@ class SplitNNConfig:
             value = getattr(self, name)
             if isinstance(value, list):  # accept lists from JSON, store tuples (hashable, frozen)
                 object.__setattr__(self, name, tuple(value))
-        _int_in("embedding_dim", self.embedding_dim, 1, 1024)
-        _int_in("n_bins", self.n_bins, 2, 10_000)
-        _int_in("max_categories", self.max_categories, 2, 10**7)
+        check_int("embedding_dim", self.embedding_dim, 1, 1024)
+        check_int("n_bins", self.n_bins, 2, 10_000)
+        check_int("max_categories", self.max_categories, 2, 10**7)
         _layers("nonlabel_hidden", self.nonlabel_hidden)
         _layers("label_hidden", self.label_hidden)
-        _int_in("batch_size", self.batch_size, 1, 1_000_000)
-        _int_in("epochs", self.epochs, 1, 1000)
+        check_int("batch_size", self.batch_size, 1, 1_000_000)
+        check_int("epochs", self.epochs, 1, 1000)
         _positive("learning_rate", self.learning_rate, 10.0)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        _int_in("seed", self.seed, 0, 2**31 - 1)
-        _int_in("pipeline_depth", self.pipeline_depth, 1, 100_000)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_int("pipeline_depth", self.pipeline_depth, 1, 100_000)
         _positive("timeout_s", self.timeout_s, 1e7)
 
     @property
@@ -127,18 +119,3 @@ class SplitNNConfig:
         """Width of the federated embedding a non-label party sends."""
         return self.nonlabel_hidden[-1]
 
-    @classmethod
-    def from_dict(cls, params: Mapping[str, Any]) -> "SplitNNConfig":
-        """Build from a mapping; unknown keys are an error, not silently ignored."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ConfigError(f"unknown split-NN parameter(s) {unknown}; valid names are {sorted(known)}")
-        return cls(**dict(params))
-
-    def replace(self, **changes: Any) -> "SplitNNConfig":
-        """A copy with some fields changed (validated again)."""
-        return self.from_dict({**dataclasses.asdict(self), **changes})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

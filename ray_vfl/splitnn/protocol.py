@@ -38,7 +38,7 @@ from ..comm import CommStats
 from ..dataset import VerticalDataset
 from ..errors import DataError
 from ..metrics import auc, logloss
-from ..runtime import Runtime
+from ..runtime import Runtime, as_ref_list
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
@@ -48,10 +48,6 @@ from .parties import LabelParty, NonLabelParty, check_binary_labels
 __all__ = ["train", "SplitNNModel"]
 
 log = logging.getLogger(__name__)
-
-
-def _as_list(refs, n: int) -> list:
-    return [refs] if n == 1 else list(refs)
 
 
 @dataclass
@@ -180,7 +176,7 @@ def train(
     start = time.perf_counter()
     for b in range(n_batches):
         embs = [h.step.remote(g, b) for h, g in zip(handles, grads)]
-        grads = _as_list(label.step.options(num_returns=n).remote(b, *embs), n)
+        grads = as_ref_list(label.step.options(num_returns=n).remote(b, *embs), n)
         window += list(zip(nonlabel, embs)) + [(label_name, g) for g in grads]
         if (b + 1) % config.pipeline_depth == 0 or b + 1 == n_batches:
             runtime.get(window, f"batches up to {b}", config.timeout_s)
