@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,9 @@ import pandas as pd
 from .errors import ConfigError, DataError
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
+
+if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
+    from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ class VerticalDataset:
         label_party: str | None = None,
         categorical: Mapping[str, Sequence[str]] | None = None,
         align: str | None = None,
-        runtime=None,
+        runtime: "Runtime | None" = None,
     ) -> "VerticalDataset":
         """Build from one table per party, each with an ID column.
 
@@ -184,10 +187,13 @@ class VerticalDataset:
         label: str | None = None,
         label_party: str | None = None,
         categorical: Mapping[str, Sequence[str]] | None = None,
+        align: str | None = None,
+        runtime: "Runtime | None" = None,
     ) -> "VerticalDataset":
-        """Build from one CSV/Parquet file per party (see :meth:`from_frames`)."""
+        """Build from one CSV/Parquet file per party (see :meth:`from_frames`; ``align="psi"``
+        intersects differing ID sets privately)."""
         frames = {party: read_table(path) for party, path in paths.items()}
-        return cls.from_frames(frames, id_column, label, label_party, categorical)
+        return cls.from_frames(frames, id_column, label, label_party, categorical, align, runtime)
 
     # views ----------------------------------------------------------------
     @property

@@ -125,6 +125,16 @@ def test_bad_input_gives_clear_errors(runtime):
     assert data.unaligned["party0"]["id"].tolist() == ["a"] and data.unaligned["party1"]["id"].tolist() == ["d"]
 
 
+def test_from_files_aligns_by_psi(runtime, tmp_path):
+    pd.DataFrame({"id": [3, 1, 2], "x": [3.0, 1.0, 2.0], "y": [1, 0, 1]}).to_csv(tmp_path / "bank.csv", index=False)
+    pd.DataFrame({"id": [2, 4, 3], "z": [20.0, 40.0, 30.0]}).to_parquet(tmp_path / "shop.parquet")
+    data = VerticalDataset.from_files({"party0": tmp_path / "bank.csv", "party1": tmp_path / "shop.parquet"},
+                                      label="y", align="psi", runtime=runtime)
+    assert data.ids.tolist() == [2, 3] and data.label.tolist() == [1.0, 1.0]
+    assert data.features["party1"]["z"].tolist() == [20.0, 30.0]
+    assert data.unaligned["party0"]["id"].tolist() == [1] and data.unaligned["party1"]["id"].tolist() == [4]
+
+
 def test_secureboost_after_psi_equals_prealigned(runtime):
     frame, label, _, _ = load_named("credit")
     frame = frame.iloc[:2000].reset_index(drop=True)
