@@ -65,7 +65,8 @@ def describe(payload: Any) -> Any:
         describe_self = getattr(payload, "describe", None)
         if describe_self is not None:
             return describe_self()
-        return (type(payload).__name__, {f.name: describe(getattr(payload, f.name)) for f in dataclasses.fields(payload)})
+        fields = [f.name for f in dataclasses.fields(payload) if not f.name.startswith("_")]  # private caches never travel
+        return (type(payload).__name__, {name: describe(getattr(payload, name)) for name in fields})
     if isinstance(payload, dict):
         return ("dict", {str(k): describe(v) for k, v in payload.items()})
     if isinstance(payload, (list, tuple)):

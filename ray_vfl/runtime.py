@@ -83,6 +83,15 @@ def party_resource(party: str) -> str:
 _REMOTE_CACHE: dict[Callable, Any] = {}
 
 
+def _import_modules(modules: Sequence[str]) -> int:
+    """Warm-up task: load the modules later tasks need, once per worker process."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    return os.getpid()
+
+
 def _remote(fn: Callable):
     if fn not in _REMOTE_CACHE:
         _REMOTE_CACHE[fn] = ray.remote(fn)
@@ -113,6 +122,17 @@ class TaskPool:
         parts = max(1, min(self.workers, math.ceil(n_items / max(1, min_chunk))))
         bounds = [round(i * n_items / parts) for i in range(parts + 1)]
         return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+    def warm_up(self, modules: Sequence[str]) -> list:
+        """Start the pool's worker processes now, importing ``modules``, instead of on the first real task.
+
+        Returns the task refs (empty when the pool runs in-process); starting
+        workers costs seconds, best spent while the label party makes its keys.
+        """
+        if self.resource is None or self.workers <= 1:
+            return []
+        remote = _remote(_import_modules).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
+        return [remote.remote(list(modules)) for _ in range(self.workers)]
 
     def map(self, fn: Callable, chunks: Sequence[Any], *shared: Any) -> list[Any]:
         if self.resource is None or self.workers <= 1 or len(chunks) <= 1:

@@ -53,6 +53,9 @@ from .passive import PassiveParty
 
 __all__ = ["train", "FederatedModel"]
 
+# What the parties' crypto tasks import; loaded while the label party generates its keys.
+_TASK_MODULES = ("ray_vfl.secureboost.active", "ray_vfl.secureboost.passive", "ray_vfl.crypto.paillier", "ray_vfl.crypto.ou")
+
 log = logging.getLogger(__name__)
 
 
@@ -205,13 +208,14 @@ def train(
     passive_names = [p for p in order if p != active_name]
     runtime.connect(order)
     pools = {p: runtime.pool(p, config.workers_per_party) for p in order}
+    warm = [(p, ref) for p in order for ref in pools[p].warm_up(_TASK_MODULES)] if config.backend != "plain" else []
     cats = data.categorical
     active = runtime.spawn(active_name, ActiveParty, active_name, data.features[active_name], cats.get(active_name, []),
                            config, pools[active_name], data.label, order)
     passives = [(p, runtime.spawn(p, PassiveParty, p, data.features[p], cats.get(p, []), config, pools[p])) for p in passive_names]
     n = len(passives)
     key_msg = active.public_key_message.remote()
-    setup = [(active_name, key_msg)] + [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
+    setup = warm + [(active_name, key_msg)] + [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]
