@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 
 from ray_vfl.crypto.fixed_point import FixedPoint
 from ray_vfl.crypto.packing import GHPacking
+from ray_vfl.crypto.tags import compressed_layout, compressed_tag, take_compressed_tag
 from ray_vfl.errors import ConfigError, CryptoError, DataError
 
 __all__ = [
@@ -44,8 +44,6 @@ __all__ = [
     "fingerprint",
     "group_rows",
     "as_int_list",
-    "compressed_layout",
-    "compressed_tag",
 ]
 
 logger = logging.getLogger(__name__)
@@ -199,52 +197,6 @@ def group_rows(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], li
     return rows.tolist(), buckets.tolist(), bounds.tolist()
 
 
-_COMPRESSED = re.compile(r"^(gh:[^|]*):pack(\d+):n(\d+)$")
-
-
-def compressed_tag(base: str, per: int, count: int) -> str:
-    """Tag of ``count`` packed entries stored ``per`` to a ciphertext.
-
-    Example
-    -------
-    >>> compressed_tag("gh:f40:v57:r20:g8", 11, 100)
-    'gh:f40:v57:r20:g8:pack11:n100'
-    """
-    return f"{base}:pack{per}:n{count}"
-
-
-def compressed_layout(tag: str) -> tuple[str, int, int] | None:
-    """``(gh tag, entries per ciphertext, entry count)`` of a compressed tag, else ``None``.
-
-    Example
-    -------
-    >>> compressed_layout("gh:f40:v57:r20:g8:pack11:n100")
-    ('gh:f40:v57:r20:g8', 11, 100)
-    >>> compressed_layout("num:f40") is None
-    True
-    """
-    m = _COMPRESSED.match(tag)
-    return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3)))
-
-
-def _take_compressed_tag(tag: str, n_cts: int, ix: np.ndarray) -> str:
-    """Tag of ``c[ix]`` for a compressed ``c``: only the last pick may be the partial ciphertext."""
-    base, per, count = compressed_layout(tag)
-    last = count - per * (n_cts - 1)  # entries in the last ciphertext
-    sel = ix % n_cts if n_cts else ix
-    out = per * len(sel)
-    if len(sel) and last < per:
-        partial = np.flatnonzero(sel == n_cts - 1)
-        if partial.size and (partial.size > 1 or partial[0] != len(sel) - 1):
-            raise CryptoError(
-                "a compressed array's partial last ciphertext can only be taken as the last element: "
-                "take contiguous chunks, or compress after selecting"
-            )
-        if partial.size:
-            out -= per - last
-    return compressed_tag(base, per, out)
-
-
 class Backend(ABC):
     """A homomorphic-encryption backend: one small vectorised interface.
 
@@ -390,7 +342,7 @@ class Backend(ABC):
             raise DataError(f"idx must be a 1-D integer array, got dtype {ix.dtype}, shape {ix.shape}")
         if ix.size and (ix.max() >= len(c) or ix.min() < -len(c)):
             raise DataError(f"index out of range for CipherArray of length {len(c)}")
-        tag = c.tag if compressed_layout(c.tag) is None else _take_compressed_tag(c.tag, len(c), ix)
+        tag = c.tag if compressed_layout(c.tag) is None else take_compressed_tag(c.tag, len(c), ix)
         ints = None
         if c._ints is not None:
             kind, src = c._ints
