@@ -32,7 +32,9 @@ blocks once per tree.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -119,14 +121,10 @@ class FederatedModel:
 
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.json``, its own part only."""
-        import os
-
         os.makedirs(directory, exist_ok=True)
         paths = {p: os.path.join(directory, f"{p}.json") for p in self.order}
         self.runtime.get([(p, self._handle(p).save_part.remote(paths[p])) for p in self.order], "save")
-        meta = {"order": self.order, "label_party": self.label_party, "n_trees": self.n_trees, "config": self.config.__dict__}
-        import json
-
+        meta = {"order": self.order, "label_party": self.label_party, "n_trees": self.n_trees, "config": self.config.to_dict()}
         with open(os.path.join(directory, "federation.json"), "w", encoding="utf-8") as fh:
             json.dump(meta, fh)
         return paths
@@ -134,9 +132,6 @@ class FederatedModel:
     @classmethod
     def load(cls, directory: str, runtime: Runtime | None = None) -> "FederatedModel":
         """Start one actor per party and have each read its own saved part."""
-        import json
-        import os
-
         with open(os.path.join(directory, "federation.json"), encoding="utf-8") as fh:
             meta = json.load(fh)
         config = BoostConfig.from_dict(meta["config"])
@@ -161,13 +156,13 @@ def _route(model: FederatedModel, key: str, first: int, end: int):
     n = len(passives)
     calls = []
     queries = as_ref_list(active.route_start.options(num_returns=n).remote(key, first, end), n)
+    # A row meets at most max_depth internal nodes, so max_depth rounds of answers reach every leaf.
     for depth in range(1, model.config.max_depth + 1):
         answers = [h.route.remote(key, q) for (p, h), q in zip(passives, queries)]
         calls += [(p, a) for (p, _), a in zip(passives, answers)]
-        if depth == model.config.max_depth:
-            return active.route_finish.remote(key, *answers), calls
-        queries = as_ref_list(active.route_step.options(num_returns=n).remote(key, depth, *answers), n)
-    raise AssertionError("unreachable")  # pragma: no cover
+        if depth < model.config.max_depth:
+            queries = as_ref_list(active.route_step.options(num_returns=n).remote(key, depth, *answers), n)
+    return active.route_finish.remote(key, *answers), calls
 
 
 def train(
