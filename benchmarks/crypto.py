@@ -42,8 +42,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from phe import paillier as phe_paillier  # noqa: E402
-
 from ray_vfl.crypto import get_backend  # noqa: E402
 from ray_vfl.crypto.phe_backend import to_phe_keypair  # noqa: E402
 

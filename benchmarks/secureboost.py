@@ -26,7 +26,7 @@ from ray_vfl.crypto import get_backend
 from ray_vfl.datasets import load_named
 from ray_vfl.metrics import auc
 from ray_vfl.reference import fit_reference
-from ray_vfl.binning import PartyBinner
+from ray_vfl.binning import PartyBinner, encode_party_frame
 
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
@@ -76,16 +76,14 @@ def split(dataset: str, parties: int):
 
 
 def xgboost_row(train, test, trees, depth, bins) -> dict:
+    """Centralized xgboost on the same columns, categoricals coded as each party codes them."""
     import xgboost as xgb
 
-    def stacked(d):
-        cols = []
-        for p in d.party_names:
-            binner = PartyBinner(bins).fit(train.features[p], train.categorical.get(p, []), p)
-            from ray_vfl.binning import encode_party_frame
+    books = {p: PartyBinner(bins).fit(train.features[p], train.categorical.get(p, []), p) for p in train.party_names}
 
-            cols.append(encode_party_frame(d.features[p], binner.categorical, p, binner.categories)[0])
-        return np.concatenate(cols, axis=1)
+    def stacked(d):
+        return np.concatenate([encode_party_frame(d.features[p], books[p].categorical, p, books[p].categories)[0]
+                               for p in d.party_names], axis=1)
 
     xtr, xte = stacked(train), stacked(test)
     model = xgb.XGBClassifier(n_estimators=trees, max_depth=depth, learning_rate=0.3, max_bin=bins, tree_method="hist",

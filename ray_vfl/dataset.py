@@ -101,7 +101,7 @@ class VerticalDataset:
             if not np.all(np.isfinite(self.label)):
                 bad = int(np.sum(~np.isfinite(self.label)))
                 raise DataError(f"{bad} label(s) are NaN or inf; drop or impute those rows before training")
-        for party, cols in self.categorical.items():
+        for party in self.categorical:
             if party not in self.features:
                 raise DataError(f"categorical columns given for unknown party {party!r}; parties are {self.party_names}")
 

@@ -38,6 +38,7 @@ __all__ = [
     "build_histograms",
     "SplitChoice",
     "best_splits",
+    "goes_left",
     "leaf_weights",
     "smaller_children",
 ]
@@ -185,6 +186,20 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     feature, rest = np.divmod(best, 2 * (n_bins - 1))
     direction, threshold = np.divmod(rest, n_bins - 1)
     return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0)
+
+
+def goes_left(bins: np.ndarray, bin_index, default_left, missing_bin: int) -> np.ndarray:
+    """Does a split on ``bin_index`` send each row left? ``bins`` is the split feature's column.
+
+    Rows in the missing bin follow ``default_left``; the others go left iff ``bin <= bin_index``.
+    Scalars or per-row arrays work for the split arguments.
+
+    Example
+    -------
+    >>> goes_left(np.array([0, 3, 9]), 2, True, missing_bin=9).tolist()
+    [True, False, True]
+    """
+    return np.where(bins == missing_bin, default_left, bins <= bin_index)
 
 
 def leaf_weights(G: np.ndarray, H: np.ndarray, reg_lambda: float, learning_rate: float) -> np.ndarray:

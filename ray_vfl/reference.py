@@ -13,7 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import BoostConfig
-from .kernels import base_margin, best_splits, bucket_sum, feature_keys, gradients, histogram_keys, leaf_weights
+from .kernels import (
+    base_margin,
+    best_splits,
+    bucket_sum,
+    feature_keys,
+    goes_left,
+    gradients,
+    histogram_keys,
+    leaf_weights,
+)
 
 __all__ = ["ReferenceTree", "fit_reference", "predict_reference"]
 
@@ -60,7 +69,7 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
             left[node], right[node], feature[node], split_bin[node], dleft[node] = l_child, r_child, f, b, dl
             in_node = np.flatnonzero(node_of_row == node)
             col = bins[in_node, f]
-            go_left = np.where(col == n_bins - 1, dl, col <= b)
+            go_left = goes_left(col, b, dl, n_bins - 1)
             node_of_row[in_node[go_left]] = l_child
             node_of_row[in_node[~go_left]] = r_child
             next_open += [l_child, r_child]
@@ -99,7 +108,7 @@ def predict_reference(trees: list[ReferenceTree], bins: np.ndarray, base: float,
             idx = rows[internal]
             f = tree.feature[pos[idx]]
             col = bins[idx, f]
-            go_left = np.where(col == missing_bin, tree.default_left[pos[idx]], col <= tree.bin[pos[idx]])
+            go_left = goes_left(col, tree.bin[pos[idx]], tree.default_left[pos[idx]], missing_bin)
             pos[idx] = np.where(go_left, tree.left[pos[idx]], tree.right[pos[idx]])
         margin = margin + tree.weight[pos]
     return margin

@@ -9,12 +9,12 @@ import numpy as np
 from ..config import BoostConfig
 from ..crypto import get_backend
 from ..errors import DataError
-from ..kernels import base_margin, best_splits, build_histograms, gradients, leaf_weights, slot_of_rows, smaller_children
+from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights, slot_of_rows, smaller_children
 from ..metrics import evaluate_margin
 from ..runtime import TaskPool
 from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
-from .tree import Tree, TreeBuilder, goes_left
+from .tree import Tree, TreeBuilder
 
 __all__ = ["ActiveParty"]
 
@@ -170,7 +170,7 @@ class ActiveParty(Party):
                     record = len(self.lookup)
                     self.lookup.add(record, feature, bin_index, self.binner.threshold(feature, bin_index), default_left)
                     rows = np.flatnonzero(self.node_of_row == node)
-                    left = goes_left(self.bins["train"][rows, feature], None, bin_index, default_left, self.missing_bin)
+                    left = goes_left(self.bins["train"][rows, feature], bin_index, default_left, self.missing_bin)
                 else:
                     record = self.record_count[party]
                     self.record_count[party] += 1

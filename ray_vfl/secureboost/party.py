@@ -68,9 +68,6 @@ class Party:
         """Crypto operations this party performed since training started."""
         return dict(self.ops)
 
-    def ping(self) -> str:
-        return self.name
-
     def model_part(self) -> dict[str, Any]:
         """This party's share of the model: its binner and its lookup table."""
         return {"party": self.name, "binner": self.binner.to_dict(), "lookup": self.lookup.to_dict()}

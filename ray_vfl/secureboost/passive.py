@@ -6,10 +6,9 @@ import numpy as np
 import ray
 
 from ..crypto import get_backend
-from ..kernels import build_histograms, slot_of_rows
+from ..kernels import build_histograms, goes_left, slot_of_rows
 from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
-from .tree import goes_left
 
 __all__ = ["PassiveParty"]
 
@@ -113,7 +112,7 @@ class PassiveParty(Party):
         for node, f, b, dl, rec in zip(orders.node, orders.feature, orders.bin, orders.default_left, orders.record):
             self.lookup.add(int(rec), int(f), int(b), self.binner.threshold(int(f), int(b)), bool(dl))
             rows = np.flatnonzero(self.node_of_row == node)
-            bits.append(goes_left(bins[rows, f], None, b, dl, self.missing_bin))
+            bits.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
             counts.append(len(rows))
         packed = np.packbits(np.concatenate(bits)) if bits else np.zeros(0, dtype=np.uint8)
         reply = Partition(orders.node, packed, np.asarray(counts, dtype=np.int64))

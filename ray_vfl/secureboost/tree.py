@@ -13,13 +13,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Tree", "TreeBuilder", "LookupTable", "goes_left"]
+from ..kernels import goes_left
 
-
-def goes_left(bins: np.ndarray, feature: np.ndarray, bin_index: np.ndarray, default_left: np.ndarray, missing_bin: int) -> np.ndarray:
-    """Per row: does a split ``(feature, bin, default_left)`` send it left?"""
-    b = bins[np.arange(len(bins)), feature] if bins.ndim == 2 else bins
-    return np.where(b == missing_bin, default_left, b <= bin_index)
+__all__ = ["Tree", "TreeBuilder", "LookupTable"]
 
 
 @dataclass
@@ -126,9 +122,7 @@ class LookupTable:
         """Which of ``rows`` go left at ``records`` (element-wise pairs)."""
         if len(rows) == 0:
             return np.zeros(0, dtype=bool)
-        return goes_left(
-            bins[rows, self.feature[records]], None, self.bin[records], self.default_left[records], missing_bin
-        )
+        return goes_left(bins[rows, self.feature[records]], self.bin[records], self.default_left[records], missing_bin)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [list(r) for r in self._rows]}
