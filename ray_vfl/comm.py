@@ -57,16 +57,25 @@ def payload_nbytes(payload: Any) -> int:
     return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _public_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:  # private caches (leading "_") never travel
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+    return names
+
+
 def describe(payload: Any) -> Any:
     """Types and shapes of a payload, without its values (for audits)."""
     if isinstance(payload, np.ndarray):
-        return ("ndarray", str(payload.dtype), tuple(payload.shape))
+        return ("ndarray", payload.dtype.name, payload.shape)
     if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
         describe_self = getattr(payload, "describe", None)
         if describe_self is not None:
             return describe_self()
-        fields = [f.name for f in dataclasses.fields(payload) if not f.name.startswith("_")]  # private caches never travel
-        return (type(payload).__name__, {name: describe(getattr(payload, name)) for name in fields})
+        return (type(payload).__name__, {name: describe(getattr(payload, name)) for name in _public_fields(type(payload))})
     if isinstance(payload, dict):
         return ("dict", {str(k): describe(v) for k, v in payload.items()})
     if isinstance(payload, (list, tuple)):

@@ -22,6 +22,7 @@ sum of at least ``min_child_weight``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -134,16 +135,33 @@ def bucket_sum(values: np.ndarray, keys: np.ndarray, n_buckets: int) -> np.ndarr
     return np.stack([np.bincount(flat, weights=weights[:, j], minlength=n_buckets) for j in range(values.shape[1])], axis=1)
 
 
-def build_histograms(backend, public_key, gh, fkeys: np.ndarray, slot_of_row: np.ndarray, n_slots: int, n_bins: int):
-    """Sum (encrypted or plain) gradient pairs into ``n_slots`` node histograms.
+def build_histograms(backend, public_key, gh, fkeys: np.ndarray, rows_of_nodes: Sequence[np.ndarray], n_bins: int) -> list:
+    """Sum (encrypted or plain) gradient pairs into one ``(features * n_bins)`` histogram per node.
 
     ``gh`` is what ``backend.encrypt_gh`` produced for every row, ``fkeys`` the
-    :func:`feature_keys` of those rows; only rows with ``slot_of_row >= 0`` are
-    read, so the cost is proportional to the rows of the nodes actually built.
+    :func:`feature_keys` of those rows and ``rows_of_nodes`` the ascending row
+    indices of each node to build; the cost is proportional to those rows.
+    A node holding every row (the root) is summed without copying its keys.
+
+    Example
+    -------
+    >>> from ray_vfl.crypto import get_backend
+    >>> be = get_backend("plain"); pk, sk = be.generate_keys()
+    >>> gh = be.encrypt_gh(pk, np.array([1.0, 2.0, 4.0]), np.ones(3))
+    >>> fkeys = feature_keys(np.array([[0], [1], [0]]), 2)
+    >>> [be.decrypt_gh(sk, h)[0].tolist() for h in build_histograms(be, pk, gh, fkeys, [np.array([0, 1]), np.array([2])], 2)]
+    [[1.0, 2.0], [4.0, 0.0]]
     """
-    rows = np.flatnonzero(slot_of_row >= 0)
-    keys = histogram_keys(fkeys[rows], slot_of_row[rows], n_bins)
-    return backend.bucket_sum(public_key, backend.take(gh, rows), keys, n_slots * fkeys.shape[1] * n_bins)
+    width = fkeys.shape[1] * n_bins
+    if not len(rows_of_nodes):
+        return []
+    if len(rows_of_nodes) == 1 and len(rows_of_nodes[0]) == len(fkeys):  # the root: every row in order, no gather
+        return [backend.bucket_sum(public_key, gh, fkeys, width)]
+    rows = np.concatenate(rows_of_nodes)
+    slot = np.repeat(np.arange(len(rows_of_nodes)), [len(r) for r in rows_of_nodes])
+    total = backend.bucket_sum(public_key, backend.take(gh, rows), histogram_keys(fkeys[rows], slot, n_bins),
+                               len(rows_of_nodes) * width)
+    return backend.split(total, len(rows_of_nodes))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import ray
 
 from .errors import ConfigError, DataError, PartyFailedError, VFLError
 
-__all__ = ["Runtime", "TaskPool", "party_resource", "as_ref_list"]
+__all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list"]
 
 log = logging.getLogger(__name__)
 
@@ -305,36 +305,62 @@ class Runtime:
         runtime is then killed. User errors found inside a party
         (:class:`~ray_vfl.errors.DataError`, ``ConfigError``) are re-raised as is.
         """
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout
-        party_of = {ref: party for party, ref in calls}
-        pending = list(party_of)
-        while pending:
-            # Wake up at least every _POLL_S to look for failed calls: fail fast, never hang.
-            wait_s = min(_POLL_S, max(0.0, deadline - time.monotonic()))
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
-            for ref in ready:
-                try:
-                    ray.get(ref, timeout=0)
-                except Exception as exc:
-                    error = self._translate(exc, party_of[ref], phase)
-                    self.kill_all()
-                    raise error from None
-            if pending and time.monotonic() >= deadline:
-                late = party_of[pending[0]]
-                self.kill_all()
-                raise PartyFailedError(late, phase, f"no answer within {timeout:g} s")
-        return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            return gather(calls, phase, self.timeout_s if timeout_s is None else timeout_s, self._party_of_actor)
+        except (PartyFailedError, DataError, ConfigError):
+            self.kill_all()
+            raise
 
-    def _translate(self, exc: Exception, party: str, phase: str) -> Exception:
-        cause = getattr(exc, "cause", None)
-        if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
-            if isinstance(cause, PartyFailedError):
-                return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause)
-            if isinstance(cause, (DataError, ConfigError)):
-                return cause
-            return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
-        if isinstance(exc, ray.exceptions.RayActorError):
-            failed = self._party_of_actor(getattr(exc, "actor_id", None))
-            return PartyFailedError(failed if failed != "?" else party, phase, "actor died")
-        return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")
+
+def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party_of_actor: Callable | None = None) -> list[Any]:
+    """Values of ``(party, ObjectRef)`` pairs, in order; the first failure raises at once.
+
+    Used by the driver (through :meth:`Runtime.get`) and by a party actor that
+    waits for its peers: an exception in a party, a dead actor or no answer
+    within ``timeout_s`` raises :class:`PartyFailedError` naming the party
+    and ``phase``; ``DataError`` and ``ConfigError`` raised in a party come
+    back as they are.
+
+    Example
+    -------
+    >>> gather([], "nothing to wait for", 1.0)
+    []
+    """
+    deadline = time.monotonic() + timeout_s
+    if len(calls) == 1:  # the common case inside a protocol round: one peer, one blocking get
+        party, ref = calls[0]
+        try:
+            return [ray.get(ref, timeout=max(timeout_s, 0.0))]
+        except Exception as exc:
+            raise _failure(exc, party, phase, timeout_s, party_of_actor) from None
+    party_of = {ref: party for party, ref in calls}
+    pending = list(party_of)
+    while pending:
+        # Wake up at least every _POLL_S: one failed call ends the wait, the others notwithstanding.
+        wait_s = min(_POLL_S, max(0.0, deadline - time.monotonic()))
+        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s, fetch_local=False)
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception as exc:
+                raise _failure(exc, party_of[ref], phase, timeout_s, party_of_actor) from None
+        if pending and time.monotonic() >= deadline:
+            raise PartyFailedError(party_of[pending[0]], phase, f"no answer within {timeout_s:g} s")
+    return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
+
+
+def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_actor: Callable | None) -> Exception:
+    """The ray_vfl error for a failed wait on ``party``'s call."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
+        if isinstance(cause, PartyFailedError):
+            return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause)
+        if isinstance(cause, (DataError, ConfigError)):
+            return cause
+        return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
+    if isinstance(exc, ray.exceptions.RayActorError):
+        failed = party_of_actor(getattr(exc, "actor_id", None)) if party_of_actor else "?"
+        return PartyFailedError(failed if failed != "?" else party, phase, "actor died")
+    if isinstance(exc, ray.exceptions.GetTimeoutError):
+        return PartyFailedError(party, phase, f"no answer within {timeout_s:g} s")
+    return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")

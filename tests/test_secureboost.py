@@ -132,7 +132,7 @@ def test_paillier_privacy_audit(runtime, small_credit):
     clf.fit(train_data, eval_set=[test_data])
     stats = clf.comm_stats_
     received = stats.received_by("party1")
-    assert {r.kind for r in received} == {"public_key", "encrypted_gh", "level_plan", "split_orders", "route_query"}
+    assert {r.kind for r in received} == {"public_key", "encrypted_gh", "level_step", "route_query"}
 
     def arrays(shape):
         if isinstance(shape, tuple) and shape and shape[0] == "ndarray":
@@ -151,8 +151,8 @@ def test_paillier_privacy_audit(runtime, small_credit):
             cipher = record.shape[1]
             assert cipher["tag"] == "str" and cipher["data"][1] == "uint8"
             assert cipher["data"][2] == (len(train_data.ids), 256)  # one 2048-bit ciphertext mod n^2 per row
-    orders = [r for r in received if r.kind == "split_orders"]
-    filed = sum(r.shape[1]["node"][2][0] for r in orders)
+    steps = [r.shape[1] for r in received if r.kind == "level_step"]
+    filed = sum(step["orders"][1]["node"][2][0] for step in steps)
     tables = clf.model_.lookup_tables()
     assert filed == len(tables["party1"]["rows"])
     trees = clf.model_.trees()

@@ -128,6 +128,10 @@ class CipherArray:
         """Size of the payload in bytes (what crosses the network)."""
         return int(self.data.nbytes)
 
+    def describe(self) -> tuple:
+        """Shape of the payload for the send path's audit records (never values)."""
+        return ("CipherArray", {"data": ("ndarray", self.data.dtype.name, self.data.shape), "key_id": "bytes", "tag": "str"})
+
     def __reduce__(self):  # ship only the array, key id and tag
         return (CipherArray, (self.data, self.key_id, self.tag))
 
@@ -348,6 +352,21 @@ class Backend(ABC):
             kind, src = c._ints
             ints = (kind, [src[i] for i in ix.tolist()])
         return CipherArray(c.data[ix], c.key_id, tag, ints)
+
+    def split(self, c: CipherArray, n_parts: int) -> list[CipherArray]:
+        """``c`` cut into ``n_parts`` equal consecutive parts (views; no crypto, no index arrays)."""
+        if not isinstance(c, CipherArray):
+            raise CryptoError(f"expected a CipherArray, got {type(c).__name__}")
+        if compressed_layout(c.tag) is not None:
+            raise CryptoError("split works on uncompressed arrays; use take for compressed ones")
+        if n_parts <= 0 or len(c) % n_parts:
+            raise DataError(f"cannot split {len(c)} entries into {n_parts} equal parts")
+        w = len(c) // n_parts
+        parts = []
+        for i in range(n_parts):
+            ints = None if c._ints is None else (c._ints[0], c._ints[1][i * w:(i + 1) * w])
+            parts.append(CipherArray(c.data[i * w:(i + 1) * w], c.key_id, c.tag, ints))
+        return parts
 
     def concat(self, arrays: Sequence[CipherArray]) -> CipherArray:
         """Concatenate arrays of the same key and tag; no crypto."""

@@ -9,10 +9,12 @@ import numpy as np
 from ..config import BoostConfig
 from ..crypto import get_backend
 from ..errors import DataError
-from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights, slot_of_rows, smaller_children
+from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..runtime import TaskPool
-from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
+from . import rounds
+from .levels import RowLevels, pack_partition, unpack_partition
+from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
 from .tree import Tree, TreeBuilder
 
@@ -35,11 +37,6 @@ def backend_options(objective: str) -> dict:
     return {"gh_max_abs": 1.0} if objective == "binary:logistic" else {}
 
 
-def _one_or_tuple(items: list) -> Any:
-    """Ray's ``num_returns=k`` wants a bare value for k == 1, a tuple otherwise."""
-    return items[0] if len(items) == 1 else tuple(items)
-
-
 class ActiveParty(Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
@@ -60,6 +57,7 @@ class ActiveParty(Party):
         self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
+        self.peers: dict[str, Any] = {}
         self.trees: list[Tree] = []
         self.record_count = {p: 0 for p in self.passives}
         self.routes: dict[str, dict[str, Any]] = {}
@@ -81,11 +79,27 @@ class ActiveParty(Party):
     def public_key_message(self):
         return self.mailbox.send("public_key", self.passives, (self.backend_spec, self.public_key))
 
+    def set_peers(self, handles: dict[str, Any]) -> None:
+        """The passive parties' actor handles: this party runs each tree's rounds with them."""
+        self.peers = {p: handles[p] for p in self.passives}
+
     def set_eval_labels(self, key: str, label: np.ndarray) -> None:
         self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
         self.history[key] = []
 
     # one tree --------------------------------------------------------------
+    def grow_tree(self, tree: int, eval_keys: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
+        """Grow tree ``tree`` with the passive parties; metrics on training and eval sets."""
+        rounds.grow_tree(self, tree)
+        logs = {"train": self.finish_tree()}
+        for key in eval_keys:
+            logs[key] = self.record_eval(key, rounds.route(self, key, tree, tree + 1))
+        return logs
+
+    def predict_margin(self, key: str, first_tree: int, end_tree: int) -> np.ndarray:
+        """Federated margins of data set ``key`` over trees ``[first_tree, end_tree)`` (no base margin)."""
+        return rounds.route(self, key, first_tree, end_tree)
+
     def start_tree(self, tree: int):
         """Gradients of the current model, encrypted for the passive parties."""
         self.tree = tree
@@ -100,27 +114,40 @@ class ActiveParty(Party):
         self.ops["encrypt"] += len(gh)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
         self.builder = TreeBuilder()
-        self.node_of_row = np.zeros(n, dtype=np.int32)
-        self.open = np.array([0], dtype=np.int32)
-        self.build, self.derive = self.open, np.zeros((0, 3), dtype=np.int32)
+        self.levels = RowLevels(n)
         self.own_hists: dict[int, Any] = {}
-        return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0), self._plan_level(0)
+        self.children: list[tuple[int, int, int]] = []
+        self.lefts: dict[int, np.ndarray] = {}
+        return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
 
-    def _plan_level(self, depth: int):
-        masked = np.where(np.isin(self.node_of_row, self.open), self.node_of_row, -1).astype(np.int32)
-        plan = LevelPlan(masked, self.open, self.build, self.derive)
-        self.masked_nodes = masked
-        return self.mailbox.send("level_plan", self.passives, plan, self.tree, depth)
+    def receive(self, replies: list) -> list:
+        """File the partitions among passive replies; return their histogram messages."""
+        hists = []
+        for message in replies:
+            if message is None:
+                continue
+            if message.kind == "partition":
+                self.lefts.update(unpack_partition(self.mailbox.open(message, "partition")))
+            else:
+                self.mailbox.open(message, "encrypted_histograms")  # checks kind and receiver
+                hists.append(message)
+        return hists
+
+    def advance(self) -> None:
+        """Move rows to the children of the level's splits (every partition is in by now)."""
+        if self.children:
+            self.levels.advance(np.asarray(self.children), self.lefts)
+            self.children, self.lefts = [], {}
 
     def own_histograms(self) -> None:
         """This party's own plaintext histograms, by the same kernel as the encrypted ones."""
-        if len(self.open) == 0:
+        levels = self.levels
+        if len(levels.open) == 0:
             return
-        slot = slot_of_rows(self.masked_nodes, self.build)
-        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys, slot, len(self.build), self.n_bins)
-        width = self.n_features * self.n_bins
-        hists = {n: self.plain.take(built, np.arange(i * width, (i + 1) * width)) for i, n in enumerate(self.build.tolist())}
-        for node, parent, sibling in self.derive.tolist():
+        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys,
+                                 [levels.rows_of(n) for n in levels.build.tolist()], self.n_bins)
+        hists = dict(zip(levels.build.tolist(), built))
+        for node, parent, sibling in levels.derive.tolist():
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists
 
@@ -137,56 +164,73 @@ class ActiveParty(Party):
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def find_splits(self, depth: int, *hist_messages):
-        """Decrypt, pick the best split of every open node over all parties' features."""
-        n_open = len(self.open)
+    def choose_splits(self, depth: int, hist_messages: list) -> bool:
+        """Decrypt, pick the best split of every open node over all parties' features.
+
+        Splits on this party's own features are applied at once (their rows'
+        directions go into the next :class:`LevelStep`); the others become
+        orders for their owners. Returns whether any node was split.
+        """
+        open_nodes = self.levels.open
+        n_open = len(open_nodes)
+        self.orders: dict[str, list[tuple]] = {p: [] for p in self.passives}
+        self.owner_of: dict[int, str] = {}
+        self.orders_sent: set[str] = set()
+        if n_open == 0:
+            return False
         blocks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if n_open:
-            own = self.plain.concat([self.own_hists[n] for n in self.open.tolist()])
-            G, H = self.plain.decrypt_gh(self._plain_sk, own)
-            blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
-            for message in hist_messages:
-                G, H = self._decrypt(self.mailbox.open(message, "encrypted_histograms"))
-                blocks[message.sender] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
-        orders: dict[str, list[tuple]] = {p: [] for p in self.passives}
-        self.pending: list[tuple[int, int, int, int, np.ndarray | None]] = []
-        totals_g = np.bincount(self.node_of_row, weights=self.g, minlength=self.builder_size())
-        totals_h = np.bincount(self.node_of_row, weights=self.h, minlength=self.builder_size())
-        if n_open:
-            G = np.concatenate([blocks[p][0] for p in self.order], axis=1)
-            H = np.concatenate([blocks[p][1] for p in self.order], axis=1)
-            offsets = np.cumsum([0] + [blocks[p][0].shape[1] for p in self.order])
-            choice = best_splits(G, H, self.config.reg_lambda, self.config.min_child_weight)
-            split = choice.splittable(self.config.gamma)
-            for i, node in enumerate(self.open.tolist()):
-                if not split[i]:
-                    self._make_leaf(node, totals_g, totals_h)
-                    continue
-                owner = int(np.searchsorted(offsets, choice.feature[i], side="right") - 1)
-                feature = int(choice.feature[i] - offsets[owner])
-                bin_index, default_left = int(choice.bin[i]), bool(choice.default_left[i])
-                party = self.order[owner]
-                if owner == self.me:
-                    record = len(self.lookup)
-                    self.lookup.add(record, feature, bin_index, self.binner.threshold(feature, bin_index), default_left)
-                    rows = np.flatnonzero(self.node_of_row == node)
-                    left = goes_left(self.bins["train"][rows, feature], bin_index, default_left, self.missing_bin)
-                else:
-                    record = self.record_count[party]
-                    self.record_count[party] += 1
-                    orders[party].append((node, feature, bin_index, default_left, record))
-                    left = None
-                l_child, r_child = self.builder.split(node, owner, record)
-                self.pending.append((node, l_child, r_child, owner, left))
-        messages = []
-        for party in self.passives:
-            cols = list(zip(*orders[party])) or [[], [], [], [], []]
-            payload = SplitOrders(
-                np.asarray(cols[0], dtype=np.int32), np.asarray(cols[1], dtype=np.int32), np.asarray(cols[2], dtype=np.int32),
-                np.asarray(cols[3], dtype=bool), np.asarray(cols[4], dtype=np.int32),
-            )
-            messages.append(self.mailbox.send("split_orders", [party], payload, self.tree, depth))
-        return _one_or_tuple(messages)
+        own = self.plain.concat([self.own_hists[n] for n in open_nodes.tolist()])
+        G, H = self.plain.decrypt_gh(self._plain_sk, own)
+        blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
+        for message in hist_messages:
+            G, H = self._decrypt(self.mailbox.open(message, "encrypted_histograms"))
+            blocks[message.sender] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
+        totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=self.builder_size())
+        totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=self.builder_size())
+        G = np.concatenate([blocks[p][0] for p in self.order], axis=1)
+        H = np.concatenate([blocks[p][1] for p in self.order], axis=1)
+        offsets = np.cumsum([0] + [blocks[p][0].shape[1] for p in self.order])
+        choice = best_splits(G, H, self.config.reg_lambda, self.config.min_child_weight)
+        split = choice.splittable(self.config.gamma)
+        for i, node in enumerate(open_nodes.tolist()):
+            if not split[i]:
+                self._make_leaf(node, totals_g, totals_h)
+                continue
+            owner = int(np.searchsorted(offsets, choice.feature[i], side="right") - 1)
+            feature = int(choice.feature[i] - offsets[owner])
+            bin_index, default_left = int(choice.bin[i]), bool(choice.default_left[i])
+            party = self.order[owner]
+            if owner == self.me:
+                record = len(self.lookup)
+                self.lookup.add(record, feature, bin_index, self.binner.threshold(feature, bin_index), default_left)
+                column = self.bins["train"][self.levels.rows_of(node), feature]
+                self.lefts[node] = goes_left(column, bin_index, default_left, self.missing_bin)
+            else:
+                record = self.record_count[party]
+                self.record_count[party] += 1
+                self.orders[party].append((node, feature, bin_index, default_left, record))
+            self.owner_of[node] = party
+            self.children.append((node, *self.builder.split(node, owner, record)))
+        return bool(self.children)
+
+    def winners(self) -> list[str]:
+        """Passive parties that won a split of this level."""
+        return [p for p in self.passives if self.orders[p]]
+
+    def level_step(self, party: str, depth: int, advance: bool):
+        """The :class:`LevelStep` for ``party``: its orders (once), the children and
+        (when it is to advance) the partitions of the nodes other parties split."""
+        rows = [] if party in self.orders_sent else self.orders[party]
+        self.orders_sent.add(party)
+        cols = list(zip(*rows)) or [[], [], [], [], []]
+        orders = SplitOrders(
+            np.asarray(cols[0], dtype=np.int32), np.asarray(cols[1], dtype=np.int32), np.asarray(cols[2], dtype=np.int32),
+            np.asarray(cols[3], dtype=bool), np.asarray(cols[4], dtype=np.int32),
+        )
+        others = [n for n in sorted(self.lefts) if self.owner_of[n] != party] if advance else []
+        step = LevelStep(orders, np.asarray(self.children, dtype=np.int32).reshape(-1, 3),
+                         pack_partition(others, [self.lefts[n] for n in others]), advance)
+        return self.mailbox.send("level_step", [party], step, self.tree, depth)
 
     def builder_size(self) -> int:
         return len(self.builder.left)
@@ -195,39 +239,16 @@ class ActiveParty(Party):
         w = leaf_weights(totals_g[node], totals_h[node], self.config.reg_lambda, self.config.learning_rate)
         self.builder.set_leaf(node, w)
 
-    def apply_partitions(self, depth: int, *partition_messages):
-        """Move every row of a split node to its child; send the next level's plan (if any)."""
-        lefts: dict[int, np.ndarray] = {}
-        for message in partition_messages:
-            part: Partition = self.mailbox.open(message, "partition")
-            bits = np.unpackbits(part.bits, count=int(part.counts.sum())).astype(bool)
-            for node, chunk in zip(part.node.tolist(), np.split(bits, np.cumsum(part.counts)[:-1])):
-                lefts[node] = chunk
-        children, build, derive = [], [], []
-        for node, l_child, r_child, owner, left in self.pending:
-            left = lefts[node] if left is None else left
-            rows = np.flatnonzero(self.node_of_row == node)
-            self.node_of_row[rows[left]] = l_child
-            self.node_of_row[rows[~left]] = r_child
-            children += [l_child, r_child]
-            small, big = (l_child, r_child) if smaller_children(left.sum(), (~left).sum()) else (r_child, l_child)
-            build.append(small)
-            derive.append((big, node, small))
-        self.open = np.asarray(children, dtype=np.int32)
-        self.build = np.asarray(build, dtype=np.int32)
-        self.derive = np.asarray(derive, dtype=np.int32).reshape(-1, 3)
-        return self._plan_level(depth + 1) if depth + 1 < self.config.max_depth else None
-
     def finish_tree(self) -> dict[str, Any]:
         """Close the open nodes as leaves, update the margins, report training metrics."""
         size = self.builder_size()
-        totals_g = np.bincount(self.node_of_row, weights=self.g, minlength=size)
-        totals_h = np.bincount(self.node_of_row, weights=self.h, minlength=size)
-        for node in self.open.tolist():
+        totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=size)
+        totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=size)
+        for node in self.levels.open.tolist():
             self._make_leaf(node, totals_g, totals_h)
         tree = self.builder.finish()
         self.trees.append(tree)
-        self.margin = self.margin + tree.weight[self.node_of_row]
+        self.margin = self.margin + tree.weight[self.levels.node_of_row]
         # AUC is left to the eval sets: ranking every training row after each tree costs more than the tree
         metrics = evaluate_margin(self.config.objective, self.y, self.margin, with_auc=False)
         self.history.setdefault("train", []).append(metrics)
@@ -273,35 +294,33 @@ class ActiveParty(Party):
             left = self.lookup.route(bins, idx % r["n"], r["record"][pos[idx]], self.missing_bin)
             pos[idx] = np.where(left, r["left"][pos[idx]], r["right"][pos[idx]])
 
-    def _route_queries(self, key: str, depth: int):
+    def _route_queries(self, key: str, depth: int) -> dict[str, Any]:
+        """Queries for the passive parties at whose nodes rows now wait (none once all reached leaves)."""
         self._advance_own(key)
         r = self.routes[key]
         pos = r["pos"]
         internal = r["left"][pos] >= 0
-        messages = []
+        r["waiting"] = {}
+        queries = {}
         for party in self.passives:
             idx = np.flatnonzero(internal & (r["owner"][pos] == self.order.index(party)))
-            r["waiting"][party] = idx
-            query = RouteQuery(idx % r["n"], r["record"][pos[idx]])
-            messages.append(self.mailbox.send("route_query", [party], query, -1, depth))
-        return _one_or_tuple(messages)
+            if len(idx):
+                r["waiting"][party] = idx
+                queries[party] = self.mailbox.send("route_query", [party], RouteQuery(idx % r["n"], r["record"][pos[idx]]), -1, depth)
+        return queries
 
-    def _apply_answers(self, key: str, answers) -> None:
+    def route_step(self, key: str, depth: int, answers: list) -> dict[str, Any]:
+        """Move the waiting rows by the passive parties' answers; the next round's queries."""
         r = self.routes[key]
         for message in answers:
             answer: RouteAnswer = self.mailbox.open(message, "route_answer")
             idx = r["waiting"][message.sender]
             left = np.unpackbits(answer.bits, count=answer.count).astype(bool)
             r["pos"][idx] = np.where(left, r["left"][r["pos"][idx]], r["right"][r["pos"][idx]])
-
-    def route_step(self, key: str, depth: int, *answers):
-        self._apply_answers(key, answers)
         return self._route_queries(key, depth)
 
-    def route_finish(self, key: str, *answers) -> np.ndarray:
+    def route_finish(self, key: str) -> np.ndarray:
         """Sum of the leaf weights each row reached (without the base margin)."""
-        self._apply_answers(key, answers)
-        self._advance_own(key)
         r = self.routes.pop(key)
         if len(r["weight"]) == 0:
             return np.zeros(r["n"])

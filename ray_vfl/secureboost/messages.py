@@ -6,23 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LevelPlan", "SplitOrders", "Partition", "RouteQuery", "RouteAnswer"]
-
-
-@dataclass(frozen=True)
-class LevelPlan:
-    """Active -> passive: the rows of each open node and which histograms to build.
-
-    ``node_of_row[i]`` is the open node of row ``i`` (-1 once its leaf is
-    final). Histograms of ``build`` are summed from rows; each
-    ``(node, parent, sibling)`` of ``derive`` is ``parent - sibling``
-    (histogram subtraction). The reply lists histograms in ``level`` order.
-    """
-
-    node_of_row: np.ndarray
-    level: np.ndarray
-    build: np.ndarray
-    derive: np.ndarray  # (k, 3): node, parent, sibling
+__all__ = ["SplitOrders", "Partition", "LevelStep", "RouteQuery", "RouteAnswer"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +27,23 @@ class Partition:
     node: np.ndarray
     bits: np.ndarray
     counts: np.ndarray  # rows per node, to unpack ``bits``
+
+
+@dataclass(frozen=True)
+class LevelStep:
+    """Active -> one passive once a level's splits are decided.
+
+    ``orders`` are the splits this passive won; ``children`` rows are
+    ``(node, left child, right child)`` for every split of the level;
+    ``partition`` says which rows go left at the split nodes this passive
+    does not own (the instance spaces SecureBoost shares). With ``advance``
+    the passive moves its rows to the children, ready for the next level.
+    """
+
+    orders: SplitOrders
+    children: np.ndarray
+    partition: Partition
+    advance: bool
 
 
 @dataclass(frozen=True)

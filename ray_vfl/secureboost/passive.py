@@ -6,18 +6,17 @@ import numpy as np
 import ray
 
 from ..crypto import get_backend
-from ..kernels import build_histograms, goes_left, slot_of_rows
-from .messages import LevelPlan, Partition, RouteAnswer, RouteQuery, SplitOrders
+from ..kernels import build_histograms, goes_left
+from .levels import RowLevels, pack_partition, unpack_partition
+from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
 
 __all__ = ["PassiveParty"]
 
 
-def _histogram_task(rows: np.ndarray, spec: tuple, public_key, gh, fkeys: np.ndarray, slot_of_row: np.ndarray, n_slots: int, n_bins: int):
-    """One chunk of rows summed into encrypted histograms (runs as a pinned Ray task)."""
-    mask = np.full(len(slot_of_row), -1, dtype=np.int64)
-    mask[rows] = slot_of_row[rows]
-    return build_histograms(get_backend(spec[0], **spec[1]), public_key, gh, fkeys, mask, n_slots, n_bins)
+def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int):
+    """A share of every node's rows summed into encrypted histograms (runs as a pinned Ray task)."""
+    return build_histograms(get_backend(spec[0], **spec[1]), public_key, gh, fkeys, rows_of_nodes, n_bins)
 
 
 def _compress_task(hists: list, spec: tuple, public_key) -> list:
@@ -44,13 +43,37 @@ class PassiveParty(Party):
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
 
-    def receive_gradients(self, message) -> None:
+    def begin_tree(self, message) -> None:
+        """Take a tree's encrypted gradient pairs; every row starts at the root."""
         self.tree = message.tree
         gh = self.mailbox.open(message, "encrypted_gh")
         self.gh = gh
         # Put once per tree: every histogram task reads it from the object store, zero-copy.
         self.gh_ref = ray.put(gh) if self._parallel(len(gh)) else gh
         self.hists: dict[int, object] = {}
+        self.levels = RowLevels(len(gh))
+        self.depth = 0
+        self.lefts: dict[int, np.ndarray] = {}
+        self.reply_to = message.sender
+
+    def next_level(self, message):
+        """File the splits this party won and (when told to advance) move rows to the children.
+
+        Returns the partition of the nodes this party split, or ``None`` if it won none.
+        """
+        step: LevelStep = self.mailbox.open(message, "level_step")
+        partition = None
+        if len(step.orders.node):
+            own = self._apply_orders(step.orders)
+            self.lefts.update(own)
+            partition = self.mailbox.send("partition", [message.sender], pack_partition(list(own), list(own.values())),
+                                          self.tree, message.depth)
+        self.lefts.update(unpack_partition(step.partition))
+        if step.advance:
+            self.levels.advance(step.children, self.lefts)
+            self.lefts = {}
+            self.depth = message.depth + 1
+        return partition
 
     def _parallel(self, n_items: int, min_items: int = 512) -> bool:
         """Fan out over the task pool only for real crypto on enough items to pay a task's start."""
@@ -65,58 +88,51 @@ class PassiveParty(Party):
             return [r for part in self.pool.map(fn, groups, *shared) for r in part]
         return fn(items, *shared)
 
-    def histograms(self, message):
+    def histograms(self):
         """Encrypted, compressed, re-randomised G/H histograms of every open node of this level.
 
         Built nodes are summed from rows and compressed (many bin sums per
         ciphertext); each sibling is derived by subtracting compressed
         histograms (``parent - built``), which needs no compression of its own.
         """
-        plan: LevelPlan = self.mailbox.open(message, "level_plan")
-        self.node_of_row = plan.node_of_row
-        slot = slot_of_rows(plan.node_of_row, plan.build)
-        n_slots = len(plan.build)
-        rows = np.flatnonzero(slot >= 0)
+        levels = self.levels
+        rows_of_nodes = [levels.rows_of(n) for n in levels.build.tolist()]
+        n_rows = sum(len(r) for r in rows_of_nodes)
         width = self.n_features * self.n_bins
-        self.ops["add"] += len(rows) * self.n_features  # one ciphertext product per (row, feature)
-        built = []
-        if n_slots and self._parallel(len(rows)):
-            parts = self.pool.map(
-                _histogram_task, [rows[s] for s in self.pool.chunks(len(rows), 2048)],
-                self.backend_spec, self.public_key, self.gh_ref, self.fkeys, slot, n_slots, self.n_bins,
-            )
-            total = parts[0]
+        self.ops["add"] += n_rows * self.n_features  # one ciphertext product per (row, feature)
+        if self._parallel(n_rows):
+            shares = self.pool.chunks(n_rows, 2048)
+            # task i sums the i-th share of every node's rows; the shares' histograms are then added
+            tasks = [[r[round(i * len(r) / len(shares)):round((i + 1) * len(r) / len(shares))] for r in rows_of_nodes]
+                     for i in range(len(shares))]
+            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys, self.n_bins)
+            built = parts[0]
             for part in parts[1:]:
-                total = self.backend.add(self.public_key, total, part)
-        elif n_slots:
-            total = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, slot, n_slots, self.n_bins)
-        if n_slots:
-            built = [self.backend.take(total, np.arange(i * width, (i + 1) * width)) for i in range(n_slots)]
+                built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
+        else:
+            built = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, rows_of_nodes, self.n_bins)
+        if built:
             if self.backend.slots_per_ciphertext(self.public_key) > 1:
-                self.ops["compress"] += n_slots * width
+                self.ops["compress"] += len(built) * width
             built = self._fan_out(_compress_task, built, self.backend_spec, self.public_key)
-        level = dict(zip(plan.build.tolist(), built))
-        for node, parent, sibling in plan.derive.tolist():
+        level = dict(zip(levels.build.tolist(), built))
+        for node, parent, sibling in levels.derive.tolist():
             level[node] = self.backend.sub(self.public_key, self.hists[parent], level[sibling])
             self.ops["sub"] += len(level[node])
         self.hists = level  # parents of the next level
-        sealed = self._fan_out(_rerandomize_task, [level[n] for n in plan.level.tolist()], self.backend_spec, self.public_key)
+        sealed = self._fan_out(_rerandomize_task, [level[n] for n in levels.open.tolist()], self.backend_spec, self.public_key)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
-        return self.mailbox.send("encrypted_histograms", [message.sender], sealed, self.tree, message.depth)
+        return self.mailbox.send("encrypted_histograms", [self.reply_to], sealed, self.tree, self.depth)
 
-    def apply_splits(self, message):
-        """File the splits this party won; tell the active party which rows go left."""
-        orders: SplitOrders = self.mailbox.open(message, "split_orders")
+    def _apply_orders(self, orders: SplitOrders) -> dict[int, np.ndarray]:
+        """File the won splits in the lookup table; which rows of each node go left."""
         bins = self.bins["train"]
-        bits, counts = [], []
-        for node, f, b, dl, rec in zip(orders.node, orders.feature, orders.bin, orders.default_left, orders.record):
-            self.lookup.add(int(rec), int(f), int(b), self.binner.threshold(int(f), int(b)), bool(dl))
-            rows = np.flatnonzero(self.node_of_row == node)
-            bits.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
-            counts.append(len(rows))
-        packed = np.packbits(np.concatenate(bits)) if bits else np.zeros(0, dtype=np.uint8)
-        reply = Partition(orders.node, packed, np.asarray(counts, dtype=np.int64))
-        return self.mailbox.send("partition", [message.sender], reply, self.tree, message.depth)
+        lefts = {}
+        for node, f, b, dl, rec in zip(orders.node.tolist(), orders.feature.tolist(), orders.bin.tolist(),
+                                       orders.default_left.tolist(), orders.record.tolist()):
+            self.lookup.add(rec, f, b, self.binner.threshold(f, b), dl)
+            lefts[node] = goes_left(bins[self.levels.rows_of(node), f], b, dl, self.missing_bin)
+        return lefts
 
     def route(self, key: str, message):
         """Prediction: which way each queried row goes at this party's records."""

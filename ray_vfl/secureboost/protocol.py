@@ -6,28 +6,30 @@ Paillier key; passive parties sum ciphertexts into their own bins; the active
 party decrypts the bin sums and finds every split. Trees grow level by level,
 with histogram subtraction (build the smaller child, derive its sibling).
 
-Rounds per tree (``P`` passive parties, ``D`` = max_depth):
+Rounds per tree (``P`` passive parties, ``D`` = max_depth); the active party's
+actor runs them with the passive parties' actors (:mod:`.rounds`):
 
 =====  ======================  =================================  ==========================================
 round  sender -> receiver      payload                            what the receiver learns
 =====  ======================  =================================  ==========================================
-once   active -> passive        public key                         nothing secret
+once   active -> passive       public key                         nothing secret
 1      active -> passive       Enc(g), Enc(h) per row             nothing (semantic security)
-per d  active -> passive       open node of every row, which      the instance space of each node (as in
-       (level_plan)            histograms to build / derive       SecureBoost)
-per d  passive -> active       Enc(bin sums) per node, feature    bin sums of g and h (not per row)
-per d  active -> passive p     (node, p's feature, p's bin)       which of its own bins won; never another
-       (split_orders)          for the splits p won               party's split or any threshold
-per d  passive p -> active     left/right of each row of those    the partition of the node's rows
-       (partition)             nodes
+per d  passive -> active       Enc(bin sums) per open node,       bin sums of g and h (not per row)
+       (encrypted_histograms)  feature and bin
+per d  active -> passive p     the splits p won (node, p's        which of its own bins won, the children
+       (level_step)            feature, p's bin, record id);      of each split and the instance space of
+                               children of every split; rows      each node (as in SecureBoost); never
+                               going left at nodes others split   another party's split or any threshold
+per d  passive p -> active     left/right of the rows of the      the partition of those nodes' rows
+       (partition)             nodes p split
 =====  ======================  =================================  ==========================================
 
-Prediction (``D`` rounds): the active party sends each passive party the
-(row, record id) pairs waiting at its nodes and gets one bit per pair back.
-The passive party learns which of its nodes each row reaches; the active
-party learns the path, never a threshold. All calls below are submitted
-without waiting: Ray chains them by their object references, and the driver
-blocks once per tree.
+Prediction (at most ``D`` rounds): the active party sends each passive party
+the (row, record id) pairs waiting at its nodes and gets one bit per pair
+back. The passive party learns which of its nodes each row reaches; the
+active party learns the path, never a threshold. The driver makes one call
+per tree; the label party waits for its peers itself, so a level costs one
+actor round trip (two with several passive parties that won splits).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from ..config import BoostConfig
 from ..dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..kernels import transform_margin
-from ..runtime import Runtime, as_ref_list
+from ..runtime import Runtime
 from .active import ActiveParty
 from .passive import PassiveParty
 
@@ -100,10 +102,10 @@ class FederatedModel:
         key = f"predict-{uuid.uuid4().hex[:8]}"
         calls = [(p, self._handle(p).load_rows.remote(key, data.features[p])) for p in self.order]
         self.runtime.get(calls, "load prediction rows")
-        margin_ref, refs = _route(self, key, 0, n_trees or self.n_trees)
-        margin = self.runtime.get(refs + [(self.label_party, margin_ref)], "prediction")[-1]
+        active = self._handle(self.label_party)
+        margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
+                                         (self.label_party, active.get_base_margin.remote())], "prediction")
         self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
-        base = self.runtime.get([(self.label_party, self._handle(self.label_party).get_base_margin.remote())], "model")[0]
         return margin + base
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
@@ -146,23 +148,9 @@ class FederatedModel:
                 handle = runtime.spawn(p, PassiveParty, p, None, [], config, pool)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.json"))))
         runtime.get(calls, "load")
+        peers = {p: runtime.actor(p) for p in meta["order"] if p != meta["label_party"]}
+        runtime.get([(meta["label_party"], runtime.actor(meta["label_party"]).set_peers.remote(peers))], "load")
         return cls(runtime, meta["order"], meta["label_party"], config, meta["n_trees"])
-
-
-def _route(model: FederatedModel, key: str, first: int, end: int):
-    """Submit the prediction rounds for trees ``[first, end)``; returns (margin ref, calls)."""
-    active = model._handle(model.label_party)
-    passives = [(p, model._handle(p)) for p in model.passives]
-    n = len(passives)
-    calls = []
-    queries = as_ref_list(active.route_start.options(num_returns=n).remote(key, first, end), n)
-    # A row meets at most max_depth internal nodes, so max_depth rounds of answers reach every leaf.
-    for depth in range(1, model.config.max_depth + 1):
-        answers = [h.route.remote(key, q) for (p, h), q in zip(passives, queries)]
-        calls += [(p, a) for (p, _), a in zip(passives, answers)]
-        if depth < model.config.max_depth:
-            queries = as_ref_list(active.route_step.options(num_returns=n).remote(key, depth, *answers), n)
-    return active.route_finish.remote(key, *answers), calls
 
 
 def train(
@@ -208,9 +196,9 @@ def train(
     active = runtime.spawn(active_name, ActiveParty, active_name, data.features[active_name], cats.get(active_name, []),
                            config, pools[active_name], data.label, order)
     passives = [(p, runtime.spawn(p, PassiveParty, p, data.features[p], cats.get(p, []), config, pools[p])) for p in passive_names]
-    n = len(passives)
     key_msg = active.public_key_message.remote()
-    setup = warm + [(active_name, key_msg)] + [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
+    setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
+    setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]
@@ -219,26 +207,10 @@ def train(
 
     cb = CallbackList(callbacks)
     cb.before_training(config)
+    eval_keys = tuple(eval_sets or {})
     for t in range(config.n_trees):
-        gh, plan = active.start_tree.options(num_returns=2).remote(t)
-        calls = [(p, h.receive_gradients.remote(gh)) for p, h in passives]
-        for depth in range(config.max_depth):
-            own = active.own_histograms.remote()
-            hists = [h.histograms.remote(plan) for _, h in passives]
-            orders = as_ref_list(active.find_splits.options(num_returns=n).remote(depth, *hists), n)
-            partitions = [h.apply_splits.remote(o) for (_, h), o in zip(passives, orders)]
-            calls += [(active_name, own)] + [(p, r) for (p, _), r in zip(passives, hists + partitions)]
-            plan = active.apply_partitions.remote(depth, *partitions)
-            calls.append((active_name, plan))
-        calls.append((active_name, active.finish_tree.remote()))
-        wanted = {"train": len(calls) - 1}
-        for key in eval_sets or {}:
-            margin_ref, route_calls = _route(model, key, t, t + 1)
-            calls += route_calls + [(active_name, active.record_eval.remote(key, margin_ref))]
-            wanted[key] = len(calls) - 1
-        results = runtime.get(calls, f"tree {t}", config.timeout_s)
+        logs = runtime.get([(active_name, active.grow_tree.remote(t, eval_keys))], f"tree {t}", config.timeout_s)[0]
         model.n_trees = t + 1
-        logs = {key: results[i] for key, i in wanted.items()}
         if cb.after_iteration(t, logs):
             break
     cb.after_training(model)

@@ -1,0 +1,70 @@
+"""The rounds of one SecureBoost tree and of federated prediction, as the label party runs them.
+
+The active (label) party's actor drives each tree: it calls the passive
+parties' actors directly and waits for their replies, one round trip per
+level instead of a chain of calls through the driver. Every payload still
+goes through the parties' metered :class:`~ray_vfl.comm.Mailbox`; a passive
+party that dies, fails or stays silent past ``config.timeout_s`` ends the
+tree with :class:`~ray_vfl.errors.PartyFailedError` naming it.
+
+Per level, with one passive party (or when no passive party won a split of
+the level): one round trip. The active party sends ``level_step`` (the splits
+the passive won, the children, its own partitions) and at once asks for the
+next level's histograms; the passive answers the first with its partition,
+so the active party builds its own histograms while the passive party builds
+the encrypted ones. With several passive parties, those that won splits first
+send their partitions (every passive party needs them to move its rows):
+two round trips.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import gather
+
+__all__ = ["grow_tree", "route"]
+
+
+def grow_tree(active, tree: int) -> None:
+    """Grow one tree level by level with every passive party (inside the active party)."""
+    peers, timeout = active.peers, active.config.timeout_s
+    max_depth = active.config.max_depth
+    gh = active.start_tree(tree)
+    moves = [(p, h.begin_tree.remote(gh)) for p, h in peers.items()]            # Enc(g), Enc(h) out
+    hists = [(p, h.histograms.remote()) for p, h in peers.items()]
+    for depth in range(max_depth):
+        active.receive(gather(moves, f"partitions before depth {depth}", timeout))
+        active.advance()
+        active.own_histograms()                                # while the passive parties build theirs
+        sums = active.receive(gather(hists, f"histograms at depth {depth}", timeout))  # Enc(bin sums) back
+        if not active.choose_splits(depth, sums):                                     # decrypt, best splits
+            return
+        last = depth + 1 == max_depth
+        winners = active.winners()
+        if len(peers) > 1 and winners:  # passive parties need each other's partitions: collect them first
+            first = [(p, peers[p].next_level.remote(active.level_step(p, depth, advance=False))) for p in winners]
+            active.receive(gather(first, f"partitions at depth {depth}", timeout))
+            targets = [] if last else list(peers)
+        else:
+            targets = winners if last else list(peers)
+        moves = [(p, peers[p].next_level.remote(active.level_step(p, depth, advance=not last))) for p in targets]
+        hists = [] if last else [(p, peers[p].histograms.remote()) for p in peers]
+    active.receive(gather(moves, "partitions of the last level", timeout))
+    active.advance()
+
+
+def route(active, key: str, first_tree: int, end_tree: int) -> np.ndarray:
+    """Federated prediction of data set ``key`` through trees ``[first_tree, end_tree)``.
+
+    Each round the active party moves rows through its own nodes and asks the
+    passive parties about the rows waiting at theirs; a row passes at most
+    ``max_depth`` internal nodes per tree, so at most ``max_depth`` rounds.
+    """
+    queries = active.route_start(key, first_tree, end_tree)
+    for depth in range(active.config.max_depth + 1):
+        if not queries:
+            return active.route_finish(key)
+        calls = [(p, active.peers[p].route.remote(key, q)) for p, q in queries.items()]
+        queries = active.route_step(key, depth + 1, gather(calls, f"prediction round {depth}", active.config.timeout_s))
+    return active.route_finish(key)
