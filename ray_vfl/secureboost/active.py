@@ -11,7 +11,7 @@ from ..crypto import get_backend
 from ..errors import DataError
 from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
-from ..runtime import TaskPool
+from ..runtime import TaskPool, gather
 from . import rounds
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
@@ -58,6 +58,7 @@ class ActiveParty(Party):
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
         self.peers: dict[str, Any] = {}
+        self.layouts: dict[str, tuple[int, np.ndarray]] = {}
         self.trees: list[Tree] = []
         self.record_count = {p: 0 for p in self.passives}
         self.routes: dict[str, dict[str, Any]] = {}
@@ -82,6 +83,14 @@ class ActiveParty(Party):
     def set_peers(self, handles: dict[str, Any]) -> None:
         """The passive parties' actor handles: this party runs each tree's rounds with them."""
         self.peers = {p: handles[p] for p in self.passives}
+
+    def collect_layouts(self) -> None:
+        """Ask each passive party which of its histogram cells its histograms carry (see
+        :meth:`PassiveParty.histogram_layout`)."""
+        calls = [(p, h.histogram_layout.remote(self.name)) for p, h in self.peers.items()]
+        for message in gather(calls, "histogram layouts", self.config.timeout_s):
+            layout = self.mailbox.open(message, "histogram_layout")
+            self.layouts[message.sender] = (int(layout["n_features"]), np.asarray(layout["cells"], dtype=np.int64))
 
     def set_eval_labels(self, key: str, label: np.ndarray) -> None:
         self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
@@ -184,7 +193,10 @@ class ActiveParty(Party):
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
         for message in hist_messages:
             G, H = self._decrypt(self.mailbox.open(message, "encrypted_histograms"))
-            blocks[message.sender] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
+            n_features, cells = self.layouts[message.sender]
+            full_g, full_h = np.zeros((n_open, n_features * self.n_bins)), np.zeros((n_open, n_features * self.n_bins))
+            full_g[:, cells], full_h[:, cells] = G.reshape(n_open, -1), H.reshape(n_open, -1)
+            blocks[message.sender] = (full_g.reshape(n_open, -1, self.n_bins), full_h.reshape(n_open, -1, self.n_bins))
         totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=self.builder_size())
         totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=self.builder_size())
         G = np.concatenate([blocks[p][0] for p in self.order], axis=1)

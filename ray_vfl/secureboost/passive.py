@@ -43,6 +43,22 @@ class PassiveParty(Party):
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
 
+    def reset(self, name, frame, categorical, config, pool) -> None:
+        super().reset(name, frame, categorical, config, pool)
+        width = self.n_features * self.n_bins
+        self.cells = None if self.fkeys is None else np.flatnonzero(np.bincount(self.fkeys.ravel(), minlength=width) > 0)
+
+    def histogram_layout(self, active: str):
+        """Tell the active party which histogram cells (feature, bin) hold any training row.
+
+        The others are empty in every node of every tree, so they are never
+        compressed, re-randomised, sent or decrypted. The active party learns
+        nothing new: the root histogram shows the same empty cells (their
+        hessian sums are zero).
+        """
+        layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32)}
+        return self.mailbox.send("histogram_layout", [active], layout)
+
     def begin_tree(self, message) -> None:
         """Take a tree's encrypted gradient pairs; every row starts at the root."""
         self.tree = message.tree
@@ -111,9 +127,11 @@ class PassiveParty(Party):
                 built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
         else:
             built = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, rows_of_nodes, self.n_bins)
+        if len(self.cells) < width:  # drop the cells no training row falls in
+            built = [self.backend.take(h, self.cells) for h in built]
         if built:
             if self.backend.slots_per_ciphertext(self.public_key) > 1:
-                self.ops["compress"] += len(built) * width
+                self.ops["compress"] += len(built) * len(self.cells)
             built = self._fan_out(_compress_task, built, self.backend_spec, self.public_key)
         level = dict(zip(levels.build.tolist(), built))
         for node, parent, sibling in levels.derive.tolist():

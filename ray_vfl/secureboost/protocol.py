@@ -13,6 +13,8 @@ actor runs them with the passive parties' actors (:mod:`.rounds`):
 round  sender -> receiver      payload                            what the receiver learns
 =====  ======================  =================================  ==========================================
 once   active -> passive       public key                         nothing secret
+once   passive -> active       which (feature, bin) cells hold    what the root histogram shows anyway
+       (histogram_layout)      any training row                   (empty cells have zero hessian sums)
 1      active -> passive       Enc(g), Enc(h) per row             nothing (semantic security)
 per d  passive -> active       Enc(bin sums) per open node,       bin sums of g and h (not per row)
        (encrypted_histograms)  feature and bin
@@ -199,6 +201,7 @@ def train(
     key_msg = active.public_key_message.remote()
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
+    setup.append((active_name, active.collect_layouts.remote()))
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]
