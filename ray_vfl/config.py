@@ -93,6 +93,9 @@ class BoostConfig(ValidatedConfig):
     timeout_s : float
         Longest a protocol phase may take before the driver raises
         :class:`~ray_vfl.errors.PartyFailedError`.
+    precompute_masks : bool
+        Let the label party make the next tree's encryption randomness in the
+        background, at the lowest OS priority (:mod:`ray_vfl.mask_reserve`).
 
     Example
     -------
@@ -114,6 +117,7 @@ class BoostConfig(ValidatedConfig):
     key_bits: int = 2048
     workers_per_party: int | None = None
     timeout_s: float = 600.0
+    precompute_masks: bool = True
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -142,3 +146,5 @@ class BoostConfig(ValidatedConfig):
         if self.workers_per_party is not None:
             check_int("workers_per_party", self.workers_per_party, 1, 4096)
         check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+        if not isinstance(self.precompute_masks, bool):
+            raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")

@@ -239,24 +239,31 @@ class Runtime:
         A live actor of the same class is reused and re-initialised through
         its ``reset`` method, so repeated fits pay the actor start-up once.
         """
-        handle = self._actors.get(party)
-        if handle is not None and self._classes.get(party) is cls and hasattr(cls, "reset"):
+        return self._spawn(party, party, cls, args, kwargs)
+
+    def spawn_helper(self, party: str, role: str, cls: type, *args: Any):
+        """A second actor of ``party`` (named ``"<party>:<role>"``), pinned to the party's nodes like its main actor."""
+        return self._spawn(f"{party}:{role}", party, cls, args, {})
+
+    def _spawn(self, key: str, party: str, cls: type, args: tuple, kwargs: dict):
+        handle = self._actors.get(key)
+        if handle is not None and self._classes.get(key) is cls and hasattr(cls, "reset"):
             try:
-                self.get([(party, handle.reset.remote(*args, **kwargs))], "reset")
+                self.get([(key, handle.reset.remote(*args, **kwargs))], "reset")
                 return handle
             except PartyFailedError:
-                self._actors.pop(party, None)
+                self._actors.pop(key, None)
         elif handle is not None:
-            self.kill(party)
+            self.kill(key)
         actor_cls = ray.remote(_actor_class(cls))
         handle = actor_cls.options(
-            name=f"vfl-{self._token}-{party}",
+            name=f"vfl-{self._token}-{key.replace(':', '-')}",
             num_cpus=0,
             resources={party_resource(party): 1},
             max_restarts=0,
         ).remote(*args, **kwargs)
-        self._actors[party] = handle
-        self._classes[party] = cls
+        self._actors[key] = handle
+        self._classes[key] = cls
         return handle
 
     def actor(self, party: str):

@@ -197,6 +197,47 @@ def test_encryption_is_randomised_and_rerandomize_keeps_value(name):
     np.testing.assert_array_equal(be.decrypt(sk, empty), [0.0, 0.0])
 
 
+@pytest.mark.parametrize("name", ENCRYPTED)
+@SLOW
+@given(case=bucket_cases())
+def test_precomputed_masks_encrypt_and_rerandomize_exactly(name, case):
+    """Masks made ahead of time (by the owner or from the public key) give the same plaintexts, fresh ciphertexts."""
+    be = get_backend(name)
+    pk, sk = keys(name)
+    g, _, _ = case
+    h = np.abs(g)
+    if not be.supports_masks:
+        with pytest.raises(CryptoError, match="randomness"):
+            be.make_masks(sk, len(g))
+        return
+    for maker in (pk, sk):
+        masks = be.make_masks(maker, len(g))
+        assert masks.tag == "mask" and len(masks) == len(g)
+        c = be.encrypt_gh(sk, g, h, masks=masks)
+        G, H = be.decrypt_gh(sk, c)
+        close(name, G, g, atol=2.0**-39)
+        close(name, H, h, atol=2.0**-39)
+        r = be.rerandomize(pk, c, masks=be.make_masks(maker, len(g)))
+        assert not np.any(np.all(r.data == c.data, axis=1))
+        close(name, be.decrypt_gh(sk, r)[0], g, atol=2.0**-39)
+
+
+@pytest.mark.parametrize("name", [n for n in ENCRYPTED if get_backend(n).supports_masks])
+def test_masks_must_match_key_count_and_kind(name):
+    be = get_backend(name)
+    pk, sk = keys(name)
+    other_pk, _ = keys(name, 1)
+    g = np.array([0.5, -0.5])
+    with pytest.raises(CryptoError, match="one mask per value"):
+        be.encrypt_gh(pk, g, np.abs(g), masks=be.make_masks(pk, 3))
+    with pytest.raises(CryptoError):
+        be.encrypt_gh(pk, g, np.abs(g), masks=be.make_masks(other_pk, 2))
+    with pytest.raises(CryptoError):  # a ciphertext is not a mask
+        be.encrypt_gh(pk, g, np.abs(g), masks=be.encrypt(pk, g))
+    with pytest.raises(CryptoError, match="count"):
+        be.make_masks(pk, -1)
+
+
 @pytest.mark.parametrize("name", BACKENDS)
 def test_wrong_or_mixed_keys_raise(name):
     be = get_backend(name)

@@ -285,12 +285,20 @@ class Backend(ABC):
         """``out[keys[i, j]] += c[i]`` for every ``j`` (negative keys skipped); ``np.bincount`` semantics."""
 
     @abstractmethod
-    def rerandomize(self, pk: PublicKey, c: CipherArray) -> CipherArray:
-        """Fresh obfuscation: new bytes, same plaintexts."""
+    def rerandomize(self, pk: PublicKey, c: CipherArray, masks: CipherArray | None = None) -> CipherArray:
+        """Fresh obfuscation: new bytes, same plaintexts (with ``masks`` from :meth:`make_masks`, if given)."""
 
     @abstractmethod
-    def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray) -> CipherArray:
-        """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`)."""
+    def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray, masks: CipherArray | None = None) -> CipherArray:
+        """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`;
+        ``masks`` from :meth:`make_masks`, one per row, replace the fresh randomness)."""
+
+    #: Whether :meth:`make_masks` can make encryption randomness ahead of time.
+    supports_masks: ClassVar[bool] = False
+
+    def make_masks(self, key: PublicKey | PrivateKey, count: int) -> CipherArray:
+        """Encryption randomness made ahead of time (see :class:`~ray_vfl.crypto.modular.ModularBackend`)."""
+        raise CryptoError(f"backend {self.name!r} cannot make encryption randomness ahead of time")
 
     @abstractmethod
     def decrypt_gh(self, sk: PrivateKey, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:

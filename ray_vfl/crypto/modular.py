@@ -16,7 +16,9 @@ from ray_vfl.crypto.gmp import parallel_powmod
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag
 from ray_vfl.errors import CryptoError
 
-__all__ = ["ModularBackend"]
+__all__ = ["ModularBackend", "MASK_TAG"]
+
+MASK_TAG = "mask"  # precomputed random factors: never ciphertexts, never sent
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +57,19 @@ class ModularBackend(Backend):
     def _width(self, pk: Any) -> int: ...
 
     @abstractmethod
-    def _raw_encrypt(self, pk: Any, ms: list[int], sk: Any = None) -> list:
-        """Encrypt signed ints; ``sk`` is the private key when the key owner encrypts."""
+    def _raw_encrypt(self, pk: Any, ms: list[int], sk: Any = None, masks: list | None = None) -> list:
+        """Encrypt signed ints; ``sk`` is the private key when the key owner encrypts;
+        ``masks`` are precomputed random factors (:meth:`make_masks`), one per value."""
+
+    @abstractmethod
+    def _raw_masks(self, pk: Any, count: int, sk: Any = None) -> list:
+        """``count`` fresh random factors of the ciphertext group (``r^n``, ``H^r``)."""
 
     @abstractmethod
     def _raw_decrypt(self, sk: Any, cts: list) -> list[int]: ...
 
     @abstractmethod
-    def _raw_rerandomize(self, pk: Any, cts: list) -> list: ...
+    def _raw_rerandomize(self, pk: Any, cts: list, masks: list | None = None) -> list: ...
 
     @abstractmethod
     def _from_bytes(self, row: bytes) -> Any: ...
@@ -143,10 +150,34 @@ class ModularBackend(Backend):
         ms = self._raw_decrypt(sk, self._ints(pk, c))
         return self.fixed_point.decode(ms, self._decrypt_modulus(sk))
 
-    def encrypt_gh(self, pk: Any, g: np.ndarray, h: np.ndarray) -> CipherArray:
+    def encrypt_gh(self, pk: Any, g: np.ndarray, h: np.ndarray, masks: CipherArray | None = None) -> CipherArray:
         pk, sk = self._encryption_keys(pk)
         self.packing.check_modulus(self._plain_bound(pk))
-        return self._wrap(pk, self._raw_encrypt(pk, self.packing.pack(g, h), sk), self.packing.tag)
+        packed = self.packing.pack(g, h)
+        return self._wrap(pk, self._raw_encrypt(pk, packed, sk, self._mask_ints(pk, masks, len(packed))), self.packing.tag)
+
+    supports_masks = True
+
+    def make_masks(self, key: Any, count: int) -> CipherArray:
+        """``count`` random factors made ahead of time, for :meth:`encrypt_gh` and :meth:`rerandomize`.
+
+        Making them is almost all of an encryption's cost, so a party makes
+        them while it would otherwise wait. Each mask must be used once and
+        never leave the party (a reused mask links two ciphertexts); the key
+        owner (``key`` a private key) makes them faster, with the CRT.
+        """
+        pk, sk = self._encryption_keys(key)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise CryptoError(f"count must be a non-negative int, got {count!r}")
+        return self._wrap(pk, self._raw_masks(pk, int(count), sk), MASK_TAG)
+
+    def _mask_ints(self, pk: Any, masks: CipherArray | None, count: int) -> list | None:
+        if masks is None:
+            return None
+        self._check_ct(pk, masks, MASK_TAG)
+        if len(masks) != count:
+            raise CryptoError(f"{len(masks)} masks for {count} values; make exactly one mask per value")
+        return self._ints(pk, masks)
 
     def decrypt_gh(self, sk: Any, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
         self._check_sk(sk)
@@ -207,10 +238,10 @@ class ModularBackend(Backend):
         out = self._raw_bucket_sum(pk, cts, rows, buckets, bounds, int(n_buckets))
         return self._wrap(pk, out, c.tag)
 
-    def rerandomize(self, pk: Any, c: CipherArray) -> CipherArray:
+    def rerandomize(self, pk: Any, c: CipherArray, masks: CipherArray | None = None) -> CipherArray:
         self._check_pk(pk)
         self._check_ct(pk, c)
-        return self._wrap(pk, self._raw_rerandomize(pk, self._ints(pk, c)), c.tag)
+        return self._wrap(pk, self._raw_rerandomize(pk, self._ints(pk, c), self._mask_ints(pk, masks, len(c))), c.tag)
 
     def _binary_checks(self, pk: Any, a: CipherArray, b: CipherArray) -> None:
         self._check_pk(pk)

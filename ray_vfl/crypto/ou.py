@@ -162,13 +162,13 @@ class _Tables:
         self.g_inv = FixedBase(gmpy2.invert(mpz(g), self.modulus), modulus, msg_bytes)
         self.h = FixedBase(h, modulus, rand_bytes)
 
-    def encrypt(self, ms: list[int], rand: bytes) -> list[mpz]:
-        """``G^m H^r`` for signed ``m`` and the little-endian ``r`` packed in ``rand``."""
-        mod, rb = self.modulus, self.rand_bytes
+    def encrypt(self, ms: list[int], masks: list[mpz]) -> list[mpz]:
+        """``G^m H^r`` for signed ``m``, given the masks ``H^r``."""
+        mod = self.modulus
         width = max(1, (max((abs(v) for v in ms), default=0).bit_length() + 7) // 8)
         pos, neg = self.g._table(width), self.g_inv._table(width)
         out = []
-        for v, acc in zip(ms, self.h.pow_bytes(rand, rb)):
+        for v, acc in zip(ms, masks):
             rows = pos if v >= 0 else neg
             for row, byte in zip(rows, abs(v).to_bytes(width, "little")):
                 if byte:
@@ -188,8 +188,8 @@ class _PublicContext:
     def random_hr(self, count: int) -> list[mpz]:
         return self.tables.h.pow_bytes(secrets.token_bytes(self.rand_bytes * count), self.rand_bytes)
 
-    def encrypt(self, ms: list[int]) -> list[mpz]:
-        return self.tables.encrypt(ms, secrets.token_bytes(self.rand_bytes * len(ms)))
+    def encrypt(self, ms: list[int], masks: list[mpz] | None = None) -> list[mpz]:
+        return self.tables.encrypt(ms, masks if masks is not None else self.random_hr(len(ms)))
 
 
 class _PrivateContext:
@@ -249,10 +249,14 @@ class OUBackend(ModularBackend):
     def _from_bytes(self, row: bytes) -> mpz:
         return mpz.from_bytes(row, "big")
 
-    def _raw_encrypt(self, pk: OUPublicKey, ms: list[int], sk: OUPrivateKey | None = None) -> list[mpz]:
+    def _raw_encrypt(self, pk: OUPublicKey, ms: list[int], sk: OUPrivateKey | None = None,
+                     masks: list | None = None) -> list[mpz]:
         # No owner fast path: CRT tables mod p^2 and q were measured at 0.8x (1024) to 1.2x (3072),
         # the two table walks cost more Python than the smaller moduli save.
-        return _public_context(pk).encrypt(ms)
+        return _public_context(pk).encrypt(ms, masks)
+
+    def _raw_masks(self, pk: OUPublicKey, count: int, sk: OUPrivateKey | None = None) -> list[mpz]:
+        return _public_context(pk).random_hr(count)
 
     def _raw_decrypt(self, sk: OUPrivateKey, cts: list[mpz]) -> list[int]:
         ctx = _private_context(sk)
@@ -260,7 +264,7 @@ class OUBackend(ModularBackend):
         (xs,) = parallel_powmod(cts, [(ctx.t, ctx.p2)])
         return [int((x - 1) // p * gp_inv % p) for x in xs]
 
-    def _raw_rerandomize(self, pk: OUPublicKey, cts: list[mpz]) -> list[mpz]:
+    def _raw_rerandomize(self, pk: OUPublicKey, cts: list[mpz], masks: list | None = None) -> list[mpz]:
         ctx = _public_context(pk)
         n = ctx.n
-        return [c * hr % n for c, hr in zip(cts, ctx.random_hr(len(cts)))]
+        return [c * hr % n for c, hr in zip(cts, masks if masks is not None else ctx.random_hr(len(cts)))]

@@ -183,22 +183,33 @@ class _PrivateContext:
         # h_x = L_x(g^(x-1) mod x^2)^-1 mod x  with g = n + 1
         return gmpy2.invert((gmpy2.powmod(self.n + 1, x - 1, x2) - 1) // x, x)
 
-    def encrypt(self, ms: list[int]) -> list[mpz]:
-        """``(1 + m n) B^alpha mod n^2`` computed mod ``p^2`` and ``q^2``, then recombined."""
+    def _halves(self, count: int) -> tuple[list[mpz], list[mpz]]:
+        """``B^alpha mod p^2`` and ``mod q^2`` for ``count`` fresh short ``alpha``."""
         pub = _public_context(int(self.n))
         if self._fixed is None:
             b = pub.base()
             self._fixed = (FixedBase(b % self.p2, self.p2, pub.exp_bytes),
                            FixedBase(b % self.q2, self.q2, pub.exp_bytes))
         eb = pub.exp_bytes
-        alphas = secrets.token_bytes(eb * len(ms))
+        alphas = secrets.token_bytes(eb * count)
         rp, rq = (fb.pow_bytes(alphas, eb) for fb in self._fixed)
+        return rp, rq
+
+    def encrypt(self, ms: list[int]) -> list[mpz]:
+        """``(1 + m n) B^alpha mod n^2`` computed mod ``p^2`` and ``q^2``, then recombined."""
+        rp, rq = self._halves(len(ms))
         n, p2, q2, q2inv = self.n, self.p2, self.q2, self.q2_inv_p2
         out = []
         for m, a, b in zip(ms, rp, rq):
             gm = 1 + (m % n) * n  # (1 + n)^m = 1 + m n (mod n^2)
             out.append(crt_pair(gm * a % p2, gm * b % q2, p2, q2, q2inv))
         return out
+
+    def masks(self, count: int) -> list[mpz]:
+        """``r^n mod n^2`` (as ``B^alpha``) made with the CRT: half-size tables, then recombined."""
+        rp, rq = self._halves(count)
+        p2, q2, q2inv = self.p2, self.q2, self.q2_inv_p2
+        return [crt_pair(a, b, p2, q2, q2inv) for a, b in zip(rp, rq)]
 
 
 @lru_cache(maxsize=16)
@@ -244,13 +255,19 @@ class PaillierBackend(ModularBackend):
     def _from_bytes(self, row: bytes) -> mpz:
         return mpz.from_bytes(row, "big")
 
-    def _raw_encrypt(self, pk: PaillierPublicKey, ms: list[int], sk: PaillierPrivateKey | None = None) -> list[mpz]:
-        if sk is not None:
+    def _raw_encrypt(self, pk: PaillierPublicKey, ms: list[int], sk: PaillierPrivateKey | None = None,
+                     masks: list | None = None) -> list[mpz]:
+        if sk is not None and masks is None:
             return _private_context(pk.n, sk.p, sk.q).encrypt(ms)
         ctx = _public_context(pk.n)
         n, nsq = ctx.n, ctx.nsq
         # (1 + n)^m = 1 + m n (mod n^2): no exponentiation for the message part.
-        return [(1 + (m % n) * n) * rn % nsq for m, rn in zip(ms, ctx.random_rn(len(ms)))]
+        return [(1 + (m % n) * n) * rn % nsq for m, rn in zip(ms, masks if masks is not None else ctx.random_rn(len(ms)))]
+
+    def _raw_masks(self, pk: PaillierPublicKey, count: int, sk: PaillierPrivateKey | None = None) -> list[mpz]:
+        if sk is not None:
+            return _private_context(pk.n, sk.p, sk.q).masks(count)
+        return _public_context(pk.n).random_rn(count)
 
     def _raw_decrypt(self, sk: PaillierPrivateKey, cts: list[mpz]) -> list[int]:
         ctx = _private_context(sk.public_key.n, sk.p, sk.q)
@@ -263,7 +280,7 @@ class PaillierBackend(ModularBackend):
             out.append(int(mq + q * ((mp - mq) * qinv % p)))
         return out
 
-    def _raw_rerandomize(self, pk: PaillierPublicKey, cts: list[mpz]) -> list[mpz]:
+    def _raw_rerandomize(self, pk: PaillierPublicKey, cts: list[mpz], masks: list | None = None) -> list[mpz]:
         ctx = _public_context(pk.n)
         nsq = ctx.nsq
-        return [c * rn % nsq for c, rn in zip(cts, ctx.random_rn(len(cts)))]
+        return [c * rn % nsq for c, rn in zip(cts, masks if masks is not None else ctx.random_rn(len(cts)))]

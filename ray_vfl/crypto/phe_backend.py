@@ -179,7 +179,15 @@ class PheBackend(ModularBackend):
         phe_pk, exp = _phe_public(pk.n), self._exp
         return [_phe.EncryptedNumber(phe_pk, c, exp) for c in cts]
 
-    def _raw_encrypt(self, pk, ms, sk=None):
+    supports_masks = False
+
+    def _raw_masks(self, pk, count, sk=None):
+        raise CryptoError("the python-paillier backend draws its randomness per encryption; "
+                          "use backend 'paillier' for precomputed masks")
+
+    def _raw_encrypt(self, pk, ms, sk=None, masks=None):
+        if masks is not None:
+            self._raw_masks(pk, len(ms))
         phe_pk = _phe_public(pk.n)
         n = pk.n
         # encrypt_encoded(..., r_value=None) obfuscates with a fresh r^n, python-paillier's default path
@@ -210,7 +218,9 @@ class PheBackend(ModularBackend):
             out[b] = acc.ciphertext(be_secure=False)
         return out
 
-    def _raw_rerandomize(self, pk, cts):
+    def _raw_rerandomize(self, pk, cts, masks=None):
+        if masks is not None:
+            self._raw_masks(pk, len(cts))
         nums = self._numbers(pk, cts)
         for x in nums:
             x.obfuscate()

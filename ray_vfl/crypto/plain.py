@@ -153,12 +153,12 @@ class PlainBackend(Backend):
         out = sums[0] if c.data.ndim == 1 else np.stack(sums, axis=1)
         return self._wrap(pk, out, c.tag)
 
-    def rerandomize(self, pk: PublicKey, c: CipherArray) -> CipherArray:
+    def rerandomize(self, pk: PublicKey, c: CipherArray, masks: CipherArray | None = None) -> CipherArray:
         self._check_pk(pk)
         self._check_ct(pk, c)
         return self._wrap(pk, c.data.copy(), c.tag)
 
-    def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray) -> CipherArray:
+    def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray, masks: CipherArray | None = None) -> CipherArray:
         pk, _ = self._encryption_keys(pk)
         g = as_float_vector(g, "g")
         h = as_float_vector(h, "h")

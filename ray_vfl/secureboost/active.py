@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import ray
 
 from ..config import BoostConfig
 from ..crypto import get_backend
 from ..errors import DataError
 from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
+from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
 from . import rounds
 from .levels import RowLevels, pack_partition, unpack_partition
@@ -21,9 +23,13 @@ from .tree import Tree, TreeBuilder
 __all__ = ["ActiveParty"]
 
 
-def _encrypt_task(gh: tuple[np.ndarray, np.ndarray], spec: tuple, key):
-    # ``key`` is the private key: the key owner encrypts with CRT, faster than with the public key.
-    return get_backend(spec[0], **spec[1]).encrypt_gh(key, gh[0], gh[1])
+def _encrypt_task(work: tuple, spec: tuple, key):
+    """Encrypt ``(g, h, masks ref or None)``; ``key`` is the private key: without precomputed masks
+    the key owner encrypts with the CRT, faster than with the public key."""
+    g, h, masks = work
+    if masks is not None:
+        masks = ray.get(masks, timeout=600)
+    return get_backend(spec[0], **spec[1]).encrypt_gh(key, g, h, masks=masks)
 
 
 def _decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
@@ -58,6 +64,7 @@ class ActiveParty(Party):
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
         self.peers: dict[str, Any] = {}
+        self.masks: MaskSupply | None = None
         self.layouts: dict[str, tuple[int, np.ndarray]] = {}
         self.trees: list[Tree] = []
         self.record_count = {p: 0 for p in self.passives}
@@ -79,6 +86,13 @@ class ActiveParty(Party):
     # setup ---------------------------------------------------------------
     def public_key_message(self):
         return self.mailbox.send("public_key", self.passives, (self.backend_spec, self.public_key))
+
+    def set_mask_reserve(self, reserve) -> None:
+        """Hand the key to this party's :class:`~ray_vfl.mask_reserve.MaskReserve` and order the first tree's masks."""
+        reserve.set_key.remote(self.backend_spec, self._secret_key)
+        self.masks = MaskSupply(reserve)
+        if self.y is not None:
+            self.masks.order(len(self.y))
 
     def set_peers(self, handles: dict[str, Any]) -> None:
         """The passive parties' actor handles: this party runs each tree's rounds with them."""
@@ -116,8 +130,16 @@ class ActiveParty(Party):
         self.g, self.h = g, h
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
-            parts = self.pool.map(_encrypt_task, [(g[s], h[s]) for s in self.pool.chunks(n, 1024)], self.backend_spec, self._secret_key)
-            gh = self.backend.concat(parts)
+            chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
+            work, start = [], 0
+            for ref, size in chunks:  # rows whose randomness the reserve already made
+                work.append((g[start:start + size], h[start:start + size], ref))
+                start += size
+            work += [(g[covered:][s], h[covered:][s], None) for s in self.pool.chunks(n - covered, 1024) if s.stop > s.start]
+            gh = self.backend.concat(self.pool.map(_encrypt_task, work, self.backend_spec, self._secret_key))
+            self.ops["encrypt_premasked"] += covered
+            if self.masks is not None:
+                self.masks.order(n)  # the next tree's, made while this one is built
         else:
             gh = self.backend.encrypt_gh(self._secret_key, g, h)
         self.ops["encrypt"] += len(gh)

@@ -52,7 +52,9 @@ from ..comm import CommStats
 from ..config import BoostConfig
 from ..dataset import VerticalDataset
 from ..errors import ConfigError, DataError
+from ..crypto import get_backend
 from ..kernels import transform_margin
+from ..mask_reserve import MaskReserve
 from ..runtime import Runtime
 from .active import ActiveParty
 from .passive import PassiveParty
@@ -202,6 +204,9 @@ def train(
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     setup.append((active_name, active.collect_layouts.remote()))
+    if config.precompute_masks and get_backend(config.backend).supports_masks:
+        reserve = runtime.spawn_helper(active_name, "masks", MaskReserve)
+        setup.append((active_name, active.set_mask_reserve.remote(reserve)))
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]

@@ -1,0 +1,103 @@
+"""Encryption randomness made while a party would otherwise wait.
+
+An encryption is almost all randomness: ``r^n mod n^2`` for Paillier,
+``H^r mod n`` for OU; the message part is one multiplication. A
+:class:`MaskReserve` is a second actor of the same party, on the party's own
+nodes, holding the party's key. It makes masks in chunks at the lowest OS
+priority, so it takes only CPU time the protocol leaves idle (while the
+passive parties sum ciphertexts, during network round trips). The party's
+:class:`MaskSupply` hands out the chunks that are ready, each exactly once,
+and orders new ones; whatever is not ready is drawn fresh at encryption time,
+so a slow reserve never stalls the protocol.
+
+Masks never leave the party: they travel only between the party's own actor,
+its reserve and its own crypto tasks (object references on the party's nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from typing import Any
+
+import ray
+
+from .crypto import get_backend
+
+__all__ = ["MaskReserve", "MaskSupply"]
+
+log = logging.getLogger(__name__)
+
+
+class MaskReserve:
+    """Makes one party's encryption masks, chunk by chunk, at the lowest OS priority.
+
+    Example
+    -------
+    >>> reserve = MaskReserve()
+    >>> be = get_backend("paillier"); pk, sk = be.generate_keys(1024)
+    >>> reserve.set_key(("paillier", {}), sk)
+    >>> len(reserve.make(4))
+    4
+    """
+
+    def __init__(self) -> None:
+        try:
+            os.nice(19)  # only idle CPU: the protocol's own work always comes first
+        except OSError:  # pragma: no cover - some sandboxes forbid it
+            log.debug("could not lower the mask reserve's priority")
+        self.backend = None
+        self.key = None
+
+    def reset(self) -> None:
+        self.backend, self.key = None, None
+
+    def set_key(self, spec: tuple, key: Any) -> None:
+        """The backend and the key to make masks for (the owner's private key makes them faster)."""
+        self.backend = get_backend(spec[0], **spec[1])
+        self.key = key
+
+    def make(self, count: int):
+        """``count`` fresh masks (a :class:`~ray_vfl.crypto.base.CipherArray` tagged ``"mask"``)."""
+        return self.backend.make_masks(self.key, count)
+
+
+class MaskSupply:
+    """The party's side of its reserve: a queue of ordered chunks, each handed out once.
+
+    ``take(n)`` returns references to the longest run of chunks already made
+    (covering at most ``n`` values) and how many values they cover; ``order(n)``
+    asks the reserve for enough chunks to cover ``n`` more values.
+    """
+
+    def __init__(self, reserve, chunk: int = 2048) -> None:
+        self.reserve = reserve
+        self.chunk = chunk
+        self.pending: deque[tuple[Any, int]] = deque()  # (ref, size), in the order the reserve makes them
+
+    @property
+    def ordered(self) -> int:
+        return sum(size for _, size in self.pending)
+
+    def order(self, count: int) -> None:
+        """Top the queue up to ``count`` values."""
+        missing = count - self.ordered
+        while missing > 0:
+            size = min(self.chunk, missing)
+            self.pending.append((self.reserve.make.remote(size), size))
+            missing -= size
+
+    def take(self, count: int) -> tuple[list[tuple[Any, int]], int]:
+        """Chunks already made, in order, covering at most ``count`` values; ``(chunks, values)``."""
+        if not self.pending:
+            return [], 0
+        refs = [ref for ref, _ in self.pending]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        ready = set(ready)
+        out, covered = [], 0
+        while self.pending and self.pending[0][0] in ready and covered + self.pending[0][1] <= count:
+            ref, size = self.pending.popleft()
+            out.append((ref, size))
+            covered += size
+        return out, covered
