@@ -46,6 +46,7 @@ class PassiveParty(Party):
     def reset(self, name, frame, categorical, config, pool) -> None:
         super().reset(name, frame, categorical, config, pool)
         width = self.n_features * self.n_bins
+        self.fkeys_ref = None
         self.cells = None if self.fkeys is None else np.flatnonzero(np.bincount(self.fkeys.ravel(), minlength=width) > 0)
 
     def histogram_layout(self, active: str):
@@ -121,7 +122,9 @@ class PassiveParty(Party):
             # task i sums the i-th share of every node's rows; the shares' histograms are then added
             tasks = [[r[round(i * len(r) / len(shares)):round((i + 1) * len(r) / len(shares))] for r in rows_of_nodes]
                      for i in range(len(shares))]
-            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys, self.n_bins)
+            if self.fkeys_ref is None:  # the bins never change during a fit: into the object store once
+                self.fkeys_ref = ray.put(self.fkeys)
+            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref, self.n_bins)
             built = parts[0]
             for part in parts[1:]:
                 built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
