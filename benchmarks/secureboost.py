@@ -4,7 +4,7 @@ next to centralized xgboost, our centralized reference, and the crypto floor (me
     python benchmarks/secureboost.py                          # credit, 2 parties: plain, Paillier 1024 and 2048
     python benchmarks/secureboost.py --datasets credit bank --parties 2 4 --cases plain paillier:2048
 
-A case is ``backend[:key_bits[:trees]]``. The crypto floor is the protocol's own operation counts
+A case is ``backend[:key_bits[:trees[:nomask]]]`` (``nomask``: no encryption randomness made ahead of time). The crypto floor is the protocol's own operation counts
 (encryptions, ciphertext products, subtractions, re-randomisations, decryptions) times the cost of
 one such operation measured here, divided by the cores used.
 """
@@ -56,7 +56,7 @@ def op_costs(backend_name: str, bits: int) -> dict[str, float]:
     keys = rng.integers(0, 330, (n, 10))
     hist = be.bucket_sum(pk, gh, keys, 330)
     costs = {
-        "encrypt": timed(lambda: be.encrypt_gh(pk, g, h), n),
+        "encrypt": timed(lambda: be.encrypt_gh(sk, g, h), n),  # the label party encrypts as the key owner
         "add": timed(lambda: be.bucket_sum(pk, gh, keys, 330), n * 10),
         "sub": timed(lambda: be.sub(pk, hist, hist), len(hist)),
         "rerandomize": timed(lambda: be.rerandomize(pk, hist), len(hist)),
@@ -101,10 +101,10 @@ def reference_seconds(train, trees, depth, bins) -> float:
     return time.perf_counter() - start
 
 
-def run_case(runtime, train, test, backend, bits, trees, depth, bins) -> dict:
+def run_case(runtime, train, test, backend, bits, trees, depth, bins, masks=True) -> dict:
     timer = TreeTimer()
     clf = SecureBoostClassifier(n_estimators=trees, max_depth=depth, max_bin=bins, base_score=0.5, backend=backend,
-                                key_bits=bits, runtime=runtime, callbacks=[timer])
+                                key_bits=bits, runtime=runtime, callbacks=[timer], precompute_masks=masks)
     start = time.perf_counter()
     clf.fit(train)
     fit_s = time.perf_counter() - start
@@ -139,8 +139,9 @@ def main(argv=None) -> list[dict]:
                 name, *rest = case.split(":")
                 bits = int(rest[0]) if rest else 2048
                 trees = int(rest[1]) if len(rest) > 1 else args.trees
-                r = run_case(runtime, train, test, name, bits, trees, args.depth, args.bins)
-                r.update(dataset=dataset, parties=parties, backend=name, bits=bits, trees=trees,
+                masks = not (len(rest) > 2 and rest[2] == "nomask")
+                r = run_case(runtime, train, test, name, bits, trees, args.depth, args.bins, masks)
+                r.update(dataset=dataset, parties=parties, backend=name if masks else f"{name} (no masks)", bits=bits, trees=trees,
                          xgb_s=xgb_row["seconds"], xgb_auc=xgb_row["auc"], reference_s=ref_s)
                 rows.append(r)
                 print(f"# {dataset} {parties}p {case}: {r['train_s']:.2f} s, AUC {r['auc']:.4f}", file=sys.stderr)
@@ -149,7 +150,7 @@ def main(argv=None) -> list[dict]:
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for r in rows:
-        bits = "-" if r["backend"] == "plain" else r["bits"]
+        bits = "-" if r["backend"].startswith("plain") else r["bits"]
         ratio = r["train_s"] / r["floor_s"] if r["floor_s"] > 0 else float("nan")
         print(f"| {r['dataset']} | {r['parties']} | {r['backend']} | {bits} | {r['trees']} | {r['train_s']:.3f} | "
               f"{r['s_per_tree']:.3f} | {r['floor_s']:.3f} | {ratio:.2f} | {r['auc']:.4f} | {r['xgb_auc']:.4f} | "

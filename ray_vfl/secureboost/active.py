@@ -183,13 +183,20 @@ class ActiveParty(Party):
         self.own_hists = hists
 
     def _decrypt(self, ciphers: list) -> tuple[np.ndarray, np.ndarray]:
-        """Decrypt a passive party's sealed node histograms, in parallel tasks when worth it."""
+        """Decrypt a passive party's sealed node histograms, in parallel tasks when worth it.
+
+        Arrays are cut into pieces of whole ciphertexts so that a level with
+        one node (the root) still keeps every worker busy.
+        """
         self.ops["decrypt"] += sum(len(c) for c in ciphers)
         if not ciphers:
             return np.zeros(0), np.zeros(0)
-        groups = [ciphers[s] for s in self.pool.chunks(len(ciphers), 1)]
-        parallel = self.backend.is_encrypted and self.pool.resource is not None and len(groups) > 1
-        if parallel:
+        workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
+        total = sum(len(c) for c in ciphers)
+        if workers > 1 and total > 1:
+            step = max(1, -(-total // workers))
+            pieces = [self.backend.take(c, np.arange(lo, min(lo + step, len(c)))) for c in ciphers for lo in range(0, len(c), step)]
+            groups = [pieces[s] for s in self.pool.chunks(len(pieces), 1)]
             parts = [r for part in self.pool.map(_decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
         else:
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)

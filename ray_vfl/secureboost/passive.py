@@ -133,9 +133,10 @@ class PassiveParty(Party):
         if len(self.cells) < width:  # drop the cells no training row falls in
             built = [self.backend.take(h, self.cells) for h in built]
         if built:
-            if self.backend.slots_per_ciphertext(self.public_key) > 1:
+            per = self.backend.slots_per_ciphertext(self.public_key)
+            if per > 1:
                 self.ops["compress"] += len(built) * len(self.cells)
-            built = self._fan_out(_compress_task, built, self.backend_spec, self.public_key)
+            built = self._compress(built, per)
         level = dict(zip(levels.build.tolist(), built))
         for node, parent, sibling in levels.derive.tolist():
             level[node] = self.backend.sub(self.public_key, self.hists[parent], level[sibling])
@@ -144,6 +145,21 @@ class PassiveParty(Party):
         sealed = self._fan_out(_rerandomize_task, [level[n] for n in levels.open.tolist()], self.backend_spec, self.public_key)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
         return self.mailbox.send("encrypted_histograms", [self.reply_to], sealed, self.tree, self.depth)
+
+    def _compress(self, hists: list, per: int) -> list:
+        """Compress every node's histogram; long ones are cut into pieces of whole ciphertexts
+        (multiples of ``per`` entries) so that even the root's single histogram uses every worker."""
+        total = sum(len(h) for h in hists)
+        if not self._parallel(total, 1) or self.pool.workers <= 1:
+            return self._fan_out(_compress_task, hists, self.backend_spec, self.public_key)
+        step = per * max(1, -(-total // (self.pool.workers * per)))
+        pieces, owner = [], []
+        for i, h in enumerate(hists):
+            for lo in range(0, len(h), step):
+                pieces.append(self.backend.take(h, np.arange(lo, min(lo + step, len(h)))))
+                owner.append(i)
+        done = self._fan_out(_compress_task, pieces, self.backend_spec, self.public_key)
+        return [self.backend.concat([c for c, o in zip(done, owner) if o == i]) for i in range(len(hists))]
 
     def _apply_orders(self, orders: SplitOrders) -> dict[int, np.ndarray]:
         """File the won splits in the lookup table; which rows of each node go left."""
