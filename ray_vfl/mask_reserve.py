@@ -60,6 +60,8 @@ class MaskReserve:
     4
     """
 
+    name = "mask reserve"
+
     def __init__(self) -> None:
         _lowest_priority()
         self.backend = None

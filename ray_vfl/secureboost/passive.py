@@ -7,6 +7,7 @@ import ray
 
 from ..crypto import get_backend
 from ..kernels import build_histograms, goes_left
+from ..mask_reserve import MaskSupply
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
@@ -47,6 +48,7 @@ class PassiveParty(Party):
         super().reset(name, frame, categorical, config, pool)
         width = self.n_features * self.n_bins
         self.fkeys_ref = None
+        self.masks: MaskSupply | None = None
         self.cells = None if self.fkeys is None else np.flatnonzero(np.bincount(self.fkeys.ravel(), minlength=width) > 0)
 
     def histogram_layout(self, active: str):
@@ -142,9 +144,35 @@ class PassiveParty(Party):
             level[node] = self.backend.sub(self.public_key, self.hists[parent], level[sibling])
             self.ops["sub"] += len(level[node])
         self.hists = level  # parents of the next level
-        sealed = self._fan_out(_rerandomize_task, [level[n] for n in levels.open.tolist()], self.backend_spec, self.public_key)
+        sealed = self._seal([level[n] for n in levels.open.tolist()])
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
         return self.mailbox.send("encrypted_histograms", [self.reply_to], sealed, self.tree, self.depth)
+
+    def set_mask_reserve(self, reserve) -> None:
+        """Have this party's :class:`~ray_vfl.mask_reserve.MaskReserve` make re-randomisation masks ahead of time."""
+        reserve.set_key.remote(self.backend_spec, self.public_key)
+        self.masks = MaskSupply(reserve, chunk=256)
+
+    def _seal(self, arrays: list) -> list:
+        """Re-randomise what leaves this party: whole arrays covered by masks made ahead of time
+        are sealed here (one product each), the rest on the task pool with fresh randomness."""
+        count = sum(len(a) for a in arrays)
+        chunks, covered = self.masks.take(count) if self.masks is not None else ([], 0)
+        sealed: list = [None] * len(arrays)
+        if covered:
+            masks = self.backend.concat(ray.get([ref for ref, _ in chunks], timeout=self.config.timeout_s))
+            offset = 0
+            for i, a in enumerate(arrays):
+                if offset + len(a) > covered:
+                    break  # the leftover masks are dropped, never reused
+                sealed[i] = self.backend.rerandomize(self.public_key, a, masks=self.backend.take(masks, np.arange(offset, offset + len(a))))
+                offset += len(a)
+        rest = [i for i, c in enumerate(sealed) if c is None]
+        for i, c in zip(rest, self._fan_out(_rerandomize_task, [arrays[i] for i in rest], self.backend_spec, self.public_key)):
+            sealed[i] = c
+        if self.masks is not None:
+            self.masks.order(count)
+        return sealed
 
     def _compress(self, hists: list, per: int) -> list:
         """Compress every node's histogram; long ones are cut into pieces of whole ciphertexts
