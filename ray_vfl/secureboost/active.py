@@ -37,10 +37,20 @@ def _decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
     return [backend.decrypt_gh(secret_key, c) for c in ciphers]
 
 
-def backend_options(objective: str) -> dict:
-    """Encoding options every party must share: logistic gradients are bounded by 1,
-    which leaves room for more bin sums per compressed ciphertext."""
-    return {"gh_max_abs": 1.0} if objective == "binary:logistic" else {}
+def backend_options(objective: str, n_rows: int | None = None) -> dict:
+    """Encoding options every party must share: logistic gradients are bounded by 1, and no
+    bin sum covers more than the training rows; both leave room for more bin sums per
+    compressed ciphertext and make every compression shift shorter.
+
+    Example
+    -------
+    >>> backend_options("binary:logistic", 24_000)
+    {'gh_max_abs': 1.0, 'max_rows': 32768}
+    """
+    options: dict = {"gh_max_abs": 1.0} if objective == "binary:logistic" else {}
+    if n_rows:
+        options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
+    return options
 
 
 class ActiveParty(Party):
@@ -58,7 +68,7 @@ class ActiveParty(Party):
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
-        self.backend_spec = (config.backend, backend_options(config.objective))
+        self.backend_spec = (config.backend, backend_options(config.objective, None if label is None else len(label)))
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
         self.plain = get_backend("plain")
