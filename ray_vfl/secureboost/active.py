@@ -164,9 +164,7 @@ class ActiveParty(Party):
     def receive(self, replies: list) -> list:
         """File the partitions among passive replies; return their histogram messages."""
         hists = []
-        for message in replies:
-            if message is None:
-                continue
+        for message in (m for reply in replies for m in reply):
             if message.kind == "partition":
                 self.lefts.update(unpack_partition(self.mailbox.open(message, "partition")))
             else:

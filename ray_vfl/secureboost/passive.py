@@ -62,8 +62,8 @@ class PassiveParty(Party):
         layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32)}
         return self.mailbox.send("histogram_layout", [active], layout)
 
-    def begin_tree(self, message) -> None:
-        """Take a tree's encrypted gradient pairs; every row starts at the root."""
+    def begin_tree(self, message) -> list:
+        """Take a tree's encrypted gradient pairs; reply with the root's encrypted histograms."""
         self.tree = message.tree
         gh = self.mailbox.open(message, "encrypted_gh")
         self.gh = gh
@@ -74,25 +74,28 @@ class PassiveParty(Party):
         self.depth = 0
         self.lefts: dict[int, np.ndarray] = {}
         self.reply_to = message.sender
+        return [self.histograms()]
 
-    def next_level(self, message):
+    def next_level(self, message) -> list:
         """File the splits this party won and (when told to advance) move rows to the children.
 
-        Returns the partition of the nodes this party split, or ``None`` if it won none.
+        Replies with the partition of the nodes this party split (if it won
+        any) and, after advancing, the next level's encrypted histograms.
         """
         step: LevelStep = self.mailbox.open(message, "level_step")
-        partition = None
+        replies = []
         if len(step.orders.node):
             own = self._apply_orders(step.orders)
             self.lefts.update(own)
-            partition = self.mailbox.send("partition", [message.sender], pack_partition(list(own), list(own.values())),
-                                          self.tree, message.depth)
+            replies.append(self.mailbox.send("partition", [message.sender], pack_partition(list(own), list(own.values())),
+                                             self.tree, message.depth))
         self.lefts.update(unpack_partition(step.partition))
         if step.advance:
             self.levels.advance(step.children, self.lefts)
             self.lefts = {}
             self.depth = message.depth + 1
-        return partition
+            replies.append(self.histograms())
+        return replies
 
     def _parallel(self, n_items: int, min_items: int = 512) -> bool:
         """Fan out over the task pool only for real crypto on enough items to pay a task's start."""
