@@ -24,7 +24,8 @@ from ray_vfl.splitnn import (  # noqa: E402
     norm_attack,
     train,
 )
-from ray_vfl.splitnn.defenses import marvell_variances  # noqa: E402
+from ray_vfl.metrics import auc  # noqa: E402
+from ray_vfl.splitnn.defenses import marvell_bound, marvell_covariances  # noqa: E402
 from ray_vfl.splitnn.models import SplitNet  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
@@ -58,7 +59,8 @@ def test_config_validates_itself():
 @pytest.mark.parametrize(
     "make",
     [lambda: GaussianDP(epsilon=0.0), lambda: GaussianDP(delta=1.0), lambda: GaussianDP(clip_norm=-1.0),
-     lambda: Marvell(power_scale=0.0), lambda: MixPro(alpha=-0.1), lambda: MixPro(phi_goal=1.5)],
+     lambda: Marvell(power_scale=0.0), lambda: MixPro(alpha=-0.1), lambda: MixPro(phi_goal=1.5),
+     lambda: MixPro(phi_goal=1.0)],
 )
 def test_defense_parameters_out_of_range(make):
     with pytest.raises(ConfigError):
@@ -121,19 +123,29 @@ def test_nonlabel_view_holds_only_embedding_gradients(vanilla, fedads):
 
 def test_norm_attack_leaks_rare_positive_labels(vanilla, fedads):
     _, _, view = vanilla
-    assert leak_auc(norm_attack(view), view.rows, fedads.train.label) >= 0.9
-    cluster = leak_auc(cluster_attack(view), view.rows, fedads.train.label)
+    y = fedads.train.label
+    assert leak_auc(norm_attack(view), view.rows, y) >= 0.9
+    cluster = leak_auc(cluster_attack(view), view.rows, y)
     assert 0.0 <= cluster <= 1.0
 
 
 def test_each_defense_lowers_the_norm_attack(runtime, fedads, vanilla):
+    """Measured with seed 0: none 0.996, DP 0.49, Marvell 0.56, MixPro 0.55 (norm LeakAUC)."""
     _, _, view = vanilla
     y = fedads.train.label
     none = leak_auc(norm_attack(view), view.rows, y)
+    views = {}
     for defense in (GaussianDP(epsilon=1.0), Marvell(), MixPro()):
         model = train(runtime, fedads.train, FAST, defense=defense)
-        defended = model.recorded_view(OTHER)
-        assert leak_auc(norm_attack(defended), defended.rows, y) < none, defense
+        views[defense.name] = defended = model.recorded_view(OTHER)
+        assert leak_auc(norm_attack(defended), defended.rows, y) < none - 0.3, defense
+    # MixPro's weakness, stated not hidden: with one logistic top layer every gradient row is collinear, so
+    # the projection zeroes whichever class points against the batch mean; per batch the norm ranks the
+    # classes almost perfectly, only the direction of the ranking flips from batch to batch.
+    mix = views["mixpro"]
+    per_batch = [auc(y[r], s) for s, r in zip(norm_attack(mix), mix.rows)]
+    two_sided = np.nanmean([max(a, 1 - a) for a in per_batch])
+    assert two_sided > 0.9
 
 
 def test_mixpro_meets_the_cosine_bound_and_lambda():
@@ -147,21 +159,50 @@ def test_mixpro_meets_the_cosine_bound_and_lambda():
     mean = grad.mean(axis=0)
     cos = out @ mean / (np.linalg.norm(out, axis=1) * np.linalg.norm(mean))
     assert cos.min() >= mix.phi_goal - 1e-9
+    mixed, _ = mix.mix(grad, np.random.default_rng(2))
+    moved = ~np.isclose(out, mixed).all(axis=1)  # only rows below the bound move, and only along the mean
+    delta = out[moved] - mixed[moved]
+    assert np.allclose(np.abs(delta @ mean) / (np.linalg.norm(delta, axis=1) * np.linalg.norm(mean)), 1.0)
     assert math.isclose(mix.phi_goal, math.sqrt(3) / 2) and mix.alpha == 0.6
-    collinear = np.outer(np.where(np.arange(64) < 4, -30.0, 1.0), rng.normal(size=8))  # top is one linear layer
-    out = mix.project(collinear, collinear.mean(axis=0), rng)
-    m = collinear.mean(axis=0)
-    assert (out @ m / (np.linalg.norm(out, axis=1) * np.linalg.norm(m))).min() >= mix.phi_goal - 1e-9
+    # one logistic top layer: rows collinear; those against the mean vanish, the others are kept
+    coef = np.where(np.arange(64) < 4, -30.0, 1.0)
+    collinear = np.outer(coef, rng.normal(size=8))
+    out = mix.project(collinear, collinear.mean(axis=0))
+    sign = np.sign(coef.sum())
+    against = np.sign(coef) != sign
+    assert np.abs(out[against]).max() <= 1e-6 * np.abs(collinear).max()
+    np.testing.assert_allclose(out[~against], collinear[~against])
 
 
 def test_dp_and_marvell_kernels():
     dp = GaussianDP(epsilon=1.0, delta=1e-5, clip_norm=0.5)
     assert dp.sigma < math.sqrt(2 * math.log(1.25 / 1e-5)) * 1.0 / 1.0  # analytic beats the classical bound
     assert GaussianDP(epsilon=4.0).sigma < GaussianDP(epsilon=1.0).sigma
-    a0, a1 = marvell_variances(1.0, 0.03, 4.0)
-    assert math.isclose(0.97 * a0 + 0.03 * a1, 4.0, rel_tol=1e-9)
-    kl = lambda x0, x1: x0 / x1 + x1 / x0 - 2 + (1 / x0 + 1 / x1)  # noqa: E731
-    assert kl(a0, a1) <= kl(4.0, 4.0) + 1e-9  # optimised beats isotropic-in-class noise of the same power
+    rng = np.random.default_rng(0)
+    for d2, u0, u1, p, dim, power in [(1.0, 0.0, 0.0, 0.03, 32, 4.0), (2.0, 0.3, 1.1, 0.2, 8, 3.0), (0.5, 0.1, 0.0, 0.5, 1, 1.0)]:
+        lam = marvell_covariances(d2, u0, u1, p, dim, power)
+        assert (lam >= 0).all()
+        spent = p * (lam[1] + (dim - 1) * lam[3]) + (1 - p) * (lam[0] + (dim - 1) * lam[2])
+        assert math.isclose(spent, power, rel_tol=1e-9)  # the power constraint, met with equality
+        best = marvell_bound(lam, d2, u0, u1, dim)
+        assert best <= marvell_bound(np.full(4, power / dim), d2, u0, u1, dim) + 1e-12  # beats isotropic noise
+        for _ in range(200):  # and every random split of the same power
+            w = rng.dirichlet(np.ones(4)) * power  # power on (neg along, pos along, neg across, pos across)
+            if dim == 1:
+                w = np.array([w[0], w[1], 0.0, 0.0]) * power / (w[0] + w[1])
+            cand = np.array([w[0] / (1 - p), w[1] / p, w[2] / ((1 - p) * max(dim - 1, 1)), w[3] / (p * max(dim - 1, 1))])
+            assert best <= marvell_bound(cand, d2, u0, u1, dim) + 1e-9
+    # sent noise has the solved covariance: class-1 rows along u get variance l11
+    grad = np.zeros((4000, 6))
+    labels = (np.arange(4000) % 2).astype(float)
+    grad[labels == 1, 0] = 1.0
+    marvell = Marvell(power_scale=2.0)
+    unit, lam = marvell.solve(grad, labels)
+    noise = marvell.protect(grad, labels, np.random.default_rng(1)) - grad
+    assert np.allclose(np.abs(unit), [1, 0, 0, 0, 0, 0])
+    assert math.isclose(noise[labels == 1, 0].var(), lam[1], rel_tol=0.1)
+    assert math.isclose(noise[labels == 0, 0].var(), lam[0], rel_tol=0.1)
+    assert math.isclose((noise**2).sum(axis=1).mean(), 2.0 * 1.0, rel_tol=0.1)  # P = s * |m1 - m0|^2
 
 
 # ---------------------------------------------------------------------------
