@@ -253,3 +253,60 @@ def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
     with pytest.raises(PartyFailedError) as info:
         train(runtime, fedads.train, FAST.replace(pipeline_depth=2), on_window=kill_shop)
     assert info.value.party == OTHER
+
+
+# ---------------------------------------------------------------------------
+# the real FedAds files: a tiny file in their format
+def _write_fedads(path, rows: int, seed: int, columns, label_values=None) -> None:
+    rng = np.random.default_rng(seed)
+    label = label_values if label_values is not None else (rng.random(rows) < 0.2).astype(int)
+    lines = [",".join(["sample_id", "label"] + list(columns))]
+    for i in range(rows):
+        cells = [f"s{seed}_{i}", f"\"['{label[i]}']\""] + [f"\"['{rng.integers(0, 5) * 7919 % 10007}']\"" for _ in columns]
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_load_fedads_reads_the_release_format(tmp_path):
+    from ray_vfl.splitnn import load_fedads
+    from ray_vfl.splitnn.data import FEDADS_LABEL_COLUMNS, FEDADS_NONLABEL_COLUMNS
+
+    both = FEDADS_LABEL_COLUMNS + FEDADS_NONLABEL_COLUMNS
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 40, 0, both)
+    _write_fedads(tmp_path / "sample_test.csv", 12, 1, both)
+    _write_fedads(tmp_path / "sample_train_unaligned.csv", 25, 2, FEDADS_LABEL_COLUMNS)
+    data = load_fedads(tmp_path, label_party=LABEL, nonlabel_party=OTHER)
+    assert (data.train.n_rows, data.test.n_rows, data.label_only.n_rows) == (40, 12, 25)
+    assert data.train.n_features(LABEL) == 16 and data.train.n_features(OTHER) == 6
+    assert set(np.unique(data.train.label)) <= {0.0, 1.0} and data.train.label.dtype == np.float64
+    assert data.train.features[LABEL]["l_i_fea_1"].str.isdigit().all()  # "['8734']" -> "8734"
+    assert set(data.train.categorical[OTHER]) == set(FEDADS_NONLABEL_COLUMNS)
+    cfg = SplitNNConfig(batch_size=16, label_hidden=(8,), nonlabel_hidden=(4,))
+    metrics = InProcessSplitNet(cfg, num_threads=1).fit(data.train).evaluate(data.test)
+    assert np.isfinite(metrics["nll"])
+
+
+def test_load_fedads_reports_missing_and_bad_files(tmp_path):
+    from ray_vfl.splitnn import load_fedads
+    from ray_vfl.splitnn.data import FEDADS_LABEL_COLUMNS, FEDADS_NONLABEL_COLUMNS
+
+    with pytest.raises(DataError, match="does not exist"):
+        load_fedads(tmp_path / "nowhere")
+    (tmp_path / "sample_train_aligned.tar.gz").write_bytes(b"\x1f\x8b")
+    with pytest.raises(DataError, match="extract it first"):
+        load_fedads(tmp_path)
+    both = FEDADS_LABEL_COLUMNS + FEDADS_NONLABEL_COLUMNS
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 10, 0, both[:-1])  # f_c missing
+    _write_fedads(tmp_path / "sample_test.csv", 10, 1, both)
+    with pytest.raises(DataError, match=r"lacks the FedAds column\(s\) \['f_c'\]"):
+        load_fedads(tmp_path)
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 3, 0, both, label_values=[0, 2, 1])
+    with pytest.raises(DataError, match=r"0/1 conversions.*row 2 holds '2'"):
+        load_fedads(tmp_path)
+    (tmp_path / "sample_train_aligned.csv").write_text("")
+    with pytest.raises(DataError, match="cannot read"):
+        load_fedads(tmp_path)
+    (tmp_path / "sample_train_aligned.csv").unlink()
+    (tmp_path / "sample_train_aligned.csv.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match="cannot read"):
+        load_fedads(tmp_path)
