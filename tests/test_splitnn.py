@@ -242,19 +242,6 @@ def test_mismatched_batch_rows_are_refused(fedads):
         party.step(0, wrong)
 
 
-def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
-    """Last in this module: the runtime kills every actor after a failure (later tests start new ones)."""
-    import ray
-
-    def kill_shop(done: int) -> None:
-        if done == 2:
-            ray.kill(runtime.actor(OTHER), no_restart=True)
-
-    with pytest.raises(PartyFailedError) as info:
-        train(runtime, fedads.train, FAST.replace(pipeline_depth=2), on_window=kill_shop)
-    assert info.value.party == OTHER
-
-
 # ---------------------------------------------------------------------------
 # the real FedAds files: a tiny file in their format
 def _write_fedads(path, rows: int, seed: int, columns, label_values=None) -> None:
@@ -310,3 +297,48 @@ def test_load_fedads_reports_missing_and_bad_files(tmp_path):
     (tmp_path / "sample_train_aligned.csv.gz").write_bytes(b"not gzip at all")
     with pytest.raises(DataError, match="cannot read"):
         load_fedads(tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# the user-level estimator
+def test_estimator_fits_predicts_saves_and_loads(runtime, fedads, tmp_path):
+    from ray_vfl import NotFittedError
+    from ray_vfl.splitnn import SplitNNClassifier
+
+    small = fedads.train.take(np.arange(1500))
+    clf = SplitNNClassifier(nonlabel_hidden=(16, 8), label_hidden=(32,), batch_size=128, defense=Marvell(), runtime=runtime)
+    with pytest.raises(NotFittedError):
+        clf.predict_proba(fedads.test)
+    with pytest.raises(DataError, match="VerticalDataset"):
+        clf.fit(small.features)
+    with pytest.raises(ConfigError, match="batch_size"):
+        SplitNNClassifier(batch_size=0, runtime=runtime).fit(small)
+    assert clf.fit(small) is clf and len(clf.losses_) == 12
+    proba = clf.predict_proba(fedads.test)
+    assert proba.shape == (fedads.test.n_rows, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    assert set(np.unique(clf.predict(fedads.test))) <= {0, 1}
+    paths = clf.save_model(str(tmp_path / "model"))
+    assert sorted(paths) == [LABEL, OTHER]
+    loaded = SplitNNClassifier.load_model(str(tmp_path / "model"), runtime=runtime)  # new actors read their own parts
+    np.testing.assert_allclose(loaded.predict_proba(fedads.test), proba, rtol=0, atol=1e-7)
+    assert loaded.get_params()["nonlabel_hidden"] == (16, 8) and loaded.defense == Marvell()
+    (tmp_path / "model" / f"{OTHER}.pt").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="not a saved split-NN part"):
+        SplitNNClassifier.load_model(str(tmp_path / "model"), runtime=runtime)
+    with pytest.raises(DataError, match="federation.json"):
+        SplitNNClassifier.load_model(str(tmp_path / "nothing"), runtime=runtime)
+
+
+# ---------------------------------------------------------------------------
+# faults (last: the runtime kills every actor after a failure)
+def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
+    """Last in this module: the runtime kills every actor after a failure (later tests start new ones)."""
+    import ray
+
+    def kill_shop(done: int) -> None:
+        if done == 2:
+            ray.kill(runtime.actor(OTHER), no_restart=True)
+
+    with pytest.raises(PartyFailedError) as info:
+        train(runtime, fedads.train, FAST.replace(pipeline_depth=2), on_window=kill_shop)
+    assert info.value.party == OTHER

@@ -26,7 +26,7 @@ MixPro         mix each row with a random other row (lambda > 1/2), then    alph
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
 
 import numpy as np
@@ -54,6 +54,10 @@ class Defense:
 
     def protect(self, grad: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return grad
+
+    def params(self) -> dict:
+        """The constructor parameters (for tables and saved models; no cached or internal state)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init} if is_dataclass(self) else {}
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
         rows.append({
             "dataset": data.name,
             "defense": name,
-            "params": {k: v for k, v in vars(defense).items()},
+            "params": defense.params(),
             "auc": round(metrics["auc"], 4),
             "nll": round(metrics["nll"], 4),
             "norm_leak_auc": round(leak_auc(norm_attack(view), view.rows, y), 4),
