@@ -11,8 +11,8 @@ labels.
 - Norm attack (Li et al., ICLR 2022): the score is the gradient's L2 norm. With
   rare positives, a positive row's loss gradient ``p - 1`` dwarfs a negative's ``p``.
 - Clustering attack (Sun et al. 2022, as in FedAds): k-means (k=2) on the
-  federated embeddings the party sent, each row by its latest (last-epoch)
-  embedding, compared by direction (cosine); the smaller cluster is taken as
+  party's own federated embeddings, each row by its latest one (what the
+  trained bottom model outputs), compared by direction (cosine); the smaller cluster is taken as
   positive; the score is ``distance to the larger cluster's centre - distance
   to the smaller one's``.
 
@@ -46,12 +46,17 @@ class NonLabelView:
         The federated embeddings it sent, ``(B, d)`` per batch.
     gradients : list of ndarray
         The embedding gradients it received, ``(B, d)`` per batch.
+    final_embeddings : ndarray or None
+        What its bottom model outputs for every training row once training
+        is over, ``(n_rows, d)`` (row ``i`` = position ``i``); computed by the
+        party itself from its own model and features, never sent.
     """
 
     party: str
     rows: list[np.ndarray] = field(default_factory=list)
     embeddings: list[np.ndarray] = field(default_factory=list)
     gradients: list[np.ndarray] = field(default_factory=list)
+    final_embeddings: np.ndarray | None = None
 
     @property
     def n_batches(self) -> int:
@@ -70,8 +75,9 @@ def norm_attack(view: NonLabelView) -> list[np.ndarray]:
 def latest_rows(view: NonLabelView, source: str = "embeddings") -> tuple[np.ndarray, np.ndarray]:
     """Every row's most recent vector in the view: ``(row ids, (n, d) vectors)``.
 
-    With several epochs that is the last pass, computed by the most trained
-    bottom model (or the last gradient received for the row).
+    For embeddings that is the trained model's output (``final_embeddings``)
+    when the view holds it, else each row's embedding from the last pass;
+    for gradients the last gradient received for the row.
     """
     if source not in ("embeddings", "gradients"):
         raise DataError(f"source must be 'embeddings' or 'gradients', got {source!r}")
@@ -79,6 +85,9 @@ def latest_rows(view: NonLabelView, source: str = "embeddings") -> tuple[np.ndar
     if not batches:
         raise DataError(f"party {view.party!r} recorded no {source}; train before attacking")
     rows = np.concatenate(view.rows[: len(batches)])
+    if source == "embeddings" and view.final_embeddings is not None:
+        ids = np.unique(rows)
+        return ids, np.asarray(view.final_embeddings, dtype=np.float64)[ids]
     vectors = np.concatenate(batches).astype(np.float64)
     # the last occurrence of each row id: unique over the reversed order
     ids, first_in_reversed = np.unique(rows[::-1], return_index=True)
@@ -89,8 +98,9 @@ def cluster_attack(view: NonLabelView, seed: int = 0, source: str = "embeddings"
                    max_fit_rows: int = 50_000) -> list[np.ndarray]:
     """Embedding clustering (Sun et al. 2022): k-means (k=2) on the party's own federated embeddings.
 
-    Each row is represented by its latest embedding in the view (the last
-    epoch's, from the most trained bottom model); ``metric="cosine"``
+    Each row is represented by its latest embedding in the view (the
+    trained bottom model's output, or else the last epoch's embedding; see
+    :func:`latest_rows`); ``metric="cosine"``
     clusters directions (rows scaled to unit length), ``"euclidean"`` the raw
     vectors. The smaller cluster is taken as positive (positives are rare)
     and a row's score is the soft assignment ``distance to the larger

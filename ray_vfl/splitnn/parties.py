@@ -118,7 +118,8 @@ class NonLabelParty(_SplitParty):
     """A feature holder: sends federated embeddings, receives their gradients.
 
     Its view (kept in :attr:`view`) is exactly what it received plus what it
-    computed itself: embedding gradients, and the embeddings it sent.
+    computed itself: embedding gradients, the embeddings it sent, and its
+    trained bottom model's output for its training rows.
     """
 
     def __init__(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig,
@@ -150,7 +151,11 @@ class NonLabelParty(_SplitParty):
         """
         if grad_message is not None:
             self._backward(grad_message)
-        if batch is None:
+        if batch is None:  # training is over: what the trained model outputs for every training row
+            ids = self.ids["train"]
+            with torch.no_grad():  # in chunks: the hidden layers of every row at once could be large
+                self.view.final_embeddings = np.concatenate(
+                    [self.bottom(ids[i : i + 65_536]).numpy() for i in range(0, len(ids), 65_536)])
             return None
         rows = self.schedule[batch]
         emb = self.bottom(self.ids["train"][rows])
