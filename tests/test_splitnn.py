@@ -17,6 +17,7 @@ from ray_vfl.splitnn import (  # noqa: E402
     LabelParty,
     Marvell,
     MixPro,
+    NonLabelView,
     SplitNNConfig,
     cluster_attack,
     leak_auc,
@@ -24,7 +25,7 @@ from ray_vfl.splitnn import (  # noqa: E402
     norm_attack,
     train,
 )
-from ray_vfl.splitnn.defenses import marvell_variances  # noqa: E402
+from ray_vfl.splitnn.defenses import marvell_bound, marvell_covariances  # noqa: E402
 from ray_vfl.splitnn.models import SplitNet  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
@@ -58,7 +59,8 @@ def test_config_validates_itself():
 @pytest.mark.parametrize(
     "make",
     [lambda: GaussianDP(epsilon=0.0), lambda: GaussianDP(delta=1.0), lambda: GaussianDP(clip_norm=-1.0),
-     lambda: Marvell(power_scale=0.0), lambda: MixPro(alpha=-0.1), lambda: MixPro(phi_goal=1.5)],
+     lambda: Marvell(power_scale=0.0), lambda: MixPro(alpha=-0.1), lambda: MixPro(phi_goal=1.5),
+     lambda: MixPro(phi_goal=1.0)],
 )
 def test_defense_parameters_out_of_range(make):
     with pytest.raises(ConfigError):
@@ -117,23 +119,54 @@ def test_nonlabel_view_holds_only_embedding_gradients(vanilla, fedads):
     assert all(g.shape == (len(r), FAST.embedding_width) for g, r in zip(view.gradients, view.rows))
     assert all(r.shape == ("ndarray", "float32", (len(rows), FAST.embedding_width)) for r, rows in zip(received, view.rows))
     assert {r.kind for r in model.comm_stats.received_by(LABEL)} == {"embedding"}
+    assert view.final_embeddings.shape == (fedads.train.n_rows, FAST.embedding_width)  # computed by itself, never sent
 
 
 def test_norm_attack_leaks_rare_positive_labels(vanilla, fedads):
     _, _, view = vanilla
-    assert leak_auc(norm_attack(view), view.rows, fedads.train.label) >= 0.9
-    cluster = leak_auc(cluster_attack(view), view.rows, fedads.train.label)
-    assert 0.0 <= cluster <= 1.0
+    y = fedads.train.label
+    assert leak_auc(norm_attack(view), view.rows, y) >= 0.9
+    # measured 0.82 with seed 0 (last-pass embeddings from the view: 0.71; the old per-batch Euclidean
+    # variant: 0.39, below chance)
+    assert leak_auc(cluster_attack(view), view.rows, y) > 0.75
+
+
+def test_cluster_attack_reads_only_the_latest_embeddings():
+    rng = np.random.default_rng(0)
+    labels = (np.arange(96) < 8).astype(float)
+    first = rng.normal(size=(96, 4))  # epoch 1: untrained, no signal
+    second = np.where(labels[:, None] == 1, [1.0, 0, 0, 0], [0, 1.0, 0, 0]) + 0.05 * rng.normal(size=(96, 4))
+    rows = [np.arange(0, 96, 2), np.arange(1, 96, 2)]
+    order = [rng.permutation(96)[:48], None]
+    order[1] = np.setdiff1d(np.arange(96), order[0])
+    emb = [first[rows[0]], first[rows[1]], second[order[0]], second[order[1]]]
+    view = NonLabelView("shop", rows=rows + order, embeddings=emb, gradients=[np.zeros((48, 4))] * 4)
+    scores = cluster_attack(view)
+    assert [len(s) for s in scores] == [48] * 4
+    assert leak_auc(scores, view.rows, labels) == 1.0  # every batch scored from its rows' last-epoch embeddings
+    view.final_embeddings = first  # the trained model's outputs, when recorded, take precedence
+    assert leak_auc(cluster_attack(view), view.rows, labels) < 0.9
+    view.final_embeddings = second
+    assert leak_auc(cluster_attack(view), view.rows, labels) == 1.0
+    with pytest.raises(DataError, match="metric"):
+        cluster_attack(view, metric="manhattan")
 
 
 def test_each_defense_lowers_the_norm_attack(runtime, fedads, vanilla):
+    """Measured with seed 0: none 0.996, DP 0.49, Marvell 0.56, MixPro 0.55 (norm LeakAUC)."""
     _, _, view = vanilla
     y = fedads.train.label
     none = leak_auc(norm_attack(view), view.rows, y)
+    views = {}
     for defense in (GaussianDP(epsilon=1.0), Marvell(), MixPro()):
         model = train(runtime, fedads.train, FAST, defense=defense)
-        defended = model.recorded_view(OTHER)
-        assert leak_auc(norm_attack(defended), defended.rows, y) < none, defense
+        views[defense.name] = defended = model.recorded_view(OTHER)
+        assert leak_auc(norm_attack(defended), defended.rows, y) < none - 0.3, defense
+    # MixPro's weakness, stated not hidden: with one logistic top layer every gradient row is collinear, so
+    # the projection zeroes whichever class points against the batch mean; per batch the norm ranks the
+    # classes almost perfectly, only the direction of the ranking flips from batch to batch.
+    mix = views["mixpro"]
+    assert leak_auc(norm_attack(mix), mix.rows, y, two_sided=True) > 0.9  # measured 0.99
 
 
 def test_mixpro_meets_the_cosine_bound_and_lambda():
@@ -147,21 +180,50 @@ def test_mixpro_meets_the_cosine_bound_and_lambda():
     mean = grad.mean(axis=0)
     cos = out @ mean / (np.linalg.norm(out, axis=1) * np.linalg.norm(mean))
     assert cos.min() >= mix.phi_goal - 1e-9
+    mixed, _ = mix.mix(grad, np.random.default_rng(2))
+    moved = ~np.isclose(out, mixed).all(axis=1)  # only rows below the bound move, and only along the mean
+    delta = out[moved] - mixed[moved]
+    assert np.allclose(np.abs(delta @ mean) / (np.linalg.norm(delta, axis=1) * np.linalg.norm(mean)), 1.0)
     assert math.isclose(mix.phi_goal, math.sqrt(3) / 2) and mix.alpha == 0.6
-    collinear = np.outer(np.where(np.arange(64) < 4, -30.0, 1.0), rng.normal(size=8))  # top is one linear layer
-    out = mix.project(collinear, collinear.mean(axis=0), rng)
-    m = collinear.mean(axis=0)
-    assert (out @ m / (np.linalg.norm(out, axis=1) * np.linalg.norm(m))).min() >= mix.phi_goal - 1e-9
+    # one logistic top layer: rows collinear; those against the mean vanish, the others are kept
+    coef = np.where(np.arange(64) < 4, -30.0, 1.0)
+    collinear = np.outer(coef, rng.normal(size=8))
+    out = mix.project(collinear, collinear.mean(axis=0))
+    sign = np.sign(coef.sum())
+    against = np.sign(coef) != sign
+    assert np.abs(out[against]).max() <= 1e-6 * np.abs(collinear).max()
+    np.testing.assert_allclose(out[~against], collinear[~against])
 
 
 def test_dp_and_marvell_kernels():
     dp = GaussianDP(epsilon=1.0, delta=1e-5, clip_norm=0.5)
     assert dp.sigma < math.sqrt(2 * math.log(1.25 / 1e-5)) * 1.0 / 1.0  # analytic beats the classical bound
     assert GaussianDP(epsilon=4.0).sigma < GaussianDP(epsilon=1.0).sigma
-    a0, a1 = marvell_variances(1.0, 0.03, 4.0)
-    assert math.isclose(0.97 * a0 + 0.03 * a1, 4.0, rel_tol=1e-9)
-    kl = lambda x0, x1: x0 / x1 + x1 / x0 - 2 + (1 / x0 + 1 / x1)  # noqa: E731
-    assert kl(a0, a1) <= kl(4.0, 4.0) + 1e-9  # optimised beats isotropic-in-class noise of the same power
+    rng = np.random.default_rng(0)
+    for d2, u0, u1, p, dim, power in [(1.0, 0.0, 0.0, 0.03, 32, 4.0), (2.0, 0.3, 1.1, 0.2, 8, 3.0), (0.5, 0.1, 0.0, 0.5, 1, 1.0)]:
+        lam = marvell_covariances(d2, u0, u1, p, dim, power)
+        assert (lam >= 0).all()
+        spent = p * (lam[1] + (dim - 1) * lam[3]) + (1 - p) * (lam[0] + (dim - 1) * lam[2])
+        assert math.isclose(spent, power, rel_tol=1e-9)  # the power constraint, met with equality
+        best = marvell_bound(lam, d2, u0, u1, dim)
+        assert best <= marvell_bound(np.full(4, power / dim), d2, u0, u1, dim) + 1e-12  # beats isotropic noise
+        for _ in range(200):  # and every random split of the same power
+            w = rng.dirichlet(np.ones(4)) * power  # power on (neg along, pos along, neg across, pos across)
+            if dim == 1:
+                w = np.array([w[0], w[1], 0.0, 0.0]) * power / (w[0] + w[1])
+            cand = np.array([w[0] / (1 - p), w[1] / p, w[2] / ((1 - p) * max(dim - 1, 1)), w[3] / (p * max(dim - 1, 1))])
+            assert best <= marvell_bound(cand, d2, u0, u1, dim) + 1e-9
+    # sent noise has the solved covariance: class-1 rows along u get variance l11
+    grad = np.zeros((4000, 6))
+    labels = (np.arange(4000) % 2).astype(float)
+    grad[labels == 1, 0] = 1.0
+    marvell = Marvell(power_scale=2.0)
+    unit, lam = marvell.solve(grad, labels)
+    noise = marvell.protect(grad, labels, np.random.default_rng(1)) - grad
+    assert np.allclose(np.abs(unit), [1, 0, 0, 0, 0, 0])
+    assert math.isclose(noise[labels == 1, 0].var(), lam[1], rel_tol=0.1)
+    assert math.isclose(noise[labels == 0, 0].var(), lam[0], rel_tol=0.1)
+    assert math.isclose((noise**2).sum(axis=1).mean(), 2.0 * 1.0, rel_tol=0.1)  # P = s * |m1 - m0|^2
 
 
 # ---------------------------------------------------------------------------
@@ -186,6 +248,101 @@ def test_mismatched_batch_rows_are_refused(fedads):
         party.step(0, wrong)
 
 
+# ---------------------------------------------------------------------------
+# the real FedAds files: a tiny file in their format
+def _write_fedads(path, rows: int, seed: int, columns, label_values=None) -> None:
+    rng = np.random.default_rng(seed)
+    label = label_values if label_values is not None else (rng.random(rows) < 0.2).astype(int)
+    lines = [",".join(["sample_id", "label"] + list(columns))]
+    for i in range(rows):
+        cells = [f"s{seed}_{i}", f"\"['{label[i]}']\""] + [f"\"['{rng.integers(0, 5) * 7919 % 10007}']\"" for _ in columns]
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_load_fedads_reads_the_release_format(tmp_path):
+    from ray_vfl.splitnn import load_fedads
+    from ray_vfl.splitnn.data import FEDADS_LABEL_COLUMNS, FEDADS_NONLABEL_COLUMNS
+
+    both = FEDADS_LABEL_COLUMNS + FEDADS_NONLABEL_COLUMNS
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 40, 0, both)
+    _write_fedads(tmp_path / "sample_test.csv", 12, 1, both)
+    _write_fedads(tmp_path / "sample_train_unaligned.csv", 25, 2, FEDADS_LABEL_COLUMNS)
+    data = load_fedads(tmp_path, label_party=LABEL, nonlabel_party=OTHER)
+    assert (data.train.n_rows, data.test.n_rows, data.label_only.n_rows) == (40, 12, 25)
+    assert data.train.n_features(LABEL) == 16 and data.train.n_features(OTHER) == 6
+    assert set(np.unique(data.train.label)) <= {0.0, 1.0} and data.train.label.dtype == np.float64
+    assert data.train.features[LABEL]["l_i_fea_1"].str.isdigit().all()  # "['8734']" -> "8734"
+    assert set(data.train.categorical[OTHER]) == set(FEDADS_NONLABEL_COLUMNS)
+    cfg = SplitNNConfig(batch_size=16, label_hidden=(8,), nonlabel_hidden=(4,))
+    metrics = InProcessSplitNet(cfg, num_threads=1).fit(data.train).evaluate(data.test)
+    assert np.isfinite(metrics["nll"])
+
+
+def test_load_fedads_reports_missing_and_bad_files(tmp_path):
+    from ray_vfl.splitnn import load_fedads
+    from ray_vfl.splitnn.data import FEDADS_LABEL_COLUMNS, FEDADS_NONLABEL_COLUMNS
+
+    with pytest.raises(DataError, match="does not exist"):
+        load_fedads(tmp_path / "nowhere")
+    (tmp_path / "sample_train_aligned.tar.gz").write_bytes(b"\x1f\x8b")
+    with pytest.raises(DataError, match="extract it first"):
+        load_fedads(tmp_path)
+    both = FEDADS_LABEL_COLUMNS + FEDADS_NONLABEL_COLUMNS
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 10, 0, both[:-1])  # f_c missing
+    _write_fedads(tmp_path / "sample_test.csv", 10, 1, both)
+    with pytest.raises(DataError, match=r"lacks the FedAds column\(s\) \['f_c'\]"):
+        load_fedads(tmp_path)
+    _write_fedads(tmp_path / "sample_train_aligned.csv", 3, 0, both, label_values=[0, 2, 1])
+    with pytest.raises(DataError, match=r"0/1 conversions.*row 2 holds '2'"):
+        load_fedads(tmp_path)
+    (tmp_path / "sample_train_aligned.csv").write_text("")
+    with pytest.raises(DataError, match="cannot read"):
+        load_fedads(tmp_path)
+    (tmp_path / "sample_train_aligned.csv").unlink()
+    (tmp_path / "sample_train_aligned.csv.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match="cannot read"):
+        load_fedads(tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# the user-level estimator
+def test_estimator_fits_predicts_saves_and_loads(runtime, fedads, tmp_path):
+    from ray_vfl import NotFittedError
+    from ray_vfl.splitnn import SplitNNClassifier
+
+    small = fedads.train.take(np.arange(1500))
+    clf = SplitNNClassifier(nonlabel_hidden=(16, 8), label_hidden=(32,), batch_size=128, defense=Marvell(), runtime=runtime)
+    with pytest.raises(NotFittedError):
+        clf.predict_proba(fedads.test)
+    with pytest.raises(DataError, match="VerticalDataset"):
+        clf.fit(small.features)
+    with pytest.raises(ConfigError, match="batch_size"):
+        SplitNNClassifier(batch_size=0, runtime=runtime).fit(small)
+    assert clf.fit(small) is clf and len(clf.losses_) == 12
+    proba = clf.predict_proba(fedads.test)
+    assert proba.shape == (fedads.test.n_rows, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    assert set(np.unique(clf.predict(fedads.test))) <= {0, 1}
+    paths = clf.save_model(str(tmp_path / "model"))
+    assert sorted(paths) == [LABEL, OTHER]
+    loaded = SplitNNClassifier.load_model(str(tmp_path / "model"), runtime=runtime)  # new actors read their own parts
+    np.testing.assert_allclose(loaded.predict_proba(fedads.test), proba, rtol=0, atol=1e-7)
+    assert loaded.get_params()["nonlabel_hidden"] == (16, 8) and loaded.defense == Marvell()
+    # a damaged part, checked in-process (inside an actor the runtime would stop every party, as for any failure)
+    from ray_vfl.splitnn import NonLabelParty
+
+    shop = NonLabelParty(OTHER, None, [], loaded.model_.config, LABEL)
+    with pytest.raises(DataError, match=f"not the NonLabelParty part of '{OTHER}'"):
+        shop.load_part(paths[LABEL])
+    (tmp_path / "model" / f"{OTHER}.pt").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="not a saved split-NN part"):
+        shop.load_part(paths[OTHER])
+    with pytest.raises(DataError, match="federation.json"):
+        SplitNNClassifier.load_model(str(tmp_path / "nothing"), runtime=runtime)
+
+
+# ---------------------------------------------------------------------------
+# faults (last: the runtime kills every actor after a failure)
 def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
     """Last in this module: the runtime kills every actor after a failure (later tests start new ones)."""
     import ray

@@ -9,6 +9,8 @@ Example
 >>> data = make_fedads_like(50_000, seed=0)                                    # doctest: +SKIP
 >>> model = train(Runtime(), data.train, SplitNNConfig(), defense=MixPro())    # doctest: +SKIP
 >>> model.evaluate(data.test)                                                  # doctest: +SKIP
+
+Or, scikit-learn style: ``SplitNNClassifier(defense=MixPro()).fit(data.train)``.
 """
 
 from .attacks import NonLabelView, cluster_attack, d_leak_auc, leak_auc, norm_attack
@@ -16,6 +18,7 @@ from .baselines import InProcessSplitNet
 from .config import SplitNNConfig
 from .data import SplitNNData, load_credit_vfl, load_fedads, load_ipinyou, load_open_bandit, make_fedads_like
 from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense, analytic_gaussian_sigma
+from .estimator import SplitNNClassifier
 from .parties import LabelParty, NonLabelParty
 from .protocol import SplitNNModel, train
 
@@ -29,6 +32,7 @@ __all__ = [
     "NoDefense",
     "NonLabelParty",
     "NonLabelView",
+    "SplitNNClassifier",
     "SplitNNConfig",
     "SplitNNData",
     "SplitNNModel",

@@ -265,13 +265,24 @@ def _clean_cell(series: pd.Series) -> pd.Series:
 
 
 def _read_fedads(path: str, label_party: str, nonlabel_party: str, label_cols, nonlabel_cols, label: str) -> VerticalDataset:
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise DataError(f"cannot read {path!r} as a FedAds CSV file (a header line, then one click per line): {exc}") from exc
     wanted = list(label_cols) + list(nonlabel_cols or [])
     missing = [c for c in wanted + [label] if c not in frame.columns]
     if missing:
-        raise DataError(f"{path!r} lacks the FedAds column(s) {missing}; its columns are {list(frame.columns)[:30]}")
+        raise DataError(f"{path!r} lacks the FedAds column(s) {missing}; its columns are {list(frame.columns)[:30]}; "
+                        "pass label_columns=/nonlabel_columns=/label= if your release names them differently")
+    if frame.empty:
+        raise DataError(f"{path!r} holds a header but no rows")
     frame = frame[wanted + [label]].apply(_clean_cell)
-    y = pd.to_numeric(frame[label], errors="raise").to_numpy(dtype=np.float64)
+    y = pd.to_numeric(frame[label], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{path!r}: the {label!r} column must hold 0/1 conversions (plain or as ['0']/['1']); "
+                        f"row {first + 1} holds {frame[label].iloc[first]!r} ({int(bad.sum())} bad rows)")
     columns = {label_party: list(label_cols)}
     if nonlabel_cols:
         columns[nonlabel_party] = list(nonlabel_cols)
@@ -284,23 +295,40 @@ def load_fedads(directory: str | os.PathLike, label_party: str = "party0", nonla
     """Read the real FedAds files (Tianchi dataset 148347) from ``directory``.
 
     Expects ``sample_train_aligned.csv``, ``sample_test.csv`` and optionally
-    ``sample_train_nonaligned.csv`` (``.csv`` or ``.csv.gz``), one row per
-    click with a ``label`` column and the feature columns named in the
-    dataset's documentation. Every feature is treated as a categorical ID (the
-    release already bins its continuous values). Column names and the party
-    assignment can be overridden when a release differs.
+    ``sample_train_nonaligned.csv`` (or ``sample_train_unaligned``; ``.csv``,
+    ``.csv.gz`` or ``.txt``): a header line, then one click per line with a
+    ``label`` column and the feature columns named in the dataset's
+    documentation; cells may be plain or one-element lists such as
+    ``['8734']``. Every feature is treated as a categorical ID (the release
+    already bins its continuous values). Column names and the party
+    assignment can be overridden when a release differs. Raises
+    :class:`~ray_vfl.errors.DataError` naming the file for a missing file, an
+    unreadable one, missing columns or labels other than 0/1.
+
+    Example
+    -------
+    >>> data = load_fedads("/data/fedads")                    # doctest: +SKIP
+    >>> data.train.n_features("party0"), data.train.n_features("party1")  # doctest: +SKIP
+    (16, 6)
     """
-    def find(stem: str, required: bool) -> str | None:
-        for ext in (".csv", ".csv.gz", ".txt"):
-            path = os.path.join(os.fspath(directory), stem + ext)
-            if os.path.exists(path):
-                return path
+    folder = os.fspath(directory)
+    if not os.path.isdir(folder):
+        raise DataError(f"FedAds folder {folder!r} does not exist; pass the folder holding sample_train_aligned.csv "
+                        "and sample_test.csv (download FedAds from Tianchi, dataset 148347, and extract the archives)")
+
+    def find(stems: Sequence[str], required: bool) -> str | None:
+        for stem in stems:
+            for ext in (".csv", ".csv.gz", ".txt"):
+                path = os.path.join(folder, stem + ext)
+                if os.path.isfile(path):
+                    return path
         if required:
-            raise DataError(f"{stem}.csv not found in {os.fspath(directory)!r}; download FedAds from Tianchi (dataset 148347)")
+            hint = " (found the .tar.gz archive: extract it first)" if os.path.exists(os.path.join(folder, stems[0] + ".tar.gz")) else ""
+            raise DataError(f"{stems[0]}.csv not found in {folder!r}{hint}; download FedAds from Tianchi (dataset 148347)")
         return None
 
-    train = _read_fedads(find("sample_train_aligned", True), label_party, nonlabel_party, label_columns, nonlabel_columns, label)
-    test = _read_fedads(find("sample_test", True), label_party, nonlabel_party, label_columns, nonlabel_columns, label)
-    rest_path = find("sample_train_nonaligned", False)
+    train = _read_fedads(find(["sample_train_aligned"], True), label_party, nonlabel_party, label_columns, nonlabel_columns, label)
+    test = _read_fedads(find(["sample_test"], True), label_party, nonlabel_party, label_columns, nonlabel_columns, label)
+    rest_path = find(["sample_train_nonaligned", "sample_train_unaligned"], False)
     rest = _read_fedads(rest_path, label_party, nonlabel_party, label_columns, (), label) if rest_path else None
     return SplitNNData("fedads", train, test, rest)

@@ -5,7 +5,9 @@
   process): test AUC and NLL.
 - :func:`privacy_table`: VanillaVFL with no defense, DP, Marvell and MixPro:
   test AUC, and per attack LeakAUC and dLeakAUC, the attacks computed only
-  from the non-label party's recorded view.
+  from the non-label party's recorded view; for the norm attack also the
+  two-sided LeakAUC (per batch ``max(AUC, 1 - AUC)``), which shows what a
+  defense flips rather than removes.
 """
 
 from __future__ import annotations
@@ -71,10 +73,11 @@ def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
         rows.append({
             "dataset": data.name,
             "defense": name,
-            "params": {k: v for k, v in vars(defense).items()},
+            "params": defense.params(),
             "auc": round(metrics["auc"], 4),
             "nll": round(metrics["nll"], 4),
             "norm_leak_auc": round(leak_auc(norm_attack(view), view.rows, y), 4),
+            "norm_leak_auc_two_sided": round(leak_auc(norm_attack(view), view.rows, y, two_sided=True), 4),
             "cluster_leak_auc": round(leak_auc(cluster_attack(view, seed=cluster_seed), view.rows, y), 4),
         })
     base = rows[0]

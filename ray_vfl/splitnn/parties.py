@@ -45,15 +45,20 @@ def check_binary_labels(labels: Any) -> np.ndarray:
 class _SplitParty:
     """What both roles have: a feature block, its encoder, a bottom model, a mailbox."""
 
-    def _setup(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig) -> None:
+    def _setup(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig) -> None:
+        """``frame=None``: no training rows; the models come from :meth:`load_part`."""
         torch.set_num_threads(1)  # two cores shared by every party: one thread each, no oversubscription
         self.name = name
         self.config = config
         self.mailbox = Mailbox(name)
-        self.encoder = FeatureEncoder(config.n_bins, config.max_categories).fit(frame, categorical, party=name)
-        self.ids: dict[str, torch.Tensor] = {"train": torch.from_numpy(self.encoder.transform(frame, party=name))}
-        self.schedule = batch_schedule(len(frame), config.batch_size, config.epochs, config.seed)
         self.dtype = torch_dtype(config.dtype)
+        self.encoder = FeatureEncoder(config.n_bins, config.max_categories)
+        self.ids: dict[str, torch.Tensor] = {}
+        self.schedule: list[np.ndarray] = []
+        if frame is not None:
+            self.encoder.fit(frame, categorical, party=name)
+            self.ids["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
+            self.schedule = batch_schedule(len(frame), config.batch_size, config.epochs, config.seed)
 
     def load_rows(self, key: str, frame: pd.DataFrame) -> int:
         """Encode a new data set (test or prediction rows) with the training encoder."""
@@ -83,26 +88,57 @@ class _SplitParty:
     def ping(self) -> str:
         return self.name
 
+    def save_part(self, path: str) -> str:
+        """Write this party's own part (encoder and model weights) to ``path``; nothing else leaves the party."""
+        torch.save({"role": type(self).__name__, "party": self.name, "encoder": self.encoder.to_dict(),
+                    "state": {k: v.detach().clone() for k, v in self._modules().state_dict().items()}}, path)
+        return path
+
+    def load_part(self, path: str) -> str:
+        """Read a part written by :meth:`save_part` (tensors and plain values only: ``weights_only``)."""
+        try:
+            blob = torch.load(path, weights_only=True)
+        except FileNotFoundError as exc:
+            raise DataError(f"party {self.name!r}: saved part {path!r} not found") from exc
+        except Exception as exc:  # torch raises several types for a damaged or foreign file
+            raise DataError(f"party {self.name!r}: {path!r} is not a saved split-NN part ({type(exc).__name__}: {exc})") from exc
+        if not isinstance(blob, dict) or blob.get("role") != type(self).__name__ or blob.get("party") != self.name:
+            found = (blob.get("role"), blob.get("party")) if isinstance(blob, dict) else type(blob).__name__
+            raise DataError(f"{path!r} is not the {type(self).__name__} part of {self.name!r} (found {found})")
+        self.encoder = FeatureEncoder.from_dict(blob["encoder"])
+        self._build()
+        try:
+            self._modules().load_state_dict(blob["state"])
+        except RuntimeError as exc:
+            raise DataError(f"party {self.name!r}: the weights in {path!r} do not fit the saved configuration: {exc}") from exc
+        return path
+
 
 class NonLabelParty(_SplitParty):
     """A feature holder: sends federated embeddings, receives their gradients.
 
     Its view (kept in :attr:`view`) is exactly what it received plus what it
-    computed itself: embedding gradients, and the embeddings it sent.
+    computed itself: embedding gradients, the embeddings it sent, and its
+    trained bottom model's output for its training rows.
     """
 
-    def __init__(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig,
+    def __init__(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig,
                  label_party: str, index: int = 0) -> None:
         self.reset(name, frame, categorical, config, label_party, index)
 
-    def reset(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], config: SplitNNConfig,
+    def reset(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig,
               label_party: str, index: int = 0) -> None:
         self._setup(name, frame, categorical, config)
         self.label_party = label_party
-        self.bottom = build_bottom(self.encoder.vocab_sizes, config.nonlabel_hidden, config, nonlabel_seed(index))
-        self.optimizer = make_optimizer(self.bottom.parameters(), config)
+        self.index = index
         self.view = NonLabelView(name)
         self._pending: tuple[int, torch.Tensor] | None = None
+        if frame is not None:
+            self._build()
+
+    def _build(self) -> None:
+        self.bottom = build_bottom(self.encoder.vocab_sizes, self.config.nonlabel_hidden, self.config, nonlabel_seed(self.index))
+        self.optimizer = make_optimizer(self.bottom.parameters(), self.config)
 
     def _modules(self) -> torch.nn.Module:
         return self.bottom
@@ -115,7 +151,11 @@ class NonLabelParty(_SplitParty):
         """
         if grad_message is not None:
             self._backward(grad_message)
-        if batch is None:
+        if batch is None:  # training is over: what the trained model outputs for every training row
+            ids = self.ids["train"]
+            with torch.no_grad():  # in chunks: the hidden layers of every row at once could be large
+                self.view.final_embeddings = np.concatenate(
+                    [self.bottom(ids[i : i + 65_536]).numpy() for i in range(0, len(ids), 65_536)])
             return None
         rows = self.schedule[batch]
         emb = self.bottom(self.ids["train"][rows])
@@ -155,24 +195,31 @@ class NonLabelParty(_SplitParty):
 class LabelParty(_SplitParty):
     """The label holder: own bottom model, the top model, the loss, and the defense on what it sends."""
 
-    def __init__(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], labels: np.ndarray,
+    def __init__(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], labels: np.ndarray | None,
                  config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
         self.reset(name, frame, categorical, labels, config, nonlabel, defense)
 
-    def reset(self, name: str, frame: pd.DataFrame, categorical: Sequence[str], labels: np.ndarray,
+    def reset(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], labels: np.ndarray | None,
               config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
-        y = check_binary_labels(labels)
-        if len(y) != len(frame):
-            raise DataError(f"party {name!r}: {len(y)} labels for {len(frame)} feature rows")
+        y = None
+        if frame is not None:
+            y = check_binary_labels(labels)
+            if len(y) != len(frame):
+                raise DataError(f"party {name!r}: {len(y)} labels for {len(frame)} feature rows")
         self._setup(name, frame, categorical, config)
-        self.labels = torch.as_tensor(y, dtype=self.dtype)
+        self.labels = None if y is None else torch.as_tensor(y, dtype=self.dtype)
         self.nonlabel = list(nonlabel)
         self.defense = defense if defense is not None else NoDefense()
         self.rng = np.random.default_rng([config.seed, 7919])  # the defense's noise
-        self.bottom = build_bottom(self.encoder.vocab_sizes, config.label_hidden, config, LABEL_BOTTOM_SEED)
-        self.top = build_top(self.bottom.out_width + len(self.nonlabel) * config.embedding_width, config)
-        self.optimizer = make_optimizer(list(self.bottom.parameters()) + list(self.top.parameters()), config)
         self.losses: list[float] = []
+        if frame is not None:
+            self._build()
+
+    def _build(self) -> None:
+        cfg = self.config
+        self.bottom = build_bottom(self.encoder.vocab_sizes, cfg.label_hidden, cfg, LABEL_BOTTOM_SEED)
+        self.top = build_top(self.bottom.out_width + len(self.nonlabel) * cfg.embedding_width, cfg)
+        self.optimizer = make_optimizer(list(self.bottom.parameters()) + list(self.top.parameters()), cfg)
 
     def _modules(self) -> torch.nn.Module:
         return torch.nn.ModuleDict({"label_bottom": self.bottom, "top": self.top})

@@ -25,7 +25,9 @@ so training is exactly sequential SGD; the driver blocks once per
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from ..metrics import auc, logloss
 from ..runtime import Runtime, as_ref_list
 from .attacks import NonLabelView
 from .config import SplitNNConfig
-from .defenses import Defense, NoDefense
+from .defenses import DEFENSES, Defense, NoDefense
 from .models import batch_schedule
 from .parties import LabelParty, NonLabelParty, check_binary_labels
 
@@ -97,6 +99,48 @@ class SplitNNModel:
         if party not in self.nonlabel:
             raise DataError(f"{party!r} is not a non-label party; those are {self.nonlabel}")
         return self.runtime.get([(party, self.runtime.actor(party).recorded_view.remote())], "view")[0]
+
+    def save(self, directory: str) -> dict[str, str]:
+        """Each party writes ``<directory>/<party>.pt``, its own part only, plus ``federation.json`` (roles, config).
+
+        Example
+        -------
+        >>> model.save("model_dir")                                   # doctest: +SKIP
+        >>> SplitNNModel.load("model_dir").predict_proba(test)        # doctest: +SKIP
+        """
+        parties = [self.label_party] + self.nonlabel
+        os.makedirs(directory, exist_ok=True)
+        paths = {p: os.path.join(directory, f"{p}.pt") for p in parties}
+        self.runtime.get([(p, self.runtime.actor(p).save_part.remote(paths[p])) for p in parties], "save")
+        meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
+                "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
+        with open(os.path.join(directory, "federation.json"), "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=2)
+        return paths
+
+    @classmethod
+    def load(cls, directory: str, runtime: Runtime | None = None) -> "SplitNNModel":
+        """Start one actor per party and have each read its own saved part (for prediction)."""
+        meta_path = os.path.join(directory, "federation.json")
+        try:
+            with open(meta_path, encoding="utf-8") as fh:
+                meta = json.load(fh)
+            config = SplitNNConfig.from_dict(meta["config"])
+            label_name, nonlabel = meta["label_party"], list(meta["nonlabel"])
+            defense = DEFENSES[meta["defense"]["name"]](**meta["defense"]["params"])
+        except FileNotFoundError as exc:
+            raise DataError(f"{meta_path!r} not found; pass the folder SplitNNModel.save wrote") from exc
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{meta_path!r} is not a split-NN federation file ({type(exc).__name__}: {exc})") from exc
+        runtime = runtime or Runtime(timeout_s=config.timeout_s)
+        runtime.connect([label_name] + nonlabel)
+        label = runtime.spawn(label_name, LabelParty, label_name, None, [], None, config, nonlabel, defense)
+        calls = [(label_name, label.load_part.remote(os.path.join(directory, f"{label_name}.pt")))]
+        for i, p in enumerate(nonlabel):
+            handle = runtime.spawn(p, NonLabelParty, p, None, [], config, label_name, i)
+            calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.pt"))))
+        runtime.get(calls, "load", config.timeout_s)
+        return cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)))
 
     def param_grads(self) -> dict[str, dict[str, np.ndarray]]:
         """Every party's parameter gradients from the last batch (diagnostic; used by the tests)."""
