@@ -201,7 +201,7 @@ class ActiveParty(Party):
             return np.zeros(0), np.zeros(0)
         workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
         total = sum(len(c) for c in ciphers)
-        if workers > 1 and total > 1:
+        if workers > 1 and total >= 16:  # fewer decryptions cost less than starting the tasks
             step = max(1, -(-total // workers))
             pieces = [self.backend.take(c, np.arange(lo, min(lo + step, len(c)))) for c in ciphers for lo in range(0, len(c), step)]
             groups = [pieces[s] for s in self.pool.chunks(len(pieces), 1)]

@@ -101,12 +101,13 @@ class PassiveParty(Party):
         """Fan out over the task pool only for real crypto on enough items to pay a task's start."""
         return self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1 and n_items > min_items
 
-    def _fan_out(self, fn, items: list, *shared) -> list:
-        """``fn`` over groups of ``items`` on the task pool (or in-process), results in order."""
+    def _fan_out(self, fn, items: list, *shared, min_work: int = 128) -> list:
+        """``fn`` over groups of ``items`` (arrays) on the task pool, or in-process when they hold
+        fewer than ``min_work`` entries (a task's start would cost more); results in order."""
         if not items:
             return []
         groups = [items[s] for s in self.pool.chunks(len(items), 1)]
-        if len(groups) > 1 and self._parallel(len(items), 1):
+        if len(groups) > 1 and self._parallel(sum(len(i) for i in items), min_work):
             return [r for part in self.pool.map(fn, groups, *shared) for r in part]
         return fn(items, *shared)
 
@@ -171,7 +172,8 @@ class PassiveParty(Party):
                 sealed[i] = self.backend.rerandomize(self.public_key, a, masks=self.backend.take(masks, np.arange(offset, offset + len(a))))
                 offset += len(a)
         rest = [i for i, c in enumerate(sealed) if c is None]
-        for i, c in zip(rest, self._fan_out(_rerandomize_task, [arrays[i] for i in rest], self.backend_spec, self.public_key)):
+        fresh = self._fan_out(_rerandomize_task, [arrays[i] for i in rest], self.backend_spec, self.public_key, min_work=256)
+        for i, c in zip(rest, fresh):
             sealed[i] = c
         if self.masks is not None:
             self.masks.order(count)
@@ -181,7 +183,7 @@ class PassiveParty(Party):
         """Compress every node's histogram; long ones are cut into pieces of whole ciphertexts
         (multiples of ``per`` entries) so that even the root's single histogram uses every worker."""
         total = sum(len(h) for h in hists)
-        if not self._parallel(total, 1) or self.pool.workers <= 1:
+        if not self._parallel(total, 128) or self.pool.workers <= 1:
             return self._fan_out(_compress_task, hists, self.backend_spec, self.public_key)
         step = per * max(1, -(-total // (self.pool.workers * per)))
         pieces, owner = [], []
