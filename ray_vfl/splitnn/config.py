@@ -65,8 +65,9 @@ class SplitNNConfig(ValidatedConfig):
     seed : int
         Seeds the model initialisation and the shared batch order.
     pipeline_depth : int
-        Batches the driver keeps in flight before it waits (the calls are
-        chained by object references, so training stays exactly sequential).
+        Batches the label party runs per driver call (the driver reports
+        progress and checks for failures between calls; training stays
+        exactly sequential).
     timeout_s : float
         Longest wait for one window of batches.
 

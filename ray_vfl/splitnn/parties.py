@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from ..comm import Mailbox, Message, Record
 from ..errors import DataError
+from ..runtime import gather
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
@@ -241,11 +242,47 @@ class LabelParty(_SplitParty):
             out.append(torch.as_tensor(np.array(emb), dtype=self.dtype).requires_grad_(True))
         return out
 
+    def set_peers(self, handles: dict[str, Any]) -> None:
+        """The non-label parties' actor handles: :meth:`run_batches` calls them directly."""
+        self.peers = [handles[p] for p in self.nonlabel]
+        self._carry: list | None = None
+
+    def run_batches(self, start: int, stop: int) -> int:
+        """Train batches ``[start, stop)`` with the non-label parties, one round trip per batch.
+
+        Each round sends the previous batch's embedding gradients and asks
+        for the next batch's embeddings; while the non-label parties work, this
+        party runs its own bottom model on the batch (same weights, same math
+        as :meth:`step`, only earlier).
+        """
+        timeout = self.config.timeout_s
+        grads = self._carry or [None] * len(self.nonlabel)
+        for batch in range(start, stop):
+            pending = [(p, h.step.remote(g, batch)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
+            rows = self.schedule[batch]
+            own = self.bottom(self.ids["train"][rows])
+            messages = gather(pending, f"batch {batch}", timeout)
+            grads = list(self._update(batch, rows, own, messages))
+        self._carry = grads
+        return stop
+
+    def finish_batches(self) -> None:
+        """Send the last batch's gradients; each non-label party then computes its trained model's outputs."""
+        grads = self._carry or [None] * len(self.nonlabel)
+        gather([(p, h.step.remote(g, None)) for p, h, g in zip(self.nonlabel, self.peers, grads)], "last backward",
+               self.config.timeout_s)
+        self._carry = None
+
     def step(self, batch: int, *messages: Message) -> Message | tuple[Message, ...]:
         """Forward, loss, backward and update for ``batch``; send each non-label party its gradient."""
         rows = self.schedule[batch]
+        out = self._update(batch, rows, self.bottom(self.ids["train"][rows]), messages)
+        return out[0] if len(out) == 1 else out
+
+    def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """Top model, loss, backward and update given this party's bottom output ``own``; the defended gradients out."""
         embs = self._embeddings(messages, len(rows), batch)
-        logits = self.top([self.bottom(self.ids["train"][rows])] + embs)
+        logits = self.top([own] + embs)
         loss = F.binary_cross_entropy_with_logits(logits, self.labels[rows])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -253,11 +290,10 @@ class LabelParty(_SplitParty):
         self.losses.append(float(loss.detach()))
         y = self.labels[rows].numpy()
         # The defense wraps what leaves this party; the party's own models trained on the true gradients above.
-        out = tuple(
+        return tuple(
             self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.rng), tree=batch)
             for party, e in zip(self.nonlabel, embs)
         )
-        return out[0] if len(out) == 1 else out
 
     def predict(self, key: str, *messages: Message) -> np.ndarray:
         """Probabilities for every row of a loaded data set, from the non-label parties' embeddings."""

@@ -15,12 +15,12 @@ round   sender -> receiver          payload                          what the re
 ======  ==========================  ===============================  =====================================
 
 Prediction: each non-label party sends the embeddings of the rows to score;
-nothing comes back. Per batch the driver submits two actor calls and never
-waits: a non-label party's call applies the gradient of batch ``b - 1`` and
-embeds batch ``b``; the label party's call takes those embeddings. Ray runs
-each actor's calls in submission order and chains them by object reference,
-so training is exactly sequential SGD; the driver blocks once per
-``pipeline_depth`` batches.
+nothing comes back. The label party's actor runs the batches with the
+non-label parties' actors itself, one round trip per batch: each call to a
+non-label party applies the gradient of batch ``b - 1`` and embeds batch
+``b``; while it runs, the label party runs its own bottom model on batch
+``b``. Training is exactly sequential SGD; the driver makes one call per
+``pipeline_depth`` batches (progress, failure checks).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..comm import CommStats
 from ..dataset import VerticalDataset
 from ..errors import DataError
 from ..metrics import auc, logloss
-from ..runtime import Runtime, as_ref_list
+from ..runtime import Runtime
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
@@ -213,22 +213,16 @@ def train(
                for i, p in enumerate(nonlabel)]
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", config.timeout_s)
 
-    n = len(nonlabel)
+    runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", config.timeout_s)
     n_batches = len(batch_schedule(data.n_rows, config.batch_size, config.epochs, config.seed))
-    grads: list = [None] * n
-    window: list = []
     start = time.perf_counter()
-    for b in range(n_batches):
-        embs = [h.step.remote(g, b) for h, g in zip(handles, grads)]
-        grads = as_ref_list(label.step.options(num_returns=n).remote(b, *embs), n)
-        window += list(zip(nonlabel, embs)) + [(label_name, g) for g in grads]
-        if (b + 1) % config.pipeline_depth == 0 or b + 1 == n_batches:
-            runtime.get(window, f"batches up to {b}", config.timeout_s)
-            window = []
-            if on_window is not None:
-                on_window(b + 1)
-    last = [(p, h.step.remote(g, None)) for p, h, g in zip(nonlabel, handles, grads)]
-    runtime.get(last, "last backward", config.timeout_s)
+    # The label party runs the batches with the non-label parties itself, one window at a time.
+    for first in range(0, n_batches, config.pipeline_depth):
+        stop = min(first + config.pipeline_depth, n_batches)
+        runtime.get([(label_name, label.run_batches.remote(first, stop))], f"batches {first}-{stop - 1}", config.timeout_s)
+        if on_window is not None:
+            on_window(stop)
+    runtime.get([(label_name, label.finish_batches.remote())], "last backward", config.timeout_s)
     seconds = time.perf_counter() - start
 
     parties = [label_name] + nonlabel
