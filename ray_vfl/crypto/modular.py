@@ -10,7 +10,8 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from ray_vfl.crypto.base import Backend, CipherArray, as_int_list, group_rows
+from ray_vfl.crypto.arrays import as_int_list, group_rows
+from ray_vfl.crypto.base import Backend, CipherArray
 from ray_vfl.crypto.fixed_point import center
 from ray_vfl.crypto.gmp import parallel_powmod
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag

@@ -9,14 +9,14 @@ import ray
 
 from ..config import BoostConfig
 from ..crypto import get_backend
-from ..errors import DataError
 from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
 from . import rounds
 from .levels import RowLevels, pack_partition, unpack_partition
-from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
+from .messages import LevelStep, SplitOrders
+from .router import PredictionRouter
 from .party import Party
 from .tree import Tree, TreeBuilder
 
@@ -53,7 +53,7 @@ def backend_options(objective: str, n_rows: int | None = None) -> dict:
     return options
 
 
-class ActiveParty(Party):
+class ActiveParty(PredictionRouter, Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
     It learns the passive parties' histograms (sums over bins, not rows) and
@@ -302,80 +302,6 @@ class ActiveParty(Party):
         metrics = evaluate_margin(self.config.objective, self.y, self.margin, with_auc=False)
         self.history.setdefault("train", []).append(metrics)
         return metrics
-
-    # federated prediction -----------------------------------------------------
-    def route_start(self, key: str, first_tree: int, end_tree: int):
-        """Start routing the rows of data set ``key`` through trees ``[first_tree, end_tree)``.
-
-        Rows advance through this party's own nodes locally; rows waiting at a
-        passive party's node are sent to that party as (row, record) queries.
-        """
-        trees = self.trees[first_tree:end_tree]
-        n = len(self.bins[key])
-        offsets = np.cumsum([0] + [t.n_nodes for t in trees]).astype(np.int64)
-
-        def stack(field: str, shift: bool) -> np.ndarray:
-            parts = [getattr(t, field) for t in trees]
-            if shift:  # child ids become ids in the stacked node array; -1 stays a leaf mark
-                parts = [np.where(p >= 0, p + off, -1) for p, off in zip(parts, offsets)]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64 if field == "weight" else np.int64)
-
-        route = {
-            "n": n,
-            "left": stack("left", True),
-            "right": stack("right", True),
-            "owner": stack("owner", False),
-            "record": stack("record", False),
-            "weight": stack("weight", False),
-            "pos": np.repeat(offsets[:-1], n),
-            "waiting": {},
-        }
-        self.routes[key] = route
-        return self._route_queries(key, 0)
-
-    def _advance_own(self, key: str) -> None:
-        r = self.routes[key]
-        pos, bins = r["pos"], self.bins[key]
-        while True:
-            idx = np.flatnonzero((r["left"][pos] >= 0) & (r["owner"][pos] == self.me))
-            if len(idx) == 0:
-                return
-            left = self.lookup.route(bins, idx % r["n"], r["record"][pos[idx]], self.missing_bin)
-            pos[idx] = np.where(left, r["left"][pos[idx]], r["right"][pos[idx]])
-
-    def _route_queries(self, key: str, depth: int) -> dict[str, Any]:
-        """Queries for the passive parties at whose nodes rows now wait (none once all reached leaves)."""
-        self._advance_own(key)
-        r = self.routes[key]
-        pos = r["pos"]
-        internal = r["left"][pos] >= 0
-        r["waiting"] = {}
-        queries = {}
-        for party in self.passives:
-            idx = np.flatnonzero(internal & (r["owner"][pos] == self.order.index(party)))
-            if len(idx):
-                r["waiting"][party] = idx
-                queries[party] = self.mailbox.send("route_query", [party], RouteQuery(idx % r["n"], r["record"][pos[idx]]), -1, depth)
-        return queries
-
-    def route_step(self, key: str, depth: int, answers: list) -> dict[str, Any]:
-        """Move the waiting rows by the passive parties' answers; the next round's queries."""
-        r = self.routes[key]
-        for message in answers:
-            answer: RouteAnswer = self.mailbox.open(message, "route_answer")
-            idx = r["waiting"][message.sender]
-            left = np.unpackbits(answer.bits, count=answer.count).astype(bool)
-            r["pos"][idx] = np.where(left, r["left"][r["pos"][idx]], r["right"][r["pos"][idx]])
-        return self._route_queries(key, depth)
-
-    def route_finish(self, key: str) -> np.ndarray:
-        """Sum of the leaf weights each row reached (without the base margin)."""
-        r = self.routes.pop(key)
-        if len(r["weight"]) == 0:
-            return np.zeros(r["n"])
-        if np.any(r["left"][r["pos"]] >= 0):
-            raise DataError("routing ended before every row reached a leaf; the model's depth is inconsistent")
-        return r["weight"][r["pos"]].reshape(-1, r["n"]).sum(axis=0)
 
     def record_eval(self, key: str, margin_delta: np.ndarray) -> dict[str, float]:
         """Add one tree's margins to an eval set's and report its metrics."""
