@@ -354,3 +354,15 @@ def test_party_dying_mid_epoch_raises_party_failed(runtime, fedads):
     with pytest.raises(PartyFailedError) as info:
         train(runtime, fedads.train, FAST.replace(pipeline_depth=2), on_window=kill_shop)
     assert info.value.party == OTHER
+
+
+@pytest.mark.parametrize("releases", [2, 5])
+def test_dp_budget_covers_every_epoch(releases):
+    """With several epochs, sigma is set so the releases compose (zCDP) to the stated (epsilon, delta)."""
+    dp = GaussianDP(epsilon=2.0, delta=1e-5, clip_norm=0.5).for_releases(releases)
+    rho = releases * (2 * 0.5) ** 2 / (2 * dp.sigma**2)  # zCDP of one Gaussian release, composed
+    spent = rho + 2 * math.sqrt(rho * math.log(1e5))
+    assert spent == pytest.approx(2.0, rel=1e-9)
+    assert dp.sigma > GaussianDP(epsilon=2.0, delta=1e-5, clip_norm=0.5).sigma
+    with pytest.raises(ConfigError, match="releases"):
+        GaussianDP(releases=0)

@@ -203,6 +203,7 @@ def train(
     config = config or SplitNNConfig()
     defense = defense if defense is not None else NoDefense()
     _check_input(data, config, defense)
+    defense = defense.for_releases(config.epochs)  # a DP budget covers every epoch's release of a row
     label_name = data.label_party
     nonlabel = [p for p in data.party_names if p != label_name]
     runtime.connect(data.party_names)
