@@ -89,7 +89,8 @@ class BoostConfig(ValidatedConfig):
     key_bits : int
         Paillier modulus size; at least 1024, 2048 by default.
     workers_per_party : int or None
-        Ray tasks a party fans its crypto out to; ``None`` uses the party's CPUs.
+        Ray tasks a party fans its crypto out to; ``None``: the CPUs of the party's nodes, split
+        between passive parties that share nodes.
     timeout_s : float
         Longest a protocol phase may take before the driver raises
         :class:`~ray_vfl.errors.PartyFailedError`.

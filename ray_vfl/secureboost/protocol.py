@@ -194,7 +194,7 @@ def train(
     active_name = data.label_party
     passive_names = [p for p in order if p != active_name]
     runtime.connect(order)
-    pools = {p: runtime.pool(p, config.workers_per_party) for p in order}
+    pools = {p: runtime.pool(p, config.workers_per_party or _default_workers(runtime, p, passive_names)) for p in order}
     warm = [(p, ref) for p in order for ref in pools[p].warm_up(_TASK_MODULES)] if config.backend != "plain" else []
     cats = data.categorical
     active = runtime.spawn(active_name, ActiveParty, active_name, data.features[active_name], cats.get(active_name, []),
@@ -234,6 +234,17 @@ def train(
     for key in eval_sets or {}:
         runtime.get([(p, runtime.actor(p).drop_rows.remote(key)) for p in order], "cleanup", config.timeout_s)
     return model
+
+
+def _default_workers(runtime: Runtime, party: str, passives: Sequence[str]) -> int:
+    """Passive parties sum ciphertexts at the same time: those whose nodes overlap (all of them in a
+    one-machine simulation) split those nodes' CPUs; the active party's encryption and decryption run
+    while the passive parties wait, on every CPU of its nodes."""
+    if party not in passives:
+        return runtime.party_cpus(party)
+    nodes = runtime.party_nodes(party)
+    sharing = sum(1 for q in passives if runtime.party_nodes(q) & nodes) or 1
+    return max(1, runtime.party_cpus(party) // sharing)
 
 
 def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:
