@@ -12,7 +12,7 @@ Electronics Letters 1999, as implemented by HEU)::
 
 ``H^t = 1 (mod p^2)``, so the randomness vanishes after raising to the short
 ``t`` (224 bits at 2048), which makes decryption cheap. ``G^m`` and ``H^r``
-use fixed-base tables (8-bit windows); negative ``m`` use a table of ``G^-1``.
+use fixed-base tables (12-bit windows); negative ``m`` use a table of ``G^-1``.
 ``encrypt(sk, ...)`` is accepted but uses the public tables (a CRT split
 mod ``p^2`` and ``q`` did not pay in pure Python).
 
@@ -167,12 +167,13 @@ class _Tables:
         mod = self.modulus
         width = max(1, (max((abs(v) for v in ms), default=0).bit_length() + 7) // 8)
         pos, neg = self.g._table(width), self.g_inv._table(width)
+        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in ms), width)
         out = []
-        for v, acc in zip(ms, masks):
+        for v, acc, ds in zip(ms, masks, digits):
             rows = pos if v >= 0 else neg
-            for row, byte in zip(rows, abs(v).to_bytes(width, "little")):
-                if byte:
-                    acc = acc * row[byte] % mod
+            for row, d in zip(rows, ds):
+                if d:
+                    acc = acc * row[d] % mod
             out.append(acc)
         return out
 

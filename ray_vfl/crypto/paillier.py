@@ -14,8 +14,8 @@ B^alpha`` for a short random exponent ``alpha``. ``alpha`` has
 ``n``, NIST SP 800-57 levels 80 / 112 / 128): the best generic attack on a
 short exponent (Pollard lambda / baby-step giant-step) costs
 ``2**(bits / 2)``, i.e. exactly the security level; 224 bits at 2048 is also
-SecretFlow HEU's choice. With 8-bit windows an encryption costs
-``bits / 8`` modular multiplications (28 at 2048 bits) instead of a
+SecretFlow HEU's choice. With 12-bit windows an encryption costs
+``bits / 12`` modular multiplications (19 at 2048 bits) instead of a
 2048-bit exponentiation.
 
 Key-owner encryption (``encrypt(sk, x)``): the owner keeps the tables of
