@@ -51,12 +51,14 @@ def _lowest_priority() -> None:
 class MaskReserve:
     """Makes one party's encryption masks, chunk by chunk, at the lowest OS priority.
 
+    Its constructor lowers the priority of the whole process, so it runs as
+    its own actor, never in a process that does anything else.
+
     Example
     -------
-    >>> reserve = MaskReserve()
-    >>> be = get_backend("paillier"); pk, sk = be.generate_keys(1024)
-    >>> reserve.set_key(("paillier", {}), sk)
-    >>> len(reserve.make(4))
+    >>> reserve = runtime.spawn_helper("bank", "masks", MaskReserve)          # doctest: +SKIP
+    >>> reserve.set_key.remote(("paillier", {}), secret_key)                 # doctest: +SKIP
+    >>> len(ray.get(reserve.make.remote(4)))                                 # doctest: +SKIP
     4
     """
 
