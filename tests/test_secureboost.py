@@ -272,3 +272,14 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     assert len({bytes(r) for r in rows}) == 12  # fresh randomness, never repeated
     g = np.linspace(-1, 1, 5)
     np.testing.assert_allclose(be.decrypt_gh(sk, be.encrypt_gh(sk, g, np.abs(g), masks=masks[0]))[0], g, atol=1e-9)
+
+
+def test_default_workers_follow_each_partys_nodes(runtime):
+    """A party's pool defaults to the CPUs of its own nodes; passive parties sharing a node split them."""
+    from ray_vfl.secureboost.protocol import _default_workers
+
+    assert runtime.party_cpus("party0") == 2 and len(runtime.party_nodes("party0")) == 1
+    assert runtime.pool("party0").workers == 2
+    assert _default_workers(runtime, "party0", ["party1"]) == 2  # the active party uses every CPU
+    assert _default_workers(runtime, "party1", ["party1"]) == 2
+    assert _default_workers(runtime, "party1", ["party1", "party2", "party3"]) == 1
