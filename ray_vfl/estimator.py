@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin
 
 from .callbacks import EarlyStopping, EvaluationLogger, ProgressBar, TrainingCallback
 from .config import BoostConfig
 from .dataset import VerticalDataset
-from .errors import DataError, NotFittedError
+from .errors import DataError
+from .federated_estimator import FederatedEstimator
 from .kernels import transform_margin
 from .runtime import Runtime
 from .secureboost.protocol import FederatedModel, train
@@ -23,7 +24,7 @@ from .secureboost.protocol import FederatedModel, train
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
 
 
-class _SecureBoost(BaseEstimator):
+class _SecureBoost(FederatedEstimator):
     _objective = "binary:logistic"
 
     def __init__(
@@ -76,8 +77,7 @@ class _SecureBoost(BaseEstimator):
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):
         """Train on ``data``; ``eval_set`` data sets are scored after every tree."""
         config = self._config()
-        if not isinstance(data, VerticalDataset):
-            raise DataError(f"fit expects a VerticalDataset (see ray_vfl.vertical_split), got {type(data).__name__}")
+        runtime = self._fit_runtime(data, config.timeout_s)
         evals = {f"validation_{i}": d for i, d in enumerate(eval_set or [])}
         callbacks = list(self.callbacks or [])
         if self.verbose:
@@ -86,19 +86,12 @@ class _SecureBoost(BaseEstimator):
             if not evals:
                 raise DataError("early_stopping_rounds needs an eval_set to watch")
             callbacks.append(EarlyStopping(self.early_stopping_rounds, data=f"validation_{len(evals) - 1}"))
-        runtime = self.runtime if self.runtime is not None else Runtime(timeout_s=config.timeout_s)
         self.model_ = train(runtime, data, config, evals, callbacks)
         self.evals_result_ = self.model_.history
         self.comm_stats_ = self.model_.comm_stats
         self.best_iteration_ = self.model_.best_iteration
         self.n_trees_ = self.model_.n_trees
         return self
-
-    def _check_fitted(self) -> FederatedModel:
-        model = getattr(self, "model_", None)
-        if model is None:
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(vertical_data) first")
-        return model
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Raw margins by federated prediction."""

@@ -161,7 +161,7 @@ def build_histograms(backend, public_key, gh, fkeys: np.ndarray, rows_of_nodes: 
     slot = np.repeat(np.arange(len(rows_of_nodes)), [len(r) for r in rows_of_nodes])
     total = backend.bucket_sum(public_key, backend.take(gh, rows), histogram_keys(fkeys[rows], slot, n_bins),
                                len(rows_of_nodes) * width)
-    return backend.split(total, len(rows_of_nodes))
+    return backend.chunk(total, width)
 
 
 @dataclass(frozen=True)

@@ -228,15 +228,14 @@ class Runtime:
     def cpus(self) -> int:
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def party_nodes(self, party: str) -> set[str]:
-        """Ids of the live nodes that declare ``party``'s resource (where its actor and tasks may run)."""
-        return {n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(party_resource(party), 0) > 0}
+    def party_nodes(self, party: str) -> dict[str, int]:
+        """The live nodes that declare ``party``'s resource (where its actor and tasks may run): node id -> CPUs."""
+        return {n["NodeID"]: int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()
+                if n.get("Alive") and n.get("Resources", {}).get(party_resource(party), 0) > 0}
 
     def party_cpus(self, party: str) -> int:
         """CPUs of the nodes ``party`` may use."""
-        total = sum(n.get("Resources", {}).get("CPU", 0) for n in ray.nodes()
-                    if n.get("Alive") and n.get("Resources", {}).get(party_resource(party), 0) > 0)
-        return max(1, int(total))
+        return max(1, sum(self.party_nodes(party).values()))
 
     def pool(self, party: str, workers: int | None = None) -> TaskPool:
         """The task pool a party uses for its heavy crypto (default: one worker per CPU of its nodes)."""

@@ -244,8 +244,9 @@ def test_mismatched_batch_rows_are_refused(fedads):
     small = fedads.train.take(np.arange(200))
     party = LabelParty(LABEL, small.features[LABEL], small.categorical[LABEL], small.label, FAST, [OTHER])
     wrong = Mailbox(OTHER).send("embedding", [LABEL], np.zeros((63, FAST.embedding_width), np.float32), tree=0)
+    rows = party.schedule[0]
     with pytest.raises(DataError, match="disagree on the batch rows"):
-        party.step(0, wrong)
+        party._update(0, rows, party.bottom(party.ids["train"][rows]), [wrong])
 
 
 # ---------------------------------------------------------------------------

@@ -297,19 +297,23 @@ class Backend(ABC):
             ints = (kind, [src[i] for i in ix.tolist()])
         return CipherArray(c.data[ix], c.key_id, tag, ints)
 
-    def split(self, c: CipherArray, n_parts: int) -> list[CipherArray]:
-        """``c`` cut into ``n_parts`` equal consecutive parts (views; no crypto, no index arrays)."""
+    def chunk(self, c: CipherArray, size: int) -> list[CipherArray]:
+        """``c`` cut into consecutive pieces of ``size`` entries (the last may be shorter); no crypto.
+
+        Uncompressed pieces are views; compressed ones go through :meth:`take`
+        (``size`` counts ciphertexts), so only the last piece may end in a
+        partial ciphertext and :meth:`concat` of the pieces gives ``c`` back.
+        """
         if not isinstance(c, CipherArray):
             raise CryptoError(f"expected a CipherArray, got {type(c).__name__}")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+            raise DataError(f"chunk size must be a positive int, got {size!r}")
         if compressed_layout(c.tag) is not None:
-            raise CryptoError("split works on uncompressed arrays; use take for compressed ones")
-        if n_parts <= 0 or len(c) % n_parts:
-            raise DataError(f"cannot split {len(c)} entries into {n_parts} equal parts")
-        w = len(c) // n_parts
+            return [self.take(c, np.arange(lo, min(lo + size, len(c)))) for lo in range(0, len(c), size)]
         parts = []
-        for i in range(n_parts):
-            ints = None if c._ints is None else (c._ints[0], c._ints[1][i * w:(i + 1) * w])
-            parts.append(CipherArray(c.data[i * w:(i + 1) * w], c.key_id, c.tag, ints))
+        for lo in range(0, len(c), size):
+            ints = None if c._ints is None else (c._ints[0], c._ints[1][lo:lo + size])
+            parts.append(CipherArray(c.data[lo:lo + size], c.key_id, c.tag, ints))
         return parts
 
     def concat(self, arrays: Sequence[CipherArray]) -> CipherArray:

@@ -161,15 +161,14 @@ class ActiveParty(PredictionRouter, Party):
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
 
-    def receive(self, replies: list) -> list:
-        """File the partitions among passive replies; return their histogram messages."""
+    def receive(self, replies: list) -> list[tuple[str, list]]:
+        """File the partitions among passive replies; return their histograms as ``(sender, ciphertexts)``."""
         hists = []
         for message in (m for reply in replies for m in reply):
             if message.kind == "partition":
                 self.lefts.update(unpack_partition(self.mailbox.open(message, "partition")))
             else:
-                self.mailbox.open(message, "encrypted_histograms")  # checks kind and receiver
-                hists.append(message)
+                hists.append((message.sender, self.mailbox.open(message, "encrypted_histograms")))
         return hists
 
     def advance(self) -> None:
@@ -203,14 +202,14 @@ class ActiveParty(PredictionRouter, Party):
         total = sum(len(c) for c in ciphers)
         if workers > 1 and total >= 16:  # fewer decryptions cost less than starting the tasks
             step = max(1, -(-total // workers))
-            pieces = [self.backend.take(c, np.arange(lo, min(lo + step, len(c)))) for c in ciphers for lo in range(0, len(c), step)]
+            pieces = [piece for c in ciphers for piece in self.backend.chunk(c, step)]
             groups = [pieces[s] for s in self.pool.chunks(len(pieces), 1)]
             parts = [r for part in self.pool.map(_decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
         else:
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def choose_splits(self, depth: int, hist_messages: list) -> bool:
+    def choose_splits(self, depth: int, passive_hists: list[tuple[str, list]]) -> bool:
         """Decrypt, pick the best split of every open node over all parties' features.
 
         Splits on this party's own features are applied at once (their rows'
@@ -228,12 +227,12 @@ class ActiveParty(PredictionRouter, Party):
         own = self.plain.concat([self.own_hists[n] for n in open_nodes.tolist()])
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
-        for message in hist_messages:
-            G, H = self._decrypt(self.mailbox.open(message, "encrypted_histograms"))
-            n_features, cells = self.layouts[message.sender]
+        for sender, ciphers in passive_hists:
+            G, H = self._decrypt(ciphers)
+            n_features, cells = self.layouts[sender]
             full_g, full_h = np.zeros((n_open, n_features * self.n_bins)), np.zeros((n_open, n_features * self.n_bins))
             full_g[:, cells], full_h[:, cells] = G.reshape(n_open, -1), H.reshape(n_open, -1)
-            blocks[message.sender] = (full_g.reshape(n_open, -1, self.n_bins), full_h.reshape(n_open, -1, self.n_bins))
+            blocks[sender] = (full_g.reshape(n_open, -1, self.n_bins), full_h.reshape(n_open, -1, self.n_bins))
         totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=self.builder_size())
         totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=self.builder_size())
         G = np.concatenate([blocks[p][0] for p in self.order], axis=1)

@@ -74,7 +74,7 @@ class PassiveParty(Party):
         self.depth = 0
         self.lefts: dict[int, np.ndarray] = {}
         self.reply_to = message.sender
-        return [self.histograms()]
+        return [self._histograms()]
 
     def next_level(self, message) -> list:
         """File the splits this party won and (when told to advance) move rows to the children.
@@ -94,7 +94,7 @@ class PassiveParty(Party):
             self.levels.advance(step.children, self.lefts)
             self.lefts = {}
             self.depth = message.depth + 1
-            replies.append(self.histograms())
+            replies.append(self._histograms())
         return replies
 
     def _parallel(self, n_items: int, min_items: int = 512) -> bool:
@@ -111,7 +111,7 @@ class PassiveParty(Party):
             return [r for part in self.pool.map(fn, groups, *shared) for r in part]
         return fn(items, *shared)
 
-    def histograms(self):
+    def _histograms(self):
         """Encrypted, compressed, re-randomised G/H histograms of every open node of this level.
 
         Built nodes are summed from rows and compressed (many bin sums per
@@ -186,13 +186,13 @@ class PassiveParty(Party):
         if not self._parallel(total, 128) or self.pool.workers <= 1:
             return self._fan_out(_compress_task, hists, self.backend_spec, self.public_key)
         step = per * max(1, -(-total // (self.pool.workers * per)))
-        pieces, owner = [], []
-        for i, h in enumerate(hists):
-            for lo in range(0, len(h), step):
-                pieces.append(self.backend.take(h, np.arange(lo, min(lo + step, len(h)))))
-                owner.append(i)
-        done = self._fan_out(_compress_task, pieces, self.backend_spec, self.public_key)
-        return [self.backend.concat([c for c, o in zip(done, owner) if o == i]) for i in range(len(hists))]
+        cuts = [self.backend.chunk(h, step) for h in hists]
+        done = self._fan_out(_compress_task, [piece for cut in cuts for piece in cut], self.backend_spec, self.public_key)
+        out, at = [], 0
+        for cut in cuts:
+            out.append(self.backend.concat(done[at:at + len(cut)]))
+            at += len(cut)
+        return out
 
     def _apply_orders(self, orders: SplitOrders) -> dict[int, np.ndarray]:
         """File the won splits in the lookup table; which rows of each node go left."""

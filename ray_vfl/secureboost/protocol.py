@@ -240,11 +240,12 @@ def _default_workers(runtime: Runtime, party: str, passives: Sequence[str]) -> i
     """Passive parties sum ciphertexts at the same time: those whose nodes overlap (all of them in a
     one-machine simulation) split those nodes' CPUs; the active party's encryption and decryption run
     while the passive parties wait, on every CPU of its nodes."""
-    if party not in passives:
-        return runtime.party_cpus(party)
     nodes = runtime.party_nodes(party)
-    sharing = sum(1 for q in passives if runtime.party_nodes(q) & nodes) or 1
-    return max(1, runtime.party_cpus(party) // sharing)
+    cpus = max(1, sum(nodes.values()))
+    if party not in passives:
+        return cpus
+    sharing = sum(1 for q in passives if q == party or runtime.party_nodes(q).keys() & nodes.keys())
+    return max(1, cpus // sharing)
 
 
 def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:

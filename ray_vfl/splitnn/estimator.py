@@ -9,10 +9,10 @@ attributes end in ``_``.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
 
 from ..dataset import VerticalDataset
-from ..errors import DataError, NotFittedError
+from ..federated_estimator import FederatedEstimator
 from ..runtime import Runtime
 from .config import SplitNNConfig
 from .defenses import Defense
@@ -21,7 +21,7 @@ from .protocol import SplitNNModel, train
 __all__ = ["SplitNNClassifier"]
 
 
-class SplitNNClassifier(ClassifierMixin, BaseEstimator):
+class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     """Split neural network for 0/1 labels: the label party's bottom model and top, each other party's bottom model.
 
     Parameters mirror :class:`~ray_vfl.splitnn.config.SplitNNConfig`
@@ -81,20 +81,12 @@ class SplitNNClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, data: VerticalDataset) -> "SplitNNClassifier":
         """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels)."""
         config = self._config()
-        if not isinstance(data, VerticalDataset):
-            raise DataError(f"fit expects a VerticalDataset (see ray_vfl.vertical_split), got {type(data).__name__}")
-        runtime = self.runtime if self.runtime is not None else Runtime(timeout_s=config.timeout_s)
+        runtime = self._fit_runtime(data, config.timeout_s)
         self.model_ = train(runtime, data, config, defense=self.defense)
         self.losses_ = list(self.model_.losses)
         self.comm_stats_ = self.model_.comm_stats
         self.label_party_ = self.model_.label_party
         return self
-
-    def _check_fitted(self) -> SplitNNModel:
-        model = getattr(self, "model_", None)
-        if model is None:
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(vertical_data) first")
-        return model
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """``(n, 2)`` class probabilities by federated prediction."""

@@ -252,8 +252,8 @@ class LabelParty(_SplitParty):
 
         Each round sends the previous batch's embedding gradients and asks
         for the next batch's embeddings; while the non-label parties work, this
-        party runs its own bottom model on the batch (same weights, same math
-        as :meth:`step`, only earlier).
+        party runs its own bottom model on the batch (with the weights of the
+        previous batch's update: exactly sequential SGD).
         """
         timeout = self.config.timeout_s
         grads = self._carry or [None] * len(self.nonlabel)
@@ -272,12 +272,6 @@ class LabelParty(_SplitParty):
         gather([(p, h.step.remote(g, None)) for p, h, g in zip(self.nonlabel, self.peers, grads)], "last backward",
                self.config.timeout_s)
         self._carry = None
-
-    def step(self, batch: int, *messages: Message) -> Message | tuple[Message, ...]:
-        """Forward, loss, backward and update for ``batch``; send each non-label party its gradient."""
-        rows = self.schedule[batch]
-        out = self._update(batch, rows, self.bottom(self.ids["train"][rows]), messages)
-        return out[0] if len(out) == 1 else out
 
     def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Top model, loss, backward and update given this party's bottom output ``own``; the defended gradients out."""

@@ -1,0 +1,35 @@
+"""What every scikit-learn style ray_vfl estimator shares: input checks, the runtime, fitted state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sklearn.base import BaseEstimator
+
+from .dataset import VerticalDataset
+from .errors import DataError, NotFittedError
+from .runtime import Runtime
+
+__all__ = ["FederatedEstimator"]
+
+
+class FederatedEstimator(BaseEstimator):
+    """Base of :class:`~ray_vfl.SecureBoostClassifier`, :class:`~ray_vfl.splitnn.SplitNNClassifier` and the like.
+
+    Subclasses keep scikit-learn's conventions: ``__init__`` stores parameters
+    (one of them ``runtime``), ``fit`` stores the trained model as ``model_``.
+    """
+
+    runtime: Runtime | None
+
+    def _fit_runtime(self, data: Any, timeout_s: float) -> Runtime:
+        """Check the training data and return the runtime to train with (a new one unless given)."""
+        if not isinstance(data, VerticalDataset):
+            raise DataError(f"fit expects a VerticalDataset (see ray_vfl.vertical_split), got {type(data).__name__}")
+        return self.runtime if self.runtime is not None else Runtime(timeout_s=timeout_s)
+
+    def _check_fitted(self):
+        model = getattr(self, "model_", None)
+        if model is None:
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(vertical_data) first")
+        return model
