@@ -97,6 +97,10 @@ class BoostConfig(ValidatedConfig):
     precompute_masks : bool
         Let the label party make the next tree's encryption randomness in the
         background, at the lowest OS priority (:mod:`ray_vfl.mask_reserve`).
+    group_features : bool
+        Let each passive party sum its encrypted histograms through the joint
+        cells of groups of its features (:mod:`ray_vfl.feature_groups`): the
+        same sums from fewer ciphertext products.
 
     Example
     -------
@@ -119,6 +123,7 @@ class BoostConfig(ValidatedConfig):
     workers_per_party: int | None = None
     timeout_s: float = 600.0
     precompute_masks: bool = True
+    group_features: bool = True
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -149,3 +154,5 @@ class BoostConfig(ValidatedConfig):
         check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
         if not isinstance(self.precompute_masks, bool):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
+        if not isinstance(self.group_features, bool):
+            raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")

@@ -42,6 +42,7 @@ class _SecureBoost(FederatedEstimator):
         workers_per_party: int | None = None,
         timeout_s: float = 600.0,
         precompute_masks: bool = True,
+        group_features: bool = True,
         early_stopping_rounds: int | None = None,
         callbacks: Sequence[TrainingCallback] | None = None,
         verbose: bool = False,
@@ -60,6 +61,7 @@ class _SecureBoost(FederatedEstimator):
         self.workers_per_party = workers_per_party
         self.timeout_s = timeout_s
         self.precompute_masks = precompute_masks
+        self.group_features = group_features
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -71,7 +73,7 @@ class _SecureBoost(FederatedEstimator):
             reg_lambda=self.reg_lambda, gamma=self.gamma, min_child_weight=self.min_child_weight,
             max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
             key_bits=self.key_bits, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
-            precompute_masks=self.precompute_masks,
+            precompute_masks=self.precompute_masks, group_features=self.group_features,
         )
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):

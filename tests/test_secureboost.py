@@ -75,10 +75,15 @@ def test_lossless_plain_backend(runtime, credit):
 
 
 def test_lossless_paillier_backend(runtime, small_credit):
+    """Lossless with and without feature groups; the groups give the same trees from fewer products."""
     train_data, test_data = small_credit
-    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024)
-    model = train(runtime, train_data, config)
-    assert_lossless(model, train_data, test_data, config)
+    products = {}
+    for grouped in (True, False):
+        config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, group_features=grouped)
+        model = train(runtime, train_data, config)
+        assert_lossless(model, train_data, test_data, config)
+        products[grouped] = model.op_counts["add"]
+    assert products[True] < 0.8 * products[False]
 
 
 @pytest.mark.parametrize("n_parties", [3, 5])

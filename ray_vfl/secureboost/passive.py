@@ -6,6 +6,7 @@ import numpy as np
 import ray
 
 from ..crypto import get_backend
+from ..feature_groups import FeatureGroups, plan_feature_groups
 from ..kernels import build_histograms, goes_left
 from ..mask_reserve import MaskSupply
 from .levels import RowLevels, pack_partition, unpack_partition
@@ -15,9 +16,15 @@ from .party import Party
 __all__ = ["PassiveParty"]
 
 
-def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int):
-    """A share of every node's rows summed into encrypted histograms (runs as a pinned Ray task)."""
-    return build_histograms(get_backend(spec[0], **spec[1]), public_key, gh, fkeys, rows_of_nodes, n_bins)
+def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int,
+                    groups: FeatureGroups | None) -> tuple[list, int]:
+    """A share of every node's rows summed into encrypted histograms, and the ciphertext products
+    spent (runs as a pinned Ray task, or in-process)."""
+    backend = get_backend(spec[0], **spec[1])
+    if groups is not None:
+        return groups.histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins)
+    products = sum(len(r) for r in rows_of_nodes) * fkeys.shape[1]  # one per (row, feature)
+    return build_histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins), products
 
 
 def _compress_task(hists: list, spec: tuple, public_key) -> list:
@@ -43,11 +50,19 @@ class PassiveParty(Party):
     def set_public_key(self, message) -> None:
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
+        self.groups = None
+        if self.backend.is_encrypted and self.config.group_features and self.fkeys is not None and self.n_features > 1:
+            # this party's own choice, from its own bins; the histograms it sends are the same sums
+            self.groups = plan_feature_groups(self.bins["train"], self.n_bins, self.config.max_depth)
+            if not self.groups.multi:
+                self.groups = None
 
     def reset(self, name, frame, categorical, config, pool) -> None:
         super().reset(name, frame, categorical, config, pool)
         width = self.n_features * self.n_bins
         self.fkeys_ref = None
+        self.groups_ref = None
+        self.groups: FeatureGroups | None = None
         self.masks: MaskSupply | None = None
         self.cells = None if self.fkeys is None else np.flatnonzero(np.bincount(self.fkeys.ravel(), minlength=width) > 0)
 
@@ -122,7 +137,6 @@ class PassiveParty(Party):
         rows_of_nodes = [levels.rows_of(n) for n in levels.build.tolist()]
         n_rows = sum(len(r) for r in rows_of_nodes)
         width = self.n_features * self.n_bins
-        self.ops["add"] += n_rows * self.n_features  # one ciphertext product per (row, feature)
         if self._parallel(n_rows):
             shares = self.pool.chunks(n_rows, 2048)
             # task i sums the i-th share of every node's rows; the shares' histograms are then added
@@ -130,12 +144,17 @@ class PassiveParty(Party):
                      for i in range(len(shares))]
             if self.fkeys_ref is None:  # the bins never change during a fit: into the object store once
                 self.fkeys_ref = ray.put(self.fkeys)
-            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref, self.n_bins)
-            built = parts[0]
-            for part in parts[1:]:
+                self.groups_ref = None if self.groups is None else ray.put(self.groups)
+            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref,
+                                  self.n_bins, self.groups_ref)
+            built = parts[0][0]
+            for part, _ in parts[1:]:
                 built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
+            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * len(built) * width  # the shares' sums added
         else:
-            built = build_histograms(self.backend, self.public_key, self.gh, self.fkeys, rows_of_nodes, self.n_bins)
+            built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
+                                              self.n_bins, self.groups)
+            self.ops["add"] += products
         if len(self.cells) < width:  # drop the cells no training row falls in
             built = [self.backend.take(h, self.cells) for h in built]
         if built:
