@@ -4,7 +4,8 @@ next to centralized xgboost, our centralized reference, and the crypto floor (me
     python benchmarks/secureboost.py                          # credit, 2 parties: plain, Paillier 1024 and 2048
     python benchmarks/secureboost.py --datasets credit bank --parties 2 4 --cases plain paillier:2048
 
-A case is ``backend[:key_bits[:trees[:nomask]]]`` (``nomask``: no encryption randomness made ahead of time). The crypto floor is the protocol's own operation counts
+A case is ``backend[:key_bits[:trees[:nomask][:nogroup]]]`` (``nomask``: no encryption randomness made ahead
+of time; ``nogroup``: passive parties sum one bucket per feature instead of through feature groups). The crypto floor is the protocol's own operation counts
 (encryptions, ciphertext products, subtractions, re-randomisations, decryptions) times the cost of
 one such operation measured here, divided by the cores used.
 """
@@ -23,6 +24,8 @@ from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
 from ray_vfl.callbacks import TreeTimer
 from ray_vfl.config import BoostConfig
 from ray_vfl.crypto import get_backend
+from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.secureboost.active import backend_options
 from ray_vfl.datasets import load_named
 from ray_vfl.metrics import auc
 from ray_vfl.reference import fit_reference
@@ -31,18 +34,29 @@ from ray_vfl.binning import PartyBinner, encode_party_frame
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
-_COSTS: dict[tuple[str, int], dict[str, float]] = {}
+_COSTS: dict[tuple[str, int, int], dict[str, float]] = {}
 
 
-def op_costs(backend_name: str, bits: int) -> dict[str, float]:
-    """Seconds per single operation of the backend, measured on arrays like the protocol's."""
-    if (backend_name, bits) in _COSTS:
-        return _COSTS[(backend_name, bits)]
-    be = get_backend(backend_name)
+def op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
+    """CPU seconds per single operation of the backend with the protocol's encoding options (logistic
+    gradients, ``n_rows`` training rows), on arrays like the protocol's and on one thread (compression and
+    decryption otherwise spread over threads, which would halve their measured cost)."""
+    if (backend_name, bits, n_rows) in _COSTS:
+        return _COSTS[(backend_name, bits, n_rows)]
+    threads = set_threads(1)
+    try:
+        _COSTS[(backend_name, bits, n_rows)] = _op_costs(backend_name, bits, n_rows)
+    finally:
+        set_threads(threads)
+    return _COSTS[(backend_name, bits, n_rows)]
+
+
+def _op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
+    be = get_backend(backend_name, **backend_options("binary:logistic", n_rows))
     pk, sk = be.generate_keys(bits)
     rng = np.random.default_rng(0)
     n = 400 if be.is_encrypted else 100_000
-    g, h = rng.normal(0, 0.3, n), rng.uniform(0, 0.25, n)
+    g, h = np.clip(rng.normal(0, 0.3, n), -1, 1), rng.uniform(0, 0.25, n)  # distinct values: no repeats to reuse
 
     def timed(fn, count):
         best = float("inf")
@@ -65,7 +79,6 @@ def op_costs(backend_name: str, bits: int) -> dict[str, float]:
     costs["decrypt"] = timed(lambda: be.decrypt_gh(sk, packed), len(packed))
     if packed is not hist:
         costs["compress"] = timed(lambda: be.compress_gh(pk, hist), len(hist))
-    _COSTS[(backend_name, bits)] = costs
     return costs
 
 
@@ -101,15 +114,16 @@ def reference_seconds(train, trees, depth, bins) -> float:
     return time.perf_counter() - start
 
 
-def run_case(runtime, train, test, backend, bits, trees, depth, bins, masks=True) -> dict:
+def run_case(runtime, train, test, backend, bits, trees, depth, bins, masks=True, groups=True) -> dict:
     timer = TreeTimer()
     clf = SecureBoostClassifier(n_estimators=trees, max_depth=depth, max_bin=bins, base_score=0.5, backend=backend,
-                                key_bits=bits, runtime=runtime, callbacks=[timer], precompute_masks=masks)
+                                key_bits=bits, runtime=runtime, callbacks=[timer], precompute_masks=masks,
+                                group_features=groups)
     start = time.perf_counter()
     clf.fit(train)
     fit_s = time.perf_counter() - start
     score = auc(test.label, clf.predict_proba(test)[:, 1])
-    costs = op_costs(backend, bits)
+    costs = op_costs(backend, bits, len(train.label))
     counts = clf.model_.op_counts
     cores = runtime.cpus()
     floor = sum(counts.get(op, 0) * c for op, c in costs.items()) / cores
@@ -139,9 +153,11 @@ def main(argv=None) -> list[dict]:
                 name, *rest = case.split(":")
                 bits = int(rest[0]) if rest else 2048
                 trees = int(rest[1]) if len(rest) > 1 else args.trees
-                masks = not (len(rest) > 2 and rest[2] == "nomask")
-                r = run_case(runtime, train, test, name, bits, trees, args.depth, args.bins, masks)
-                r.update(dataset=dataset, parties=parties, backend=name if masks else f"{name} (no masks)", bits=bits, trees=trees,
+                flags = set(rest[2:])
+                masks, groups = "nomask" not in flags, "nogroup" not in flags
+                r = run_case(runtime, train, test, name, bits, trees, args.depth, args.bins, masks, groups)
+                label = name + "".join(f" ({w})" for w, on in (("no masks", masks), ("no groups", groups)) if not on)
+                r.update(dataset=dataset, parties=parties, backend=label, bits=bits, trees=trees,
                          xgb_s=xgb_row["seconds"], xgb_auc=xgb_row["auc"], reference_s=ref_s)
                 rows.append(r)
                 print(f"# {dataset} {parties}p {case}: {r['train_s']:.2f} s, AUC {r['auc']:.4f}", file=sys.stderr)

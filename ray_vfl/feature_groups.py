@@ -151,25 +151,32 @@ def plan_feature_groups(bins: np.ndarray, n_bins: int, max_depth: int, seed: int
     return FeatureGroups(groups, code_matrix, tuple(cell_keys), n_features, n_bins)
 
 
-def _greedy(bins: np.ndarray, n_bins: int, max_depth: int, seed: int, max_group: int) -> list[tuple[int, ...]]:
+def _greedy(bins: np.ndarray, n_bins: int, max_depth: int, seed: int, max_group: int,
+            sample_rows: int = 8192, max_candidates: int = 32) -> list[tuple[int, ...]]:
+    """Greedy merging on at most ``sample_rows`` rows; with many features, only the
+    ``max_candidates`` with the fewest distinct bins (the ones worth grouping) are considered."""
     n, n_features = bins.shape
     rng = np.random.default_rng(seed)
-    subsets = [(np.arange(n), 1.0)]
+    root = np.arange(n) if n <= sample_rows else np.sort(rng.choice(n, sample_rows, replace=False))
+    sample = bins[root]
+    subsets = [(np.arange(len(root)), 1.0)]
     for d in range(1, max_depth):
-        size = n >> d
+        size = len(root) >> d
         if size < 2:
             break
-        subsets.append((rng.choice(n, size, replace=False), float(2 ** (d - 1))))
+        subsets.append((rng.choice(len(root), size, replace=False), float(2 ** (d - 1))))
+    distinct = [len(np.unique(sample[:, f])) for f in range(n_features)]
+    candidates = sorted(range(n_features), key=lambda f: (distinct[f], f))[:max_candidates]
 
     def cost(group: tuple[int, ...]) -> float:
         """Estimated products of ``group`` beyond one per row: ``(k - 1) D`` per node."""
         if len(group) == 1:
             return 0.0
-        key = _joint_codes(bins, group, n_bins)
+        key = _joint_codes(sample, group, n_bins)
         return sum(w * (len(group) - 1) * len(np.unique(key[s])) for s, w in subsets)
 
     rows_per_level = sum(w * len(s) for s, w in subsets)  # a group costs one product per row besides
-    groups = [(f,) for f in range(n_features)]
+    groups = [(f,) for f in sorted(candidates)]
     costs = {g: 0.0 for g in groups}
     merges: dict[tuple, float] = {}
     while len(groups) > 1:
@@ -190,4 +197,5 @@ def _greedy(bins: np.ndarray, n_bins: int, max_depth: int, seed: int, max_group:
         a, b, merged = best
         groups = [g for g in groups if g not in (a, b)] + [merged]
         costs[merged] = merges[merged]
-    return groups
+    chosen = {f for g in groups for f in g}
+    return [(f,) for f in range(n_features) if f not in chosen] + groups

@@ -18,7 +18,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-__all__ = ["FixedBase", "parallel_powmod", "random_prime", "crt_pair"]
+__all__ = ["FixedBase", "parallel_powmod", "set_threads", "random_prime", "crt_pair"]
 
 _WINDOW = 12  # bits per digit of a fixed-base exponent: 4,096 table entries per digit
 _EXECUTOR: ThreadPoolExecutor | None = None
@@ -106,6 +106,23 @@ class FixedBase:
             width = max(1, (int(e).bit_length() + 7) // 8)
             out.extend(self.pow_bytes(int(e).to_bytes(width, "little"), width))
         return out
+
+
+def set_threads(threads: int) -> int:
+    """How many threads :func:`parallel_powmod` may use in this process (1: none); returns the old value.
+
+    Benchmarks set 1 to measure an operation's CPU cost rather than its wall time.
+
+    Example
+    -------
+    >>> old = set_threads(1); set_threads(old)
+    1
+    """
+    global _WORKERS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    old, _WORKERS = _WORKERS, threads
+    return old
 
 
 def parallel_powmod(bases: list, jobs: list[tuple[int, int]]) -> list[list[mpz]]:

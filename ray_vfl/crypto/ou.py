@@ -163,19 +163,26 @@ class _Tables:
         self.h = FixedBase(h, modulus, rand_bytes)
 
     def encrypt(self, ms: list[int], masks: list[mpz]) -> list[mpz]:
-        """``G^m H^r`` for signed ``m``, given the masks ``H^r``."""
+        """``G^m H^r`` for signed ``m``, given the masks ``H^r``.
+
+        ``G^m`` is computed once per distinct ``m``: in the first trees of a
+        boosting run every row of a leaf has the same gradient pair. (Who
+        watches the time learns at most how many distinct values there are,
+        which the rows' known leaves already tell.)
+        """
         mod = self.modulus
-        width = max(1, (max((abs(v) for v in ms), default=0).bit_length() + 7) // 8)
+        distinct = list(dict.fromkeys(ms))
+        width = max(1, (max((abs(v) for v in distinct), default=0).bit_length() + 7) // 8)
         pos, neg = self.g._table(width), self.g_inv._table(width)
-        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in ms), width)
-        out = []
-        for v, acc, ds in zip(ms, masks, digits):
-            rows = pos if v >= 0 else neg
-            for row, d in zip(rows, ds):
+        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in distinct), width)
+        power = {}
+        for v, ds in zip(distinct, digits):
+            acc = mpz(1)
+            for row, d in zip(pos if v >= 0 else neg, ds):
                 if d:
                     acc = acc * row[d] % mod
-            out.append(acc)
-        return out
+            power[v] = acc
+        return [mask * power[v] % mod for v, mask in zip(ms, masks)]
 
 
 class _PublicContext:
