@@ -157,6 +157,7 @@ class ActiveParty(PredictionRouter, Party):
         self.builder = TreeBuilder()
         self.levels = RowLevels(n)
         self.own_hists: dict[int, Any] = {}
+        self.peer_hists: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
         self.children: list[tuple[int, int, int]] = []
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
@@ -209,6 +210,20 @@ class ActiveParty(PredictionRouter, Party):
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
+    def _peer_level(self, sender: str, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """A passive party's histograms of every open node: the built ones as decrypted (its occupied
+        cells, put back in place), each sibling as its parent's (kept from one level up) minus the built one."""
+        n_features, cells = self.layouts[sender]
+        build = self.levels.build.tolist()
+        full_g, full_h = np.zeros((len(build), n_features * self.n_bins)), np.zeros((len(build), n_features * self.n_bins))
+        full_g[:, cells], full_h[:, cells] = G.reshape(len(build), -1), H.reshape(len(build), -1)
+        level = {node: (full_g[i], full_h[i]) for i, node in enumerate(build)}
+        parents = self.peer_hists.get(sender, {})
+        for node, parent, sibling in self.levels.derive.tolist():
+            level[node] = (parents[parent][0] - level[sibling][0], parents[parent][1] - level[sibling][1])
+        self.peer_hists[sender] = level
+        return level
+
     def choose_splits(self, depth: int, passive_hists: list[tuple[str, list]]) -> bool:
         """Decrypt, pick the best split of every open node over all parties' features.
 
@@ -228,11 +243,10 @@ class ActiveParty(PredictionRouter, Party):
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
         for sender, ciphers in passive_hists:
-            G, H = self._decrypt(ciphers)
-            n_features, cells = self.layouts[sender]
-            full_g, full_h = np.zeros((n_open, n_features * self.n_bins)), np.zeros((n_open, n_features * self.n_bins))
-            full_g[:, cells], full_h[:, cells] = G.reshape(n_open, -1), H.reshape(n_open, -1)
-            blocks[sender] = (full_g.reshape(n_open, -1, self.n_bins), full_h.reshape(n_open, -1, self.n_bins))
+            level = self._peer_level(sender, *self._decrypt(ciphers))
+            nodes = open_nodes.tolist()
+            blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
+                              np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))
         totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=self.builder_size())
         totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=self.builder_size())
         G = np.concatenate([blocks[p][0] for p in self.order], axis=1)

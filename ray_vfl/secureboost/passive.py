@@ -84,7 +84,6 @@ class PassiveParty(Party):
         self.gh = gh
         # Put once per tree: every histogram task reads it from the object store, zero-copy.
         self.gh_ref = ray.put(gh) if self._parallel(len(gh)) else gh
-        self.hists: dict[int, object] = {}
         self.levels = RowLevels(len(gh))
         self.depth = 0
         self.lefts: dict[int, np.ndarray] = {}
@@ -127,16 +126,16 @@ class PassiveParty(Party):
         return fn(items, *shared)
 
     def _histograms(self):
-        """Encrypted, compressed, re-randomised G/H histograms of every open node of this level.
+        """Encrypted, compressed, re-randomised G/H histograms of the nodes built from rows at this level.
 
-        Built nodes are summed from rows and compressed (many bin sums per
-        ciphertext); each sibling is derived by subtracting compressed
-        histograms (``parent - built``), which needs no compression of its own.
+        Those are the root, then the smaller child of every split; the
+        active party derives each sibling from the parent histogram it
+        decrypted one level up (``parent - built``), so siblings are never
+        summed, compressed, sent or decrypted.
         """
         levels = self.levels
         rows_of_nodes = [levels.rows_of(n) for n in levels.build.tolist()]
         n_rows = sum(len(r) for r in rows_of_nodes)
-        width = self.n_features * self.n_bins
         if self._parallel(n_rows):
             shares = self.pool.chunks(n_rows, 2048)
             # task i sums the i-th share of every node's rows; the shares' histograms are then added
@@ -147,29 +146,28 @@ class PassiveParty(Party):
                 self.groups_ref = None if self.groups is None else ray.put(self.groups)
             parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref,
                                   self.n_bins, self.groups_ref)
-            built = parts[0][0]
-            for part, _ in parts[1:]:
+            shares_built = [[self._occupied(h) for h in part] for part, _ in parts]
+            built = shares_built[0]
+            for part in shares_built[1:]:  # the shares' sums added, cell by cell
                 built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
-            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * len(built) * width  # the shares' sums added
+            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * len(built) * len(self.cells)
         else:
             built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
                                               self.n_bins, self.groups)
+            built = [self._occupied(h) for h in built]
             self.ops["add"] += products
-        if len(self.cells) < width:  # drop the cells no training row falls in
-            built = [self.backend.take(h, self.cells) for h in built]
         if built:
             per = self.backend.slots_per_ciphertext(self.public_key)
             if per > 1:
                 self.ops["compress"] += len(built) * len(self.cells)
             built = self._compress(built, per)
-        level = dict(zip(levels.build.tolist(), built))
-        for node, parent, sibling in levels.derive.tolist():
-            level[node] = self.backend.sub(self.public_key, self.hists[parent], level[sibling])
-            self.ops["sub"] += len(level[node])
-        self.hists = level  # parents of the next level
-        sealed = self._seal([level[n] for n in levels.open.tolist()])
+        sealed = self._seal(built)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
         return self.mailbox.send("encrypted_histograms", [self.reply_to], sealed, self.tree, self.depth)
+
+    def _occupied(self, hist):
+        """``hist`` without the cells no training row falls in (see :meth:`histogram_layout`)."""
+        return hist if len(self.cells) == self.n_features * self.n_bins else self.backend.take(hist, self.cells)
 
     def set_mask_reserve(self, reserve) -> None:
         """Have this party's :class:`~ray_vfl.mask_reserve.MaskReserve` make re-randomisation masks ahead of time."""

@@ -4,7 +4,11 @@ One active party holds the labels (and some features); passive parties hold
 other features of the same rows. The active party encrypts gradients with its
 Paillier key; passive parties sum ciphertexts into their own bins; the active
 party decrypts the bin sums and finds every split. Trees grow level by level,
-with histogram subtraction (build the smaller child, derive its sibling).
+with histogram subtraction: a passive party sums and sends only the smaller
+child of each split; the active party derives the sibling from the parent
+histogram it decrypted one level up, so siblings cost no ciphertext work.
+A passive party may sum through joint cells of groups of its own features
+(:mod:`ray_vfl.feature_groups`): fewer ciphertext products, the same sums.
 
 Rounds per tree (``P`` passive parties, ``D`` = max_depth); the active party's
 actor runs them with the passive parties' actors (:mod:`.rounds`):
@@ -16,8 +20,9 @@ once   active -> passive       public key                         nothing secret
 once   passive -> active       which (feature, bin) cells hold    what the root histogram shows anyway
        (histogram_layout)      any training row                   (empty cells have zero hessian sums)
 1      active -> passive       Enc(g), Enc(h) per row             nothing (semantic security)
-per d  passive -> active       Enc(bin sums) per open node,       bin sums of g and h (not per row)
-       (encrypted_histograms)  feature and bin
+per d  passive -> active       Enc(bin sums) per built node (the  bin sums of g and h (not per row); the
+       (encrypted_histograms)  root, then the smaller child of     active party derives each sibling as
+                               each split), feature and bin       parent - built, in plaintext
 per d  active -> passive p     the splits p won (node, p's        which of its own bins won, the children
        (level_step)            feature, p's bin, record id);      of each split and the instance space of
                                children of every split; rows      each node (as in SecureBoost); never
