@@ -8,6 +8,7 @@ import numpy as np
 import ray
 
 from ..config import BoostConfig
+from ..errors import VFLError
 from ..crypto import get_backend
 from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
@@ -210,13 +211,18 @@ class ActiveParty(PredictionRouter, Party):
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _peer_level(self, sender: str, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """A passive party's histograms of every open node: the built ones as decrypted (its occupied
-        cells, put back in place), each sibling as its parent's (kept from one level up) minus the built one."""
+    def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """A passive party's histograms of every open node: the built ones as decrypted (their occupied
+        cells put back in place), each sibling as its parent's (kept from one level up) minus the built one."""
         n_features, cells = self.layouts[sender]
         build = self.levels.build.tolist()
+        if occupied.shape != (len(build), len(cells)) or int(occupied.sum()) != len(G):
+            raise VFLError(f"party {sender!r} sent histograms of {occupied.shape[0]} nodes over {int(occupied.sum())} "
+                                f"cells and {len(G)} entries; expected {len(build)} nodes")
         full_g, full_h = np.zeros((len(build), n_features * self.n_bins)), np.zeros((len(build), n_features * self.n_bins))
-        full_g[:, cells], full_h[:, cells] = G.reshape(len(build), -1), H.reshape(len(build), -1)
+        node_of_entry, cell_of_entry = np.nonzero(occupied)
+        full_g[node_of_entry, cells[cell_of_entry]] = G
+        full_h[node_of_entry, cells[cell_of_entry]] = H
         level = {node: (full_g[i], full_h[i]) for i, node in enumerate(build)}
         parents = self.peer_hists.get(sender, {})
         for node, parent, sibling in self.levels.derive.tolist():
@@ -242,8 +248,8 @@ class ActiveParty(PredictionRouter, Party):
         own = self.plain.concat([self.own_hists[n] for n in open_nodes.tolist()])
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
-        for sender, ciphers in passive_hists:
-            level = self._peer_level(sender, *self._decrypt(ciphers))
+        for sender, hists in passive_hists:
+            level = self._peer_level(sender, hists.occupied_cells(), *self._decrypt(hists.ciphers))
             nodes = open_nodes.tolist()
             blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
                               np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))

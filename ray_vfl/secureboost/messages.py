@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SplitOrders", "Partition", "LevelStep", "RouteQuery", "RouteAnswer"]
+__all__ = ["SplitOrders", "Partition", "LevelStep", "NodeHistograms", "RouteQuery", "RouteAnswer"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,26 @@ class LevelStep:
     children: np.ndarray
     partition: Partition
     advance: bool
+
+
+@dataclass(frozen=True)
+class NodeHistograms:
+    """Passive -> active: the encrypted histograms of the nodes built at a level, in build order.
+
+    Node ``i``'s array holds, in layout order, only the cells (of the
+    passive's :meth:`~ray_vfl.secureboost.passive.PassiveParty.histogram_layout`)
+    that any of the node's rows fall in: ``occupied`` packs one bit per
+    (node, layout cell), row-major.
+    """
+
+    occupied: np.ndarray
+    n_cells: int
+    ciphers: list
+
+    def occupied_cells(self) -> np.ndarray:
+        """``(nodes, n_cells)`` bool."""
+        n = len(self.ciphers)
+        return np.unpackbits(self.occupied, count=n * self.n_cells).astype(bool).reshape(n, self.n_cells)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from ..feature_groups import FeatureGroups, plan_feature_groups
 from ..kernels import build_histograms, goes_left
 from ..mask_reserve import MaskSupply
 from .levels import RowLevels, pack_partition, unpack_partition
-from .messages import LevelStep, RouteAnswer, RouteQuery, SplitOrders
+from .messages import LevelStep, NodeHistograms, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
 
 __all__ = ["PassiveParty"]
@@ -146,28 +146,44 @@ class PassiveParty(Party):
                 self.groups_ref = None if self.groups is None else ray.put(self.groups)
             parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref,
                                   self.n_bins, self.groups_ref)
-            shares_built = [[self._occupied(h) for h in part] for part, _ in parts]
+            occupied = self._occupied_cells(rows_of_nodes)
+            shares_built = [self._keep(part, occupied) for part, _ in parts]
             built = shares_built[0]
             for part in shares_built[1:]:  # the shares' sums added, cell by cell
                 built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
-            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * len(built) * len(self.cells)
+            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * int(occupied.sum())
         else:
             built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
                                               self.n_bins, self.groups)
-            built = [self._occupied(h) for h in built]
+            occupied = self._occupied_cells(rows_of_nodes)
+            built = self._keep(built, occupied)
             self.ops["add"] += products
         if built:
             per = self.backend.slots_per_ciphertext(self.public_key)
             if per > 1:
-                self.ops["compress"] += len(built) * len(self.cells)
+                self.ops["compress"] += sum(len(h) for h in built)
             built = self._compress(built, per)
         sealed = self._seal(built)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
-        return self.mailbox.send("encrypted_histograms", [self.reply_to], sealed, self.tree, self.depth)
+        payload = NodeHistograms(np.packbits(occupied), len(self.cells), sealed)
+        return self.mailbox.send("encrypted_histograms", [self.reply_to], payload, self.tree, self.depth)
 
-    def _occupied(self, hist):
-        """``hist`` without the cells no training row falls in (see :meth:`histogram_layout`)."""
-        return hist if len(self.cells) == self.n_features * self.n_bins else self.backend.take(hist, self.cells)
+    def _occupied_cells(self, rows_of_nodes: list) -> np.ndarray:
+        """``(nodes, layout cells)`` bool: which cells of the layout any of each node's rows fall in.
+
+        Only those are compressed, sent and decrypted. The active party learns
+        nothing new: the other cells' hessian sums are zero, which it would
+        read from their decryption.
+        """
+        width = self.n_features * self.n_bins
+        out = np.empty((len(rows_of_nodes), len(self.cells)), dtype=bool)
+        for i, rows in enumerate(rows_of_nodes):
+            out[i] = (np.bincount(self.fkeys[rows].ravel(), minlength=width) > 0)[self.cells]
+        return out
+
+    def _keep(self, hists: list, occupied: np.ndarray) -> list:
+        """Each node's histogram reduced to its occupied layout cells."""
+        return [self.backend.take(h, self.cells[occ]) for h, occ in zip(hists, occupied)]
 
     def set_mask_reserve(self, reserve) -> None:
         """Have this party's :class:`~ray_vfl.mask_reserve.MaskReserve` make re-randomisation masks ahead of time."""
