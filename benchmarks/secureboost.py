@@ -55,7 +55,7 @@ def _op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
     be = get_backend(backend_name, **backend_options("binary:logistic", n_rows))
     pk, sk = be.generate_keys(bits)
     rng = np.random.default_rng(0)
-    n = 400 if be.is_encrypted else 100_000
+    n = 1000 if be.is_encrypted else 100_000
     g, h = np.clip(rng.normal(0, 0.3, n), -1, 1), rng.uniform(0, 0.25, n)  # distinct values: no repeats to reuse
 
     def timed(fn, count):

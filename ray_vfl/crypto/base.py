@@ -229,6 +229,11 @@ class Backend(ABC):
         """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`;
         ``masks`` from :meth:`make_masks`, one per row, replace the fresh randomness)."""
 
+    def prepare(self, key: PublicKey | PrivateKey) -> None:
+        """Build this process's precomputed tables for ``key`` now rather than at the first encryption
+        (a per-key, per-process cost that belongs to set-up). Backends without tables do nothing."""
+        self._encryption_keys(key)
+
     #: Whether :meth:`make_masks` can make encryption randomness ahead of time.
     supports_masks: ClassVar[bool] = False
 

@@ -157,6 +157,12 @@ class ModularBackend(Backend):
         packed = self.packing.pack(g, h)
         return self._wrap(pk, self._raw_encrypt(pk, packed, sk, self._mask_ints(pk, masks, len(packed))), self.packing.tag)
 
+    def prepare(self, key: Any) -> None:
+        """Build the fixed-base tables ``key`` encrypts with (the owner's CRT tables for a private key):
+        two encryptions of the widest messages, one of each sign."""
+        top = self.packing.max_abs
+        self.encrypt_gh(key, np.array([top, -top]), np.array([top, 0.0]))
+
     supports_masks = True
 
     def make_masks(self, key: Any, count: int) -> CipherArray:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import ClassVar
@@ -171,18 +172,26 @@ class _Tables:
         which the rows' known leaves already tell.)
         """
         mod = self.modulus
-        distinct = list(dict.fromkeys(ms))
-        width = max(1, (max((abs(v) for v in distinct), default=0).bit_length() + 7) // 8)
+        counts = Counter(ms)
+        width = max(1, (max((abs(v) for v in counts), default=0).bit_length() + 7) // 8)
         pos, neg = self.g._table(width), self.g_inv._table(width)
-        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in distinct), width)
-        power = {}
-        for v, ds in zip(distinct, digits):
-            acc = mpz(1)
+        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in ms), width)
+        power: dict[int, mpz] = {}
+        out = []
+        for v, mask, ds in zip(ms, masks, digits):
+            repeated = counts[v] > 1
+            if repeated and v in power:
+                out.append(mask * power[v] % mod)
+                continue
+            acc = mpz(1) if repeated else mask
             for row, d in zip(pos if v >= 0 else neg, ds):
                 if d:
                     acc = acc * row[d] % mod
-            power[v] = acc
-        return [mask * power[v] % mod for v, mask in zip(ms, masks)]
+            if repeated:
+                power[v] = acc
+                acc = mask * acc % mod
+            out.append(acc)
+        return out
 
 
 class _PublicContext:

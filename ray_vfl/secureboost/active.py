@@ -98,6 +98,11 @@ class ActiveParty(PredictionRouter, Party):
     def public_key_message(self):
         return self.mailbox.send("public_key", self.passives, (self.backend_spec, self.public_key))
 
+    def prepare_tables(self) -> None:
+        """Build the encryption tables of this party's workers now, during set-up."""
+        if self.backend.is_encrypted:
+            self.prepare_pool(self.backend_spec, self._secret_key)
+
     def set_mask_reserve(self, reserve) -> None:
         """Hand the key to this party's :class:`~ray_vfl.mask_reserve.MaskReserve` and order the first tree's masks."""
         reserve.set_key.remote(self.backend_spec, self._secret_key)

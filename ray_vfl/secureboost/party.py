@@ -12,11 +12,17 @@ import pandas as pd
 from ..binning import PartyBinner
 from ..comm import Mailbox, Record
 from ..config import BoostConfig
+from ..crypto import get_backend
 from ..kernels import feature_keys
 from ..runtime import TaskPool
 from .tree import LookupTable
 
 __all__ = ["Party"]
+
+
+def _prepare_task(_, spec: tuple, key) -> None:
+    """Build a worker's fixed-base tables for ``key`` (pinned task)."""
+    get_backend(spec[0], **spec[1]).prepare(key)
 
 
 class Party:
@@ -47,6 +53,11 @@ class Party:
         if frame is not None:
             self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
             self.fkeys = feature_keys(self.bins["train"], self.n_bins)
+
+    def prepare_pool(self, spec: tuple, key) -> None:
+        """Have every worker of this party's task pool build its crypto tables for ``key`` during set-up
+        (the private key stays on this party's nodes)."""
+        self.pool.map(_prepare_task, list(range(self.pool.workers)), spec, key)
 
     def load_rows(self, key: str, frame: pd.DataFrame) -> int:
         """Bin a new data set (eval or prediction rows) with the training cuts."""

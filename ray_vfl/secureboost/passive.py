@@ -51,6 +51,8 @@ class PassiveParty(Party):
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.groups = None
+        if self.backend.is_encrypted:  # the re-randomisation tables of this party's workers, during set-up
+            self.prepare_pool(self.backend_spec, self.public_key)
         if self.backend.is_encrypted and self.config.group_features and self.fkeys is not None and self.n_features > 1:
             # this party's own choice, from its own bins; the histograms it sends are the same sums
             self.groups = plan_feature_groups(self.bins["train"], self.n_bins, self.config.max_depth)

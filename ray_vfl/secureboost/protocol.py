@@ -209,6 +209,7 @@ def train(
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     setup.append((active_name, active.collect_layouts.remote()))
+    setup.append((active_name, active.prepare_tables.remote()))
     if config.precompute_masks and get_backend(config.backend).supports_masks:
         for p, handle in [(active_name, active)] + passives:
             setup.append((p, handle.set_mask_reserve.remote(runtime.spawn_helper(p, "masks", MaskReserve))))
