@@ -225,9 +225,12 @@ class ActiveParty(PredictionRouter, Party):
             raise VFLError(f"party {sender!r} sent histograms of {occupied.shape[0]} nodes over {int(occupied.sum())} "
                                 f"cells and {len(G)} entries; expected {len(build)} nodes")
         full_g, full_h = np.zeros((len(build), n_features * self.n_bins)), np.zeros((len(build), n_features * self.n_bins))
-        node_of_entry, cell_of_entry = np.nonzero(occupied)
-        full_g[node_of_entry, cells[cell_of_entry]] = G
-        full_h[node_of_entry, cells[cell_of_entry]] = H
+        if occupied.all():
+            full_g[:, cells], full_h[:, cells] = G.reshape(len(build), -1), H.reshape(len(build), -1)
+        else:
+            node_of_entry, cell_of_entry = np.nonzero(occupied)
+            full_g[node_of_entry, cells[cell_of_entry]] = G
+            full_h[node_of_entry, cells[cell_of_entry]] = H
         level = {node: (full_g[i], full_h[i]) for i, node in enumerate(build)}
         parents = self.peer_hists.get(sender, {})
         for node, parent, sibling in self.levels.derive.tolist():
