@@ -51,7 +51,8 @@ class PassiveParty(Party):
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.groups = None
-        if self.backend.is_encrypted:  # the re-randomisation tables of this party's workers, during set-up
+        if self.backend.is_encrypted:  # re-randomisation tables of this actor and its workers, during set-up
+            self.backend.prepare(self.public_key)
             self.prepare_pool(self.backend_spec, self.public_key)
         if self.backend.is_encrypted and self.config.group_features and self.fkeys is not None and self.n_features > 1:
             # this party's own choice, from its own bins; the histograms it sends are the same sums
@@ -192,7 +193,7 @@ class PassiveParty(Party):
     def set_mask_reserve(self, reserve) -> None:
         """Have this party's :class:`~ray_vfl.mask_reserve.MaskReserve` make re-randomisation masks ahead of time."""
         reserve.set_key.remote(self.backend_spec, self.public_key)
-        self.masks = MaskSupply(reserve, chunk=256)
+        self.masks = MaskSupply(reserve, chunk=64)  # a level's seal is a few dozen to a few hundred ciphertexts
 
     def _seal(self, arrays: list) -> list:
         """Re-randomise what leaves this party: whole arrays covered by masks made ahead of time
