@@ -27,6 +27,16 @@ def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.
     return build_histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins), products
 
 
+def _nodes_task(job: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int, groups: FeatureGroups | None,
+                per: int) -> tuple[list, int]:
+    """Whole nodes ``(rows, occupied layout cells)`` summed, cut to their cells and compressed in one
+    pinned task; returns the arrays and the ciphertext products spent."""
+    backend = get_backend(spec[0], **spec[1])
+    hists, products = _histogram_task([rows for rows, _ in job], spec, public_key, gh, fkeys, n_bins, groups)
+    kept = [backend.take(h, cells) for h, (_, cells) in zip(hists, job)]
+    return ([backend.compress_gh(public_key, h) for h in kept] if per > 1 else kept), products
+
+
 def _compress_task(hists: list, spec: tuple, public_key) -> list:
     """Pack each node histogram's bin sums into few ciphertexts (pinned task)."""
     backend = get_backend(spec[0], **spec[1])
@@ -138,38 +148,70 @@ class PassiveParty(Party):
         """
         levels = self.levels
         rows_of_nodes = [levels.rows_of(n) for n in levels.build.tolist()]
-        n_rows = sum(len(r) for r in rows_of_nodes)
-        if self._parallel(n_rows):
-            shares = self.pool.chunks(n_rows, 2048)
-            # task i sums the i-th share of every node's rows; the shares' histograms are then added
-            tasks = [[r[round(i * len(r) / len(shares)):round((i + 1) * len(r) / len(shares))] for r in rows_of_nodes]
-                     for i in range(len(shares))]
-            if self.fkeys_ref is None:  # the bins never change during a fit: into the object store once
-                self.fkeys_ref = ray.put(self.fkeys)
-                self.groups_ref = None if self.groups is None else ray.put(self.groups)
-            parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, self.gh_ref, self.fkeys_ref,
-                                  self.n_bins, self.groups_ref)
-            occupied = self._occupied_cells(rows_of_nodes)
-            shares_built = [self._keep(part, occupied) for part, _ in parts]
-            built = shares_built[0]
-            for part in shares_built[1:]:  # the shares' sums added, cell by cell
-                built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
-            self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * int(occupied.sum())
+        occupied = self._occupied_cells(rows_of_nodes)
+        per = self.backend.slots_per_ciphertext(self.public_key)
+        if len(rows_of_nodes) > 1 and self._parallel(sum(len(r) for r in rows_of_nodes)):
+            built = self._nodes_on_tasks(rows_of_nodes, occupied, per)
         else:
-            built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
-                                              self.n_bins, self.groups)
-            occupied = self._occupied_cells(rows_of_nodes)
-            built = self._keep(built, occupied)
-            self.ops["add"] += products
-        if built:
-            per = self.backend.slots_per_ciphertext(self.public_key)
-            if per > 1:
-                self.ops["compress"] += sum(len(h) for h in built)
-            built = self._compress(built, per)
+            built = self._compress(self._summed(rows_of_nodes, occupied), per)
+        if per > 1:
+            self.ops["compress"] += int(occupied.sum())
         sealed = self._seal(built)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
         payload = NodeHistograms(np.packbits(occupied), len(self.cells), sealed)
         return self.mailbox.send("encrypted_histograms", [self.reply_to], payload, self.tree, self.depth)
+
+    def _shared_refs(self) -> tuple:
+        """Bins and feature groups in the object store (once per fit: they never change) and this tree's Enc(gh)."""
+        if self.fkeys_ref is None:
+            self.fkeys_ref = ray.put(self.fkeys)
+            self.groups_ref = None if self.groups is None else ray.put(self.groups)
+        return self.gh_ref, self.fkeys_ref, self.groups_ref
+
+    def _summed(self, rows_of_nodes: list, occupied: np.ndarray) -> list:
+        """Every node's histogram over its occupied cells, not yet compressed. With enough rows, task
+        ``i`` of the pool sums the ``i``-th share of every node's rows and the shares are then added."""
+        n_rows = sum(len(r) for r in rows_of_nodes)
+        if not self._parallel(n_rows):
+            built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
+                                              self.n_bins, self.groups)
+            self.ops["add"] += products
+            return self._keep(built, occupied)
+        shares = self.pool.chunks(n_rows, 2048)
+        tasks = [[r[round(i * len(r) / len(shares)):round((i + 1) * len(r) / len(shares))] for r in rows_of_nodes]
+                 for i in range(len(shares))]
+        gh_ref, fkeys_ref, groups_ref = self._shared_refs()
+        parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, gh_ref, fkeys_ref, self.n_bins,
+                              groups_ref)
+        shares_built = [self._keep(part, occupied) for part, _ in parts]
+        built = shares_built[0]
+        for part in shares_built[1:]:  # the shares' sums added, cell by cell
+            built = [self.backend.add(self.public_key, a, b) for a, b in zip(built, part)]
+        self.ops["add"] += sum(p for _, p in parts) + (len(parts) - 1) * int(occupied.sum())
+        return built
+
+    def _nodes_on_tasks(self, rows_of_nodes: list, occupied: np.ndarray, per: int) -> list:
+        """Levels with several built nodes: each task sums and compresses whole nodes, so no shares
+        are added and a level takes one round of tasks. Nodes go to tasks longest first, by their
+        estimated cost (compressing a cell costs about 60 products)."""
+        per_row = len(self.groups.groups) if self.groups is not None else self.n_features
+        cost = occupied.sum(axis=1) * 60.0 + np.array([len(r) for r in rows_of_nodes]) * per_row
+        loads, assigned = [0.0] * self.pool.workers, [[] for _ in range(self.pool.workers)]
+        for i in np.argsort(-cost, kind="stable").tolist():
+            w = int(np.argmin(loads))
+            assigned[w].append(i)
+            loads[w] += cost[i]
+        assigned = [sorted(a) for a in assigned if a]
+        jobs = [[(rows_of_nodes[i], self.cells[occupied[i]]) for i in a] for a in assigned]
+        gh_ref, fkeys_ref, groups_ref = self._shared_refs()
+        results = self.pool.map(_nodes_task, jobs, self.backend_spec, self.public_key, gh_ref, fkeys_ref, self.n_bins,
+                                groups_ref, per)
+        built: list = [None] * len(rows_of_nodes)
+        for a, (arrays, products) in zip(assigned, results):
+            for i, arr in zip(a, arrays):
+                built[i] = arr
+            self.ops["add"] += products
+        return built
 
     def _occupied_cells(self, rows_of_nodes: list) -> np.ndarray:
         """``(nodes, layout cells)`` bool: which cells of the layout any of each node's rows fall in.
