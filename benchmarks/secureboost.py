@@ -74,7 +74,6 @@ def _op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
     costs = {
         "encrypt": timed(lambda: be.encrypt_gh(sk, g, h), n),  # the label party encrypts as the key owner
         "add": timed(lambda: be.bucket_sum(pk, gh, keys, 330), n * 10),
-        "sub": timed(lambda: be.sub(pk, hist, hist), len(hist)),
         "rerandomize": timed(lambda: be.rerandomize(pk, hist), len(hist)),
     }
     packed = be.compress_gh(pk, hist) if hasattr(be, "compress_gh") else hist

@@ -103,8 +103,9 @@ class FeatureGroups:
         # stage 2: single features of the rows and every joint cell into the bins
         keys2 = np.concatenate(all_keys)
         used = keys2[keys2 >= 0]
-        products += used.size - len(np.unique(used))
-        total = backend.bucket_sum(public_key, backend.concat(sources), keys2, len(rows_of_nodes) * width)
+        n_out = len(rows_of_nodes) * width
+        products += int(used.size - np.count_nonzero(np.bincount(used, minlength=n_out)))  # first arrivals are copies
+        total = backend.bucket_sum(public_key, backend.concat(sources), keys2, n_out)
         return backend.chunk(total, width), products
 
 

@@ -134,6 +134,22 @@ class TaskPool:
         remote = _remote(_import_modules).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
         return [remote.remote(list(modules)) for _ in range(self.workers)]
 
+    def balance(self, costs: Sequence[float]) -> list[list[int]]:
+        """Items (by index) spread over at most ``workers`` jobs, longest first onto the least loaded
+        job; each job's indices ascending, empty jobs dropped.
+
+        Example
+        -------
+        >>> TaskPool(resource=None, workers=2).balance([3.0, 1.0, 2.0, 2.0])
+        [[0, 1], [2, 3]]
+        """
+        loads, jobs = [0.0] * self.workers, [[] for _ in range(self.workers)]
+        for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+            w = loads.index(min(loads))
+            jobs[w].append(i)
+            loads[w] += costs[i]
+        return [sorted(job) for job in jobs if job]
+
     def map(self, fn: Callable, chunks: Sequence[Any], *shared: Any) -> list[Any]:
         if self.resource is None or self.workers <= 1 or len(chunks) <= 1:
             shared = tuple(ray.get(s, timeout=self.timeout_s) if isinstance(s, ray.ObjectRef) else s for s in shared)

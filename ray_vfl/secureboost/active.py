@@ -172,13 +172,7 @@ class ActiveParty(PredictionRouter, Party):
             pieces.append((start, start + size, ref))
             start += size
         pieces += [(a, min(a + 512, len(g)), None) for a in range(covered, len(g), 512)]
-        cost = np.array([(b - a) * (0.3 if ref is not None else 1.0) for a, b, ref in pieces])
-        loads, assigned = np.zeros(self.pool.workers), [[] for _ in range(self.pool.workers)]
-        for i in np.argsort(-cost, kind="stable").tolist():
-            w = int(np.argmin(loads))
-            assigned[w].append(i)
-            loads[w] += cost[i]
-        assigned = [sorted(a) for a in assigned if a]
+        assigned = self.pool.balance([(b - a) * (0.3 if ref is not None else 1.0) for a, b, ref in pieces])
         jobs = [[(g[pieces[i][0]:pieces[i][1]], h[pieces[i][0]:pieces[i][1]], pieces[i][2]) for i in a] for a in assigned]
         out: list = [None] * len(pieces)
         for a, arrays in zip(assigned, self.pool.map(_encrypt_task, jobs, self.backend_spec, self._secret_key)):
@@ -275,7 +269,7 @@ class ActiveParty(PredictionRouter, Party):
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
         for sender, hists in passive_hists:
-            level = self._peer_level(sender, hists.occupied_cells(), *self._decrypt(hists.ciphers))
+            level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), *self._decrypt(hists.ciphers))
             nodes = open_nodes.tolist()
             blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
                               np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))

@@ -57,13 +57,12 @@ class NodeHistograms:
     """
 
     occupied: np.ndarray
-    n_cells: int
     ciphers: list
 
-    def occupied_cells(self) -> np.ndarray:
-        """``(nodes, n_cells)`` bool."""
+    def occupied_cells(self, n_cells: int) -> np.ndarray:
+        """``(nodes, n_cells)`` bool, for a layout of ``n_cells`` cells."""
         n = len(self.ciphers)
-        return np.unpackbits(self.occupied, count=n * self.n_cells).astype(bool).reshape(n, self.n_cells)
+        return np.unpackbits(self.occupied, count=n * n_cells).astype(bool).reshape(n, n_cells)
 
 
 @dataclass(frozen=True)

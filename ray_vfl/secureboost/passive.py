@@ -158,7 +158,7 @@ class PassiveParty(Party):
             self.ops["compress"] += int(occupied.sum())
         sealed = self._seal(built)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
-        payload = NodeHistograms(np.packbits(occupied), len(self.cells), sealed)
+        payload = NodeHistograms(np.packbits(occupied), sealed)
         return self.mailbox.send("encrypted_histograms", [self.reply_to], payload, self.tree, self.depth)
 
     def _shared_refs(self) -> tuple:
@@ -196,12 +196,7 @@ class PassiveParty(Party):
         estimated cost (compressing a cell costs about 60 products)."""
         per_row = len(self.groups.groups) if self.groups is not None else self.n_features
         cost = occupied.sum(axis=1) * 60.0 + np.array([len(r) for r in rows_of_nodes]) * per_row
-        loads, assigned = [0.0] * self.pool.workers, [[] for _ in range(self.pool.workers)]
-        for i in np.argsort(-cost, kind="stable").tolist():
-            w = int(np.argmin(loads))
-            assigned[w].append(i)
-            loads[w] += cost[i]
-        assigned = [sorted(a) for a in assigned if a]
+        assigned = self.pool.balance(cost.tolist())
         jobs = [[(rows_of_nodes[i], self.cells[occupied[i]]) for i in a] for a in assigned]
         gh_ref, fkeys_ref, groups_ref = self._shared_refs()
         results = self.pool.map(_nodes_task, jobs, self.backend_spec, self.public_key, gh_ref, fkeys_ref, self.n_bins,
