@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 _GAIN_EPS = 1e-10  # gains below this are float noise, never a real split
+# Gains this close (relative) to a node's best are ties: the first candidate wins. Bin sums decrypted
+# from fixed point differ from float sums in the last bits, so two candidates that split the rows
+# alike (gains equal but for ~1e-13 of float rounding) must not be told apart by that rounding.
+_TIE_RTOL = 1e-9
 
 
 def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -181,8 +185,17 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms.
 
     Candidates are ordered feature by feature, missing-left before missing-right,
-    thresholds ascending; ties go to the first candidate so every caller that
-    lists features in the same order picks the same split.
+    thresholds ascending; ties (gains within a relative ``1e-9`` of the best,
+    float rounding) go to the first candidate so every caller that lists
+    features in the same order picks the same split, from float or
+    fixed-point sums alike.
+
+    Example
+    -------
+    >>> G = np.array([[[-2.0, 2.0, 0.0], [-2.0, 2.0, 0.0]]])  # two features, 2 bins + missing
+    >>> choice = best_splits(G, np.ones_like(G), reg_lambda=1.0, min_child_weight=0.0)
+    >>> int(choice.feature[0]), int(choice.bin[0]), bool(choice.default_left[0])
+    (0, 0, True)
     """
     slots, n_features, n_bins = G.shape
     if n_features == 0:
@@ -200,7 +213,9 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
         gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
     valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)
     gain = np.where(valid, gain, -np.inf).reshape(slots, -1)
-    best = np.argmax(gain, axis=1)
+    top = gain.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # -inf - inf where a node has no valid split: argmax picks 0
+        best = np.argmax(gain >= top - _TIE_RTOL * np.abs(top), axis=1)
     feature, rest = np.divmod(best, 2 * (n_bins - 1))
     direction, threshold = np.divmod(rest, n_bins - 1)
     return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0)

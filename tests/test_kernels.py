@@ -80,3 +80,12 @@ def test_gradients_and_leaf_weights():
     np.testing.assert_allclose(h, [0.25, 0.25])
     np.testing.assert_allclose(leaf_weights(np.array([2.0]), np.array([3.0]), 1.0, 0.5), [-0.25])
     assert slot_of_rows(np.array([3, -1, 5]), np.array([5, 3])).tolist() == [1, -1, 0]
+
+
+def test_best_splits_float_ties_go_to_the_first_candidate():
+    """Gains equal but for float rounding are a tie (first candidate); a real difference still wins."""
+    base = np.array([-3.0, 1.0, 2.5, 0.0])
+    H = np.ones((1, 2, 4))
+    for scale, expect in ((1 + 1e-14, 0), (1 + 1e-6, 1)):
+        G = np.stack([base, base * scale])[None]
+        assert int(best_splits(G, H, reg_lambda=1.0, min_child_weight=0.0).feature[0]) == expect

@@ -208,25 +208,33 @@ class ActiveParty(PredictionRouter, Party):
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists
 
-    def _decrypt(self, ciphers: list) -> tuple[np.ndarray, np.ndarray]:
-        """Decrypt a passive party's sealed node histograms, in parallel tasks when worth it.
+    def _decrypt(self, by_sender: list[list]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Decrypt the sealed node histograms of every sender, ``(g sums, h sums)`` per sender.
 
-        Arrays are cut into pieces of whole ciphertexts so that a level with
-        one node (the root) still keeps every worker busy.
+        All senders' arrays go out in one round of parallel tasks when worth it,
+        cut into pieces of whole ciphertexts so that a level with one node (the
+        root) or one sender still keeps every worker busy.
         """
-        self.ops["decrypt"] += sum(len(c) for c in ciphers)
-        if not ciphers:
-            return np.zeros(0), np.zeros(0)
-        workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
+        ciphers = [c for cs in by_sender for c in cs]
         total = sum(len(c) for c in ciphers)
+        self.ops["decrypt"] += total
+        workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
         if workers > 1 and total >= 16:  # fewer decryptions cost less than starting the tasks
             step = max(1, -(-total // workers))
-            pieces = [piece for c in ciphers for piece in self.backend.chunk(c, step)]
-            groups = [pieces[s] for s in self.pool.chunks(len(pieces), 1)]
+            pieces = [(i, piece) for i, c in enumerate(ciphers) for piece in self.backend.chunk(c, step)]
+            groups = [[piece for _, piece in pieces[s]] for s in self.pool.chunks(len(pieces), 1)]
             parts = [r for part in self.pool.map(_decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
+            owner = [i for i, _ in pieces]
         else:
             parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            owner = list(range(len(ciphers)))
+        out, start = [], 0
+        for cs in by_sender:  # the pieces of one sender's arrays, back in order
+            mine = [p for i, p in zip(owner, parts) if start <= i < start + len(cs)]
+            start += len(cs)
+            out.append((np.concatenate([p[0] for p in mine]) if mine else np.zeros(0),
+                        np.concatenate([p[1] for p in mine]) if mine else np.zeros(0)))
+        return out
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """A passive party's histograms of every open node: the built ones as decrypted (their occupied
@@ -268,8 +276,10 @@ class ActiveParty(PredictionRouter, Party):
         own = self.plain.concat([self.own_hists[n] for n in open_nodes.tolist()])
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
-        for sender, hists in passive_hists:
-            level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), *self._decrypt(hists.ciphers))
+        # every passive party's ciphertexts of the level in one round of decryption tasks
+        decrypted = self._decrypt([hists.ciphers for _, hists in passive_hists])
+        for (sender, hists), (g_sums, h_sums) in zip(passive_hists, decrypted):
+            level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), g_sums, h_sums)
             nodes = open_nodes.tolist()
             blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
                               np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))
