@@ -99,6 +99,10 @@ def test_lossless_encrypted_three_parties(runtime, backend):
     model = train(runtime, train_data, config)
     assert_lossless(model, train_data, test_data, config)
     assert model.op_counts["decrypt"] > 0
+    # the first tree's rows share two gradient pairs (one per label): OU reuses their G^m and says so
+    n = len(train_data.label)
+    repeated = model.op_counts.get("encrypt_repeated", 0)
+    assert (n // 2 < repeated < model.op_counts["encrypt"]) if backend == "ou" else repeated == 0
 
 
 @pytest.mark.parametrize("n_parties", [3, 5])

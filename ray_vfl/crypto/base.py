@@ -237,6 +237,11 @@ class Backend(ABC):
     #: Whether :meth:`make_masks` can make encryption randomness ahead of time.
     supports_masks: ClassVar[bool] = False
 
+    #: Whether one :meth:`encrypt_gh` call computes the message part once per distinct message (OU's
+    #: ``G^m``), so that repeated gradient pairs cost only their randomness. Protocols count such
+    #: repeats (``encrypt_repeated``) for an honest crypto floor.
+    reuses_message_powers: ClassVar[bool] = False
+
     def make_masks(self, key: PublicKey | PrivateKey, count: int) -> CipherArray:
         """Encryption randomness made ahead of time (see :class:`~ray_vfl.crypto.modular.ModularBackend`)."""
         raise CryptoError(f"backend {self.name!r} cannot make encryption randomness ahead of time")

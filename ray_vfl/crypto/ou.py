@@ -243,6 +243,8 @@ class OUBackend(ModularBackend):
     array([-0.25])
     """
 
+    reuses_message_powers = True
+
     name = "ou"
     public_key_type = OUPublicKey
 

@@ -38,6 +38,13 @@ def _decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
     return [backend.decrypt_gh(secret_key, c) for c in ciphers]
 
 
+def _repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
+    """Rows whose gradient pair already occurs earlier in their piece (one ``encrypt_gh`` call):
+    their message part is reused, so they cost only their randomness."""
+    pairs = np.stack([g, h], axis=1)
+    return sum((b - a) - len(np.unique(pairs[a:b], axis=0)) for a, b, _ in pieces)
+
+
 def backend_options(objective: str, n_rows: int | None = None) -> dict:
     """Encoding options every party must share: logistic gradients are bounded by 1, and no
     bin sum covers more than the training rows; both leave room for more bin sums per
@@ -147,13 +154,17 @@ class ActiveParty(PredictionRouter, Party):
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
             chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
-            gh = self.backend.concat(self._encrypt_on_tasks(g, h, chunks, covered))
+            pieces = self._encryption_pieces(n, chunks, covered)
+            gh = self.backend.concat(self._encrypt_on_tasks(g, h, pieces))
             self.ops["encrypt_premasked"] += covered
             if self.masks is not None:
                 self.masks.order(n)  # the next tree's, made while this one is built
         else:
+            pieces = [(0, n, None)]
             gh = self.backend.encrypt_gh(self._secret_key, g, h)
         self.ops["encrypt"] += len(gh)
+        if self.backend.reuses_message_powers:
+            self.ops["encrypt_repeated"] += _repeated_pairs(g, h, pieces)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
         self.builder = TreeBuilder()
         self.levels = RowLevels(n)
@@ -163,15 +174,19 @@ class ActiveParty(PredictionRouter, Party):
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
 
-    def _encrypt_on_tasks(self, g: np.ndarray, h: np.ndarray, chunks: list, covered: int) -> list:
-        """Rows cut into pieces (the chunks whose masks the reserve made, then pieces of 512 rows),
-        one task per worker, pieces given longest first by cost (a row with its mask ready costs
-        about a third); the encrypted pieces in row order."""
+    @staticmethod
+    def _encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
+        """Rows cut into ``(start, end, masks ref or None)``: the chunks whose masks the reserve
+        made, then pieces of 512 rows."""
         pieces, start = [], 0
         for ref, size in chunks:
             pieces.append((start, start + size, ref))
             start += size
-        pieces += [(a, min(a + 512, len(g)), None) for a in range(covered, len(g), 512)]
+        return pieces + [(a, min(a + 512, n), None) for a in range(covered, n, 512)]
+
+    def _encrypt_on_tasks(self, g: np.ndarray, h: np.ndarray, pieces: list) -> list:
+        """The pieces encrypted by one task per worker, given longest first by cost (a row with its
+        mask ready costs about a third); the encrypted pieces in row order."""
         assigned = self.pool.balance([(b - a) * (0.3 if ref is not None else 1.0) for a, b, ref in pieces])
         jobs = [[(g[pieces[i][0]:pieces[i][1]], h[pieces[i][0]:pieces[i][1]], pieces[i][2]) for i in a] for a in assigned]
         out: list = [None] * len(pieces)
