@@ -21,6 +21,8 @@ __all__ = ["BoostConfig", "ValidatedConfig", "check_int", "check_float", "OBJECT
 
 OBJECTIVES = ("binary:logistic", "reg:squarederror")
 MIN_KEY_BITS = 1024
+# Largest |gradient| the encrypted encoding holds for squared error unless the user says otherwise.
+DEFAULT_GRADIENT_BOUND = 2.0**16
 
 
 def check_int(name: str, value: Any, lo: int, hi: int) -> None:
@@ -101,6 +103,13 @@ class BoostConfig(ValidatedConfig):
         Let each passive party sum its encrypted histograms through the joint
         cells of groups of its features (:mod:`ray_vfl.feature_groups`): the
         same sums from fewer ciphertext products.
+    gradient_bound : float or None
+        Largest ``|gradient|`` the encrypted fixed-point encoding holds; it sizes
+        every slot and every party sees it. ``None``: 1 for the logistic
+        objective (a probability minus a label), 65,536 for squared error.
+        Training refuses squared-error labels further than half the bound from
+        the base score (residuals may grow a little while boosting): scale the
+        labels or raise the bound.
 
     Example
     -------
@@ -124,6 +133,14 @@ class BoostConfig(ValidatedConfig):
     timeout_s: float = 600.0
     precompute_masks: bool = True
     group_features: bool = True
+    gradient_bound: float | None = None
+
+    @property
+    def gradient_limit(self) -> float:
+        """The ``|gradient|`` bound in force (:attr:`gradient_bound` or the objective's default)."""
+        if self.gradient_bound is not None:
+            return float(self.gradient_bound)
+        return 1.0 if self.objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -156,3 +173,8 @@ class BoostConfig(ValidatedConfig):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
         if not isinstance(self.group_features, bool):
             raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")
+        if self.gradient_bound is not None:
+            check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)
+            if self.objective == "binary:logistic" and self.gradient_bound < 1.0:
+                raise ConfigError(f"gradient_bound must be at least 1 for binary:logistic (gradients reach +-1), "
+                                  f"got {self.gradient_bound!r}")

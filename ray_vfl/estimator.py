@@ -43,6 +43,7 @@ class _SecureBoost(FederatedEstimator):
         timeout_s: float = 600.0,
         precompute_masks: bool = True,
         group_features: bool = True,
+        gradient_bound: float | None = None,
         early_stopping_rounds: int | None = None,
         callbacks: Sequence[TrainingCallback] | None = None,
         verbose: bool = False,
@@ -62,6 +63,7 @@ class _SecureBoost(FederatedEstimator):
         self.timeout_s = timeout_s
         self.precompute_masks = precompute_masks
         self.group_features = group_features
+        self.gradient_bound = gradient_bound
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -74,6 +76,7 @@ class _SecureBoost(FederatedEstimator):
             max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
             key_bits=self.key_bits, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
+            gradient_bound=self.gradient_bound,
         )
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):
@@ -142,10 +145,16 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
 class SecureBoostRegressor(RegressorMixin, _SecureBoost):
     """Federated XGBoost regressor (squared error).
 
+    Encrypted gradients live in a fixed-point encoding of bounded range,
+    ``gradient_bound`` (65,536 by default, seen by every party): ``fit``
+    refuses labels further than half of it from the base score and names the
+    bound to set instead (or scale the labels).
+
     Example
     -------
-    >>> reg = SecureBoostRegressor(n_estimators=20, backend="plain")  # doctest: +SKIP
-    >>> reg.fit(train).predict(test)                                   # doctest: +SKIP
+    >>> reg = SecureBoostRegressor(n_estimators=20, backend="paillier")          # doctest: +SKIP
+    >>> reg.fit(train).predict(test)                                              # doctest: +SKIP
+    >>> SecureBoostRegressor(gradient_bound=2**24).fit(train_in_cents)           # doctest: +SKIP
     """
 
     _objective = "reg:squarederror"

@@ -384,6 +384,8 @@ def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party
 def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_actor: Callable | None) -> Exception:
     """The ray_vfl error for a failed wait on ``party``'s call."""
     cause = getattr(exc, "cause", None)
+    while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:
+        cause = cause.cause  # a party's own task failed: report the task's error, not Ray's wrappers
     if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
         if isinstance(cause, PartyFailedError):
             return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause)

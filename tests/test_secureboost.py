@@ -39,7 +39,10 @@ def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDatas
 def assert_lossless(model, train_data, test_data, config):
     """Every tree equals the centralized reference on the same bins, split for split."""
     y = train_data.label
-    base = config.base_score if config.base_score is not None else float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
+    if config.base_score is not None:
+        base = config.base_score
+    else:
+        base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6)) if config.objective == "binary:logistic" else float(y.mean())
     ref = fit_reference(reference_bins(train_data, config.max_bin), y, config, base)
     fed_trees, tables = model.trees(), model.lookup_tables()
     offsets = np.cumsum([0] + [train_data.n_features(p) for p in model.order])
@@ -149,6 +152,20 @@ def test_regressor_learns_energy(runtime):
     assert rmse < 0.9 * test_data.label.std()
 
 
+def test_encrypted_regression_is_lossless_with_a_gradient_bound(runtime):
+    """Squared error under OU, labels in the thousands: lossless once the bound covers them."""
+    from conftest import data_file
+
+    frame = pd.read_csv(data_file("uci_appliances_energy.csv.gz")).drop(columns="date").iloc[:2000]
+    frame["Appliances"] = frame["Appliances"] * 1000.0  # up to ~1e6 from the mean
+    data = vertical_split(frame, 2, label="Appliances", seed=0)
+    train_data, test_data = data.train_test_split(0.25, seed=0)
+    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, objective="reg:squarederror", backend="ou",
+                         key_bits=1024, gradient_bound=2.0**21)
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+
+
 def test_paillier_privacy_audit(runtime, small_credit):
     """A passive party receives only ciphertexts, node row sets and its own split decisions."""
     train_data, test_data = small_credit
@@ -226,6 +243,11 @@ def test_bad_input_is_rejected_before_training(runtime, credit):
     with pytest.raises(DataError, match="passive party"):
         one = VerticalDataset({"party0": train_data.features["party0"]}, train_data.ids, train_data.label, "party0")
         SecureBoostClassifier(backend="plain", runtime=runtime).fit(one)
+    far = VerticalDataset(train_data.features, train_data.ids, train_data.label * 1e6, "party0")
+    with pytest.raises(ConfigError, match="gradient_bound=2097152"):  # labels 0 or 1e6: gradients up to ~0.78e6
+        SecureBoostRegressor(backend="paillier", runtime=runtime).fit(far)
+    with pytest.raises(ConfigError, match="gradient_bound"):
+        SecureBoostClassifier(gradient_bound=0.5, runtime=runtime).fit(train_data)
     text = train_data.features["party1"].assign(city="x")
     with pytest.raises(DataError, match="categorical"):
         data = VerticalDataset({"party0": train_data.features["party0"], "party1": text}, train_data.ids, train_data.label, "party0")

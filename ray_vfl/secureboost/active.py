@@ -45,17 +45,22 @@ def _repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
     return sum((b - a) - len(np.unique(pairs[a:b], axis=0)) for a, b, _ in pieces)
 
 
-def backend_options(objective: str, n_rows: int | None = None) -> dict:
-    """Encoding options every party must share: logistic gradients are bounded by 1, and no
-    bin sum covers more than the training rows; both leave room for more bin sums per
-    compressed ciphertext and make every compression shift shorter.
+def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
+    """Encoding options every party must share: the gradient bound (1 for logistic gradients,
+    :attr:`BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
+    rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
+    compression shift shorter.
 
     Example
     -------
     >>> backend_options("binary:logistic", 24_000)
     {'gh_max_abs': 1.0, 'max_rows': 32768}
+    >>> backend_options("reg:squarederror", gradient_bound=1e6)
+    {'gh_max_abs': 1000000.0}
     """
-    options: dict = {"gh_max_abs": 1.0} if objective == "binary:logistic" else {}
+    if gradient_bound is None:
+        gradient_bound = BoostConfig(objective=objective).gradient_limit
+    options: dict = {"gh_max_abs": float(gradient_bound)}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
     return options
@@ -76,7 +81,8 @@ class ActiveParty(PredictionRouter, Party):
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
-        self.backend_spec = (config.backend, backend_options(config.objective, None if label is None else len(label)))
+        self.backend_spec = (config.backend, backend_options(config.objective, None if label is None else len(label),
+                                                             config.gradient_limit))
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
         self.plain = get_backend("plain")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 from collections import Counter
@@ -260,6 +261,7 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
     if data.label_party is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
     data.check_labels(config.objective)
+    _check_gradient_bound(data.label, config)
     if len(data.party_names) < 2:
         raise DataError("SecureBoost needs the label party and at least one passive party; got one party")
     for party, frame in data.features.items():
@@ -272,3 +274,20 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
             if list(eval_data.features[p].columns) != list(data.features[p].columns):
                 raise DataError(f"eval set {key!r}: party {p!r} has columns {list(eval_data.features[p].columns)}, "
                                 f"training had {list(data.features[p].columns)}")
+
+
+def _check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
+    """Squared-error gradients start as ``base - y``: refuse labels whose encrypted gradients could
+    overflow the shared encoding (with 2x headroom for residuals that grow while boosting)."""
+    if config.objective != "reg:squarederror" or not get_backend(config.backend).is_encrypted:
+        return
+    y = np.asarray(y, dtype=np.float64)
+    base = config.base_score if config.base_score is not None else float(np.mean(y))
+    spread = float(np.max(np.abs(y - base)))
+    if 2 * spread > config.gradient_limit:
+        needed = 2.0 ** math.ceil(math.log2(2 * spread))
+        raise ConfigError(
+            f"labels lie up to {spread:.6g} from the base score {base:.6g}, so encrypted gradients could exceed "
+            f"gradient_bound={config.gradient_limit:g} (twice the spread is needed for headroom): set "
+            f"gradient_bound={needed:.0f} (every party sees it) or scale the labels down"
+        )
