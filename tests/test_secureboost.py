@@ -108,6 +108,29 @@ def test_lossless_encrypted_three_parties(runtime, backend):
     assert (n // 2 < repeated < model.op_counts["encrypt"]) if backend == "ou" else repeated == 0
 
 
+def test_lossless_with_missing_values_and_categories(runtime):
+    """Missing values (their own bin, a learned default direction) and categorical columns at both
+    parties, under Paillier: still the centralized tree, split for split."""
+    frame, label, _, _ = load_named("credit")
+    frame = frame.iloc[:3000].copy()
+    rng = np.random.default_rng(7)
+    for column in ("LIMIT_BAL", "PAY_AMT1", "BILL_AMT2", "AGE"):
+        frame.loc[rng.random(len(frame)) < 0.15, column] = np.nan
+    frame["EDUCATION"] = frame["EDUCATION"].map(lambda v: f"edu{v}")
+    frame["MARRIAGE"] = frame["MARRIAGE"].map(lambda v: f"m{v}")
+    mapping = {"party0": ["LIMIT_BAL", "EDUCATION", "PAY_0", "PAY_2", "BILL_AMT1"],
+               "party1": ["AGE", "MARRIAGE", "PAY_AMT1", "BILL_AMT2", "PAY_3", "PAY_AMT2"]}
+    frame = frame[mapping["party0"] + mapping["party1"] + [label]]
+    data = vertical_split(frame, mapping, label=label, categorical=["EDUCATION", "MARRIAGE"])
+    train_data, test_data = data.train_test_split(0.25, seed=2)
+    config = BoostConfig(n_trees=2, max_depth=4, max_bin=16, backend="paillier", key_bits=1024)
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+    missing_bin = config.max_bin  # the missing bin of every feature
+    bins = reference_bins(train_data, config.max_bin)
+    assert (bins == missing_bin).any(axis=0).sum() == 4
+
+
 @pytest.mark.parametrize("n_parties", [3, 5])
 def test_lossless_with_more_parties(runtime, n_parties):
     frame, label, _, _ = load_named("credit")
