@@ -4,7 +4,8 @@ Each party (and later each server) runs as a named Ray actor bound to a custom
 Ray resource of its own, ``vfl_<party>``: the actor and every task it fans out
 can only be placed on nodes that declare that resource, so a party's data and
 keys never leave its machines. On a laptop the runtime starts Ray itself and
-declares every party's resource on the local node; on a cluster
+declares every party's resource on the local node (:mod:`ray_vfl.local_ray`,
+with spare slots for the parties of later federations); on a cluster
 (``ray job submit``, ``cluster.yaml``) each party's nodes declare their own.
 
 Protocol classes are plain Python; :meth:`Runtime.spawn` wraps them as actors.
@@ -17,12 +18,10 @@ the other actors so nothing is left behind.
 from __future__ import annotations
 
 import functools
-import contextlib
 import inspect
 import logging
 import math
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,51 +30,18 @@ from typing import Any, Callable, Sequence
 import ray
 
 from .errors import ConfigError, DataError, PartyFailedError, VFLError
+from .local_ray import RESOURCE_UNITS, claim_spare_slots, forget_local_ray, party_resource, start_local_ray
 
-__all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list"]
+__all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.25  # how often a waiting driver checks for failed parties
-RESOURCE_UNITS = 10_000  # units of a party resource declared per node; an actor takes 1, a task 0.01
-
-
-@contextlib.contextmanager
-def _no_phone_home():
-    """Start a local Ray that talks to loopback only.
-
-    Ray reports usage statistics unless told not to, and its dashboard head
-    probes cloud metadata addresses (169.254.169.254, metadata.google.internal)
-    at start unless ``~/ray_bootstrap_config.yaml`` exists. A federation's
-    local simulation has no business on the network, so usage stats are off
-    and, while Ray starts, HOME points at a scratch folder holding that file.
-    """
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    home = os.path.expanduser("~")
-    if not os.path.exists(os.path.join(home, "ray_bootstrap_config.yaml")):
-        scratch = tempfile.mkdtemp(prefix="ray_vfl_home")
-        with open(os.path.join(scratch, "ray_bootstrap_config.yaml"), "w", encoding="utf-8") as fh:
-            fh.write("provider: {type: local}\n")
-        os.environ["HOME"] = scratch
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def as_ref_list(refs: Any, n: int) -> list:
     """The refs of a ``num_returns=n`` call as a list (Ray returns a bare ref when ``n == 1``)."""
     return [refs] if n == 1 else list(refs)
-
-
-def party_resource(party: str) -> str:
-    """Name of the custom Ray resource that pins a party's actor and tasks."""
-    return f"vfl_{party}"
 
 
 # ---------------------------------------------------------------------------
@@ -221,19 +187,13 @@ class Runtime:
             if address is None:
                 address = "auto" if os.environ.get("RAY_ADDRESS") else "local"
             if address == "local":
-                with _no_phone_home():
-                    ray.init(
-                        address="local",
-                        num_cpus=self.num_cpus,
-                        resources={party_resource(p): RESOURCE_UNITS for p in parties},
-                        include_dashboard=False,
-                        log_to_driver=False,
-                    )
+                start_local_ray(parties, self.num_cpus)
                 self.started_ray = True
             else:
                 ray.init(address=address, log_to_driver=False)
         available = ray.cluster_resources()
-        missing = [party_resource(p) for p in parties if available.get(party_resource(p), 0) <= 0]
+        lacking = claim_spare_slots([p for p in parties if available.get(party_resource(p), 0) <= 0], available)
+        missing = [party_resource(p) for p in lacking]
         if missing:
             declare = ", ".join(f'"{r}": {RESOURCE_UNITS}' for r in missing)
             raise ConfigError(
@@ -314,6 +274,7 @@ class Runtime:
         self.kill_all()
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
+            forget_local_ray()
             self.started_ray = False
 
     def __enter__(self) -> "Runtime":

@@ -352,3 +352,19 @@ def test_default_workers_follow_each_partys_nodes(runtime):
     assert _default_workers(runtime, "party0", ["party1"]) == 2  # the active party uses every CPU
     assert _default_workers(runtime, "party1", ["party1"]) == 2
     assert _default_workers(runtime, "party1", ["party1", "party2", "party3"]) == 1
+
+
+def test_a_local_ray_pins_new_parties_to_spare_slots(ray_session, monkeypatch):
+    """Ray cannot add resources to a running node: when ray_vfl started the local Ray, parties of a
+    later federation (new names) get spare slots; when they run out, the error says what to do."""
+    from ray_vfl import local_ray
+
+    monkeypatch.setattr(local_ray, "_started", True)
+    monkeypatch.setattr(local_ray, "_aliases", {})
+    available = {"vfl_spare_0": 10_000, "vfl_spare_1": 10_000}
+    assert local_ray.claim_spare_slots(["shop"], available) == []
+    assert local_ray.party_resource("shop") == "vfl_spare_0" and local_ray.party_resource("bank") == "vfl_bank"
+    with pytest.raises(ConfigError, match="spare party slots"):
+        local_ray.claim_spare_slots(["a", "b"], available)
+    monkeypatch.setattr(local_ray, "_started", False)  # a Ray someone else started: nothing to claim
+    assert local_ray.claim_spare_slots(["c"], available) == ["c"]

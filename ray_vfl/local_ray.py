@@ -1,0 +1,111 @@
+"""The Ray that ray_vfl starts on one machine, and the resource that pins each party.
+
+Every party's actor and tasks are pinned by a custom Ray resource,
+``vfl_<party>`` (:func:`party_resource`): on a cluster each party's nodes
+declare their own (``cluster.yaml``). When no Ray is running, ray_vfl starts
+a local one (:func:`start_local_ray`) that declares the resource of every
+party of the first federation, talks to loopback only, and keeps
+:data:`SPARE_SLOTS` spare party resources: Ray cannot add resources to a
+running node, so a later federation in the same process with new party
+names (a second ``fit`` on 3 parties after one on 2) is pinned to spare
+slots instead (:func:`claim_spare_slots`). Pinning to one local node is a
+simulation either way: every party shares the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import Mapping, Sequence
+
+import ray
+
+from .errors import ConfigError
+
+__all__ = ["RESOURCE_UNITS", "SPARE_SLOTS", "party_resource", "start_local_ray", "claim_spare_slots", "forget_local_ray"]
+
+RESOURCE_UNITS = 10_000  # units of a party resource declared per node; an actor takes 1, a task 0.01
+SPARE_SLOTS = 32  # spare party resources of a local Ray, for parties of later federations
+
+_aliases: dict[str, str] = {}  # party -> spare slot it was given in the local Ray this process started
+_started = False
+
+
+def party_resource(party: str) -> str:
+    """Name of the custom Ray resource that pins a party's actor and tasks.
+
+    Example
+    -------
+    >>> party_resource("bank")
+    'vfl_bank'
+    """
+    return _aliases.get(party) or f"vfl_{party}"
+
+
+def _spare(i: int) -> str:
+    return f"vfl_spare_{i}"
+
+
+@contextlib.contextmanager
+def _no_phone_home():
+    """Start a local Ray that talks to loopback only.
+
+    Ray reports usage statistics unless told not to, and its dashboard head
+    probes cloud metadata addresses (169.254.169.254, metadata.google.internal)
+    at start unless ``~/ray_bootstrap_config.yaml`` exists. A federation's
+    local simulation has no business on the network, so usage stats are off
+    and, while Ray starts, HOME points at a scratch folder holding that file.
+    """
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    home = os.path.expanduser("~")
+    if not os.path.exists(os.path.join(home, "ray_bootstrap_config.yaml")):
+        scratch = tempfile.mkdtemp(prefix="ray_vfl_home")
+        with open(os.path.join(scratch, "ray_bootstrap_config.yaml"), "w", encoding="utf-8") as fh:
+            fh.write("provider: {type: local}\n")
+        os.environ["HOME"] = scratch
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def start_local_ray(parties: Sequence[str], num_cpus: int | None) -> None:
+    """Start a local Ray declaring ``parties``' resources and the spare slots."""
+    global _started
+    _aliases.clear()
+    resources = {party_resource(p): RESOURCE_UNITS for p in parties}
+    resources.update({_spare(i): RESOURCE_UNITS for i in range(SPARE_SLOTS)})
+    with _no_phone_home():
+        ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False)
+    _started = True
+
+
+def claim_spare_slots(parties: Sequence[str], available: Mapping[str, float]) -> list[str]:
+    """Pin ``parties`` (whose resources the running Ray lacks) to free spare slots, if this process
+    started that Ray; returns the parties still without a resource."""
+    if not (_started and ray.is_initialized()):
+        return list(parties)
+    taken = set(_aliases.values())
+    free = [_spare(i) for i in range(SPARE_SLOTS) if _spare(i) not in taken and available.get(_spare(i), 0) > 0]
+    if len(free) < len(parties):
+        raise ConfigError(
+            f"the local Ray ray_vfl started has {len(free)} spare party slots left, {len(parties)} parties "
+            f"({list(parties)}) need one: reuse party names, or shut Ray down (Runtime.shutdown() or "
+            "ray.shutdown()) so the next fit starts a fresh one"
+        )
+    for party, slot in zip(parties, free):
+        _aliases[party] = slot
+    return []
+
+
+def forget_local_ray() -> None:
+    """The local Ray is gone: the next one starts without aliases."""
+    global _started
+    _aliases.clear()
+    _started = False
