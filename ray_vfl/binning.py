@@ -47,13 +47,26 @@ def encode_party_frame(
 
 
 def check_encodable(frame: pd.DataFrame, categorical: Sequence[str], party: str) -> None:
-    """Raise :class:`DataError` if a column could not be encoded (cheap: dtypes only)."""
+    """Raise :class:`DataError` if a column could not be encoded: not numeric and not declared
+    categorical, or holding inf (one vectorised pass per column).
+
+    Example
+    -------
+    >>> check_encodable(pd.DataFrame({"x": [1.0, float("inf")]}), [], "bank")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.DataError: party 'bank': column 'x' holds inf values; replace them with NaN (missing) or clip them
+    """
     unknown = sorted(set(categorical) - set(frame.columns))
     if unknown:
         raise DataError(f"party {party!r}: categorical column(s) {unknown} are not among its columns {list(frame.columns)}")
     for col in frame.columns:
         series = frame[col]
-        if col in categorical or pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
+        if col in categorical or pd.api.types.is_bool_dtype(series):
+            continue
+        if pd.api.types.is_numeric_dtype(series):
+            if pd.api.types.is_float_dtype(series) and np.isinf(series.to_numpy(dtype=np.float64, na_value=np.nan)).any():
+                raise DataError(f"party {party!r}: column {col!r} holds inf values; replace them with NaN (missing) or clip them")
             continue
         raise DataError(
             f"party {party!r}: column {col!r} is not numeric (dtype {series.dtype}); "

@@ -22,6 +22,7 @@ import inspect
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -296,11 +297,13 @@ class Runtime:
         The first error (an exception in a party, a dead actor) or the end of
         the timeout raises :class:`PartyFailedError`; every actor of this
         runtime is then killed. User errors found inside a party
-        (:class:`~ray_vfl.errors.DataError`, ``ConfigError``) are re-raised as is.
+        (:class:`~ray_vfl.errors.DataError`, ``ConfigError``) are re-raised as
+        is and the actors stay: nothing failed but the input, so a trained
+        model still predicts after a bad prediction input.
         """
         try:
             return gather(calls, phase, self.timeout_s if timeout_s is None else timeout_s, self._party_of_actor)
-        except (PartyFailedError, DataError, ConfigError):
+        except PartyFailedError:
             self.kill_all()
             raise
 
@@ -355,7 +358,11 @@ def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_
         return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
     if isinstance(exc, ray.exceptions.RayActorError):
         failed = party_of_actor(getattr(exc, "actor_id", None)) if party_of_actor else "?"
-        return PartyFailedError(failed if failed != "?" else party, phase, "actor died")
+        detail = "actor died"
+        if getattr(exc, "actor_init_failed", False):  # Ray keeps only the text of a constructor's error
+            errors = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception): .+)$", getattr(exc, "error_msg", "") or "", re.M)
+            detail = f"actor failed to start: {errors[-1] if errors else 'see the Ray logs'}"
+        return PartyFailedError(failed if failed != "?" else party, phase, detail)
     if isinstance(exc, ray.exceptions.GetTimeoutError):
         return PartyFailedError(party, phase, f"no answer within {timeout_s:g} s")
     return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")

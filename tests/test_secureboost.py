@@ -271,6 +271,11 @@ def test_bad_input_is_rejected_before_training(runtime, credit):
         SecureBoostRegressor(backend="paillier", runtime=runtime).fit(far)
     with pytest.raises(ConfigError, match="gradient_bound"):
         SecureBoostClassifier(gradient_bound=0.5, runtime=runtime).fit(train_data)
+    infinite = train_data.features["party1"].astype(float)
+    infinite.iloc[3, 0] = np.inf
+    with pytest.raises(DataError, match="inf values"):
+        data = VerticalDataset({"party0": train_data.features["party0"], "party1": infinite}, train_data.ids, train_data.label, "party0")
+        SecureBoostClassifier(backend="paillier", key_bits=1024, runtime=runtime).fit(data)
     text = train_data.features["party1"].assign(city="x")
     with pytest.raises(DataError, match="categorical"):
         data = VerticalDataset({"party0": train_data.features["party0"], "party1": text}, train_data.ids, train_data.label, "party0")
@@ -368,3 +373,16 @@ def test_a_local_ray_pins_new_parties_to_spare_slots(ray_session, monkeypatch):
         local_ray.claim_spare_slots(["a", "b"], available)
     monkeypatch.setattr(local_ray, "_started", False)  # a Ray someone else started: nothing to claim
     assert local_ray.claim_spare_slots(["c"], available) == ["c"]
+
+
+def test_a_bad_prediction_input_leaves_the_model_usable(runtime, small_credit):
+    """A party rejecting prediction rows (columns out of order) is the user's error: nothing is killed,
+    the rows loaded elsewhere are dropped, and the model predicts the right input as before."""
+    train_data, test_data = small_credit
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, backend="plain", runtime=runtime).fit(train_data)
+    expected = clf.predict_proba(test_data)
+    shuffled = test_data.take(np.arange(len(test_data.label)))
+    shuffled.features["party1"] = shuffled.features["party1"][shuffled.features["party1"].columns[::-1]]
+    with pytest.raises(DataError, match="differ from the fitted columns"):
+        clf.predict_proba(shuffled)
+    np.testing.assert_allclose(clf.predict_proba(test_data), expected)

@@ -110,11 +110,15 @@ class FederatedModel:
         if sorted(data.party_names) != sorted(self.order):
             raise DataError(f"prediction data must hold the parties {self.order}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
-        calls = [(p, self._handle(p).load_rows.remote(key, data.features[p])) for p in self.order]
-        self.runtime.get(calls, "load prediction rows")
-        active = self._handle(self.label_party)
-        margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
-                                         (self.label_party, active.get_base_margin.remote())], "prediction")
+        try:
+            calls = [(p, self._handle(p).load_rows.remote(key, data.features[p])) for p in self.order]
+            self.runtime.get(calls, "load prediction rows")
+            active = self._handle(self.label_party)
+            margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
+                                             (self.label_party, active.get_base_margin.remote())], "prediction")
+        except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
+            self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
+            raise
         self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
         return margin + base
 
