@@ -31,6 +31,7 @@ from ray_vfl import (
     vertical_split,
 )
 from ray_vfl.callbacks import TreeTimer
+from ray_vfl.errors import VFLError
 from ray_vfl.datasets import NAMED_DATASETS, load_named
 from ray_vfl.dataset import read_table
 from ray_vfl.metrics import auc
@@ -128,4 +129,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        sys.exit(f"error: {exc}")
