@@ -154,9 +154,9 @@ class VerticalDataset:
                 continue
             if len(pid) != len(ids) or not np.array_equal(pid, ids):
                 same_set = len(pid) == len(ids) and set(pid.tolist()) == set(ids.tolist())
-                hint = "they hold the same IDs in a different order: sort every table by ID" if same_set else (
-                    "their ID sets differ: align the tables first (private set intersection)"
-                )
+                hint = ("they hold the same IDs in a different order: sort every table by ID, or pass align='psi'"
+                        if same_set else "their ID sets differ: pass align='psi' to intersect them by private set "
+                        "intersection (each party keeps its other rows)")
                 raise DataError(f"rows of parties {first!r} and {party!r} are misaligned; {hint}")
         owners = [p for p, f in frames.items() if label is not None and label in f.columns]
         if label is not None and not owners:
