@@ -27,7 +27,7 @@ from ray_vfl.callbacks import TreeTimer
 from ray_vfl.config import BoostConfig
 from ray_vfl.crypto import get_backend
 from ray_vfl.crypto.gmp import set_threads
-from ray_vfl.secureboost.active import backend_options
+from ray_vfl.secureboost.label_crypto import backend_options
 from ray_vfl.datasets import load_named
 from ray_vfl.metrics import auc
 from ray_vfl.reference import fit_reference

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import ray
 
 from ..config import BoostConfig
 from ..errors import VFLError
@@ -15,6 +14,7 @@ from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
 from . import rounds
+from .label_crypto import backend_options, decrypt_task, encrypt_task, encryption_pieces, repeated_pairs
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, SplitOrders
 from .router import PredictionRouter
@@ -22,48 +22,6 @@ from .party import Party
 from .tree import Tree, TreeBuilder
 
 __all__ = ["ActiveParty"]
-
-
-def _encrypt_task(job: list, spec: tuple, key) -> list:
-    """Encrypt every ``(g, h, masks ref or None)`` of ``job``; ``key`` is the private key: without
-    precomputed masks the key owner encrypts with the CRT, faster than with the public key."""
-    backend = get_backend(spec[0], **spec[1])
-    refs = [masks for _, _, masks in job if masks is not None]
-    made = iter(ray.get(refs, timeout=600) if refs else [])
-    return [backend.encrypt_gh(key, g, h, masks=None if masks is None else next(made)) for g, h, masks in job]
-
-
-def _decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
-    backend = get_backend(spec[0], **spec[1])
-    return [backend.decrypt_gh(secret_key, c) for c in ciphers]
-
-
-def _repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
-    """Rows whose gradient pair already occurs earlier in their piece (one ``encrypt_gh`` call):
-    their message part is reused, so they cost only their randomness."""
-    pairs = np.stack([g, h], axis=1)
-    return sum((b - a) - len(np.unique(pairs[a:b], axis=0)) for a, b, _ in pieces)
-
-
-def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
-    """Encoding options every party must share: the gradient bound (1 for logistic gradients,
-    :attr:`BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
-    rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
-    compression shift shorter.
-
-    Example
-    -------
-    >>> backend_options("binary:logistic", 24_000)
-    {'gh_max_abs': 1.0, 'max_rows': 32768}
-    >>> backend_options("reg:squarederror", gradient_bound=1e6)
-    {'gh_max_abs': 1000000.0}
-    """
-    if gradient_bound is None:
-        gradient_bound = BoostConfig(objective=objective).gradient_limit
-    options: dict = {"gh_max_abs": float(gradient_bound)}
-    if n_rows:
-        options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
-    return options
 
 
 class ActiveParty(PredictionRouter, Party):
@@ -160,7 +118,7 @@ class ActiveParty(PredictionRouter, Party):
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
             chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
-            pieces = self._encryption_pieces(n, chunks, covered)
+            pieces = encryption_pieces(n, chunks, covered)
             gh = self.backend.concat(self._encrypt_on_tasks(g, h, pieces))
             self.ops["encrypt_premasked"] += covered
             if self.masks is not None:
@@ -170,7 +128,7 @@ class ActiveParty(PredictionRouter, Party):
             gh = self.backend.encrypt_gh(self._secret_key, g, h)
         self.ops["encrypt"] += len(gh)
         if self.backend.reuses_message_powers:
-            self.ops["encrypt_repeated"] += _repeated_pairs(g, h, pieces)
+            self.ops["encrypt_repeated"] += repeated_pairs(g, h, pieces)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
         self.builder = TreeBuilder()
         self.levels = RowLevels(n)
@@ -180,23 +138,13 @@ class ActiveParty(PredictionRouter, Party):
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
 
-    @staticmethod
-    def _encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
-        """Rows cut into ``(start, end, masks ref or None)``: the chunks whose masks the reserve
-        made, then pieces of 512 rows."""
-        pieces, start = [], 0
-        for ref, size in chunks:
-            pieces.append((start, start + size, ref))
-            start += size
-        return pieces + [(a, min(a + 512, n), None) for a in range(covered, n, 512)]
-
     def _encrypt_on_tasks(self, g: np.ndarray, h: np.ndarray, pieces: list) -> list:
         """The pieces encrypted by one task per worker, given longest first by cost (a row with its
         mask ready costs about a third); the encrypted pieces in row order."""
         assigned = self.pool.balance([(b - a) * (0.3 if ref is not None else 1.0) for a, b, ref in pieces])
         jobs = [[(g[pieces[i][0]:pieces[i][1]], h[pieces[i][0]:pieces[i][1]], pieces[i][2]) for i in a] for a in assigned]
         out: list = [None] * len(pieces)
-        for a, arrays in zip(assigned, self.pool.map(_encrypt_task, jobs, self.backend_spec, self._secret_key)):
+        for a, arrays in zip(assigned, self.pool.map(encrypt_task, jobs, self.backend_spec, self._secret_key)):
             for i, arr in zip(a, arrays):
                 out[i] = arr
         return out
@@ -244,10 +192,10 @@ class ActiveParty(PredictionRouter, Party):
             step = max(1, -(-total // workers))
             pieces = [(i, piece) for i, c in enumerate(ciphers) for piece in self.backend.chunk(c, step)]
             groups = [[piece for _, piece in pieces[s]] for s in self.pool.chunks(len(pieces), 1)]
-            parts = [r for part in self.pool.map(_decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
+            parts = [r for part in self.pool.map(decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
             owner = [i for i, _ in pieces]
         else:
-            parts = _decrypt_task(ciphers, self.backend_spec, self._secret_key)
+            parts = decrypt_task(ciphers, self.backend_spec, self._secret_key)
             owner = list(range(len(ciphers)))
         out, start = [], 0
         for cs in by_sender:  # the pieces of one sender's arrays, back in order

@@ -1,0 +1,82 @@
+"""The label party's crypto around a tree: shared encoding options, encryption and decryption tasks.
+
+The functions here run on the label party's pinned task pool (or in its actor
+when one worker is enough); they never see another party's data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import ray
+
+from ..config import BoostConfig
+from ..crypto import get_backend
+
+__all__ = ["backend_options", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
+
+
+def encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
+    """Rows cut into ``(start, end, masks ref or None)``: the chunks whose masks the reserve made
+    (covering the first ``covered`` rows), then pieces of 512 rows.
+
+    Example
+    -------
+    >>> encryption_pieces(1200, [("ref", 100)], 100)
+    [(0, 100, 'ref'), (100, 612, None), (612, 1124, None), (1124, 1200, None)]
+    """
+    pieces, start = [], 0
+    for ref, size in chunks:
+        pieces.append((start, start + size, ref))
+        start += size
+    return pieces + [(a, min(a + 512, n), None) for a in range(covered, n, 512)]
+
+
+def encrypt_task(job: list, spec: tuple, key) -> list:
+    """Encrypt every ``(g, h, masks ref or None)`` of ``job``; ``key`` is the private key: without
+    precomputed masks the key owner encrypts with the CRT, faster than with the public key."""
+    backend = get_backend(spec[0], **spec[1])
+    refs = [masks for _, _, masks in job if masks is not None]
+    made = iter(ray.get(refs, timeout=600) if refs else [])
+    return [backend.encrypt_gh(key, g, h, masks=None if masks is None else next(made)) for g, h, masks in job]
+
+
+def decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
+    """Decrypt every sealed histogram array of ``ciphers`` with the private key (pinned task)."""
+    backend = get_backend(spec[0], **spec[1])
+    return [backend.decrypt_gh(secret_key, c) for c in ciphers]
+
+
+def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
+    """Rows whose gradient pair already occurs earlier in their piece (one ``encrypt_gh`` call):
+    their message part is reused, so they cost only their randomness.
+
+    Example
+    -------
+    >>> repeated_pairs(np.array([0.5, 0.5, -0.5, 0.5]), np.full(4, 0.25), [(0, 2, None), (2, 4, None)])
+    1
+    """
+    pairs = np.stack([g, h], axis=1)
+    return sum((b - a) - len(np.unique(pairs[a:b], axis=0)) for a, b, _ in pieces)
+
+
+def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
+    """Encoding options every party must share: the gradient bound (1 for logistic gradients,
+    :attr:`BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
+    rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
+    compression shift shorter.
+
+    Example
+    -------
+    >>> backend_options("binary:logistic", 24_000)
+    {'gh_max_abs': 1.0, 'max_rows': 32768}
+    >>> backend_options("reg:squarederror", gradient_bound=1e6)
+    {'gh_max_abs': 1000000.0}
+    """
+    if gradient_bound is None:
+        gradient_bound = BoostConfig(objective=objective).gradient_limit
+    options: dict = {"gh_max_abs": float(gradient_bound)}
+    if n_rows:
+        options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
+    return options
