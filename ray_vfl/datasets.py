@@ -60,14 +60,24 @@ NAMED_DATASETS = {
 def load_named(name: str, data_dir: str | None = None) -> tuple[pd.DataFrame, str, list[str], str]:
     """Load a named dataset: ``(frame, label column, categorical columns, objective)``.
 
-    ``credit`` is bundled; the others are read from ``data_dir``.
+    ``credit`` is bundled; the others are read from ``data_dir`` (default: the
+    ``VFL_DATA_DIR`` environment variable).
+
+    Example
+    -------
+    >>> frame, label, categorical, objective = load_named("credit")
+    >>> label, objective
+    ('default.payment.next.month', 'binary:logistic')
     """
     if name == "credit":
         return load_credit().drop(columns=["ID"]), CREDIT_LABEL, [], "binary:logistic"
     files = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy)}
     if name not in files:
         raise DataError(f"unknown dataset {name!r}; choose one of {sorted(NAMED_DATASETS)} or pass a CSV/Parquet path")
-    if data_dir is None:
-        raise DataError(f"dataset {name!r} is not bundled; pass the folder that holds {files[name][0]!r} as data_dir")
+    data_dir = data_dir or os.environ.get("VFL_DATA_DIR")
     fname, loader = files[name]
+    if data_dir is None or not os.path.exists(os.path.join(data_dir, fname)):
+        where = "no folder was given" if data_dir is None else f"{data_dir!r} does not hold it"
+        raise DataError(f"dataset {name!r} is not bundled and {where}: name the folder that holds {fname!r} with "
+                        "data_dir= (Python), --data-dir (jobs/train.py) or the VFL_DATA_DIR environment variable")
     return loader(os.path.join(data_dir, fname))
