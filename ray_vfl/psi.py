@@ -166,7 +166,7 @@ def private_set_intersection(
     """
     if len(ids) < 2:
         raise ConfigError(f"PSI needs at least two parties, got {list(ids)}")
-    checked = {str(p): normalize_ids(v, str(p)) for p, v in ids.items()}
+    checked = {str(p): normalize_ids(v, str(p), str(getattr(v, "name", None) or "id")) for p, v in ids.items()}
     kinds = {p: kind for p, (_, kind) in checked.items()}
     if len(set(kinds.values())) > 1:
         raise DataError(f"parties use different ID kinds {kinds}; convert the ID columns to one kind "
