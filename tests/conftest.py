@@ -31,6 +31,13 @@ os.environ.update(
 os.environ.pop("RAY_ADDRESS", None)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Ray's temp folder and the scratch HOME go at the end of every run, whether or not a test started Ray."""
+    for folder in (_RAY_TMP, _SCRATCH):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
