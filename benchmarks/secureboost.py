@@ -137,6 +137,14 @@ def run_case(runtime, train, test, backend, bits, trees, depth, bins, masks=True
             "mb": clf.comm_stats_.total_mb, "floor_s": floor, "ops": counts, "cores": cores}
 
 
+def parse_case(case: str, trees: int) -> tuple[str, int, int, bool, bool]:
+    """``backend[:key_bits[:trees[:nomask][:nogroup]]]`` as ``(backend, bits, trees, masks, groups)``."""
+    name, *rest = case.split(":")
+    flags = set(rest[2:])
+    return (name, int(rest[0]) if rest else 2048, int(rest[1]) if len(rest) > 1 else trees,
+            "nomask" not in flags, "nogroup" not in flags)
+
+
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["credit"])
@@ -150,25 +158,21 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     # Operation costs first, while the machine is quiet: timed after a training run they would share
     # the CPUs with the parties' mask reserves still filling their last orders (floors moved by 20%).
-    for dataset in args.datasets:
-        n_rows = len(split(dataset, min(args.parties))[0].label)
+    splits = {(d, n): split(d, n) for d in args.datasets for n in args.parties}
+    for train, _ in splits.values():
         for case in args.cases:
-            name, *rest = case.split(":")
-            op_costs(name, int(rest[0]) if rest else 2048, n_rows)
+            name, bits, *_ = parse_case(case, args.trees)
+            op_costs(name, bits, len(train.label))
     runtime = Runtime(timeout_s=3600)
     runtime.connect([f"party{i}" for i in range(max(args.parties))])
     rows = []
     for dataset in args.datasets:
         for parties in args.parties:
-            train, test = split(dataset, parties)
+            train, test = splits[(dataset, parties)]
             xgb_row = xgboost_row(train, test, args.trees, args.depth, args.bins)
             ref_s = reference_seconds(train, args.trees, args.depth, args.bins)
             for case in args.cases:
-                name, *rest = case.split(":")
-                bits = int(rest[0]) if rest else 2048
-                trees = int(rest[1]) if len(rest) > 1 else args.trees
-                flags = set(rest[2:])
-                masks, groups = "nomask" not in flags, "nogroup" not in flags
+                name, bits, trees, masks, groups = parse_case(case, args.trees)
                 runs = sorted((run_case(runtime, train, test, name, bits, trees, args.depth, args.bins, masks, groups)
                                for _ in range(args.repeat)), key=lambda x: x["train_s"])
                 r = runs[len(runs) // 2]  # the median run (the machine's speed drifts by +-10%)

@@ -25,6 +25,18 @@ MIN_KEY_BITS = 1024
 DEFAULT_GRADIENT_BOUND = 2.0**16
 
 
+def default_gradient_bound(objective: str) -> float:
+    """``|gradient|`` bound of an objective when the user sets none: 1 for logistic (a probability
+    minus a label), :data:`DEFAULT_GRADIENT_BOUND` for squared error.
+
+    Example
+    -------
+    >>> default_gradient_bound("binary:logistic"), default_gradient_bound("reg:squarederror")
+    (1.0, 65536.0)
+    """
+    return 1.0 if objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
+
+
 def check_int(name: str, value: Any, lo: int, hi: int) -> None:
     """Raise :class:`ConfigError` unless ``value`` is an integer in ``[lo, hi]``."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -140,7 +152,7 @@ class BoostConfig(ValidatedConfig):
         """The ``|gradient|`` bound in force (:attr:`gradient_bound` or the objective's default)."""
         if self.gradient_bound is not None:
             return float(self.gradient_bound)
-        return 1.0 if self.objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
+        return default_gradient_bound(self.objective)
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)

@@ -42,6 +42,7 @@ __all__ = [
     "goes_left",
     "leaf_weights",
     "smaller_children",
+    "base_score_of",
 ]
 
 _GAIN_EPS = 1e-10  # gains below this are float noise, never a real split
@@ -66,6 +67,20 @@ def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.nda
     if objective == "reg:squarederror":
         return margin - y, np.ones_like(margin)
     raise ConfigError(f"unknown objective {objective!r}")
+
+
+def base_score_of(objective: str, y: np.ndarray, base_score: float | None = None) -> float:
+    """The initial prediction: ``base_score`` when given, else the label mean (kept inside (0, 1) for logistic).
+
+    Example
+    -------
+    >>> base_score_of("binary:logistic", np.array([1.0, 1.0])), base_score_of("reg:squarederror", np.array([2.0, 4.0]))
+    (0.999999, 3.0)
+    """
+    if base_score is not None:
+        return float(base_score)
+    mean = float(np.mean(y))
+    return float(np.clip(mean, 1e-6, 1 - 1e-6)) if objective == "binary:logistic" else mean
 
 
 def base_margin(objective: str, base_score: float) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 from ..config import BoostConfig
 from ..errors import VFLError
 from ..crypto import get_backend
-from ..kernels import base_margin, best_splits, build_histograms, goes_left, gradients, leaf_weights
+from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
@@ -58,9 +58,7 @@ class ActiveParty(PredictionRouter, Party):
             self.base_margin = 0.0
             return
         self.y = np.asarray(label, dtype=np.float64)
-        base = config.base_score
-        if base is None:
-            base = float(np.clip(self.y.mean(), 1e-6, 1 - 1e-6)) if config.objective == "binary:logistic" else float(self.y.mean())
+        base = base_score_of(config.objective, self.y, config.base_score)
         self.base_score = base
         self.base_margin = base_margin(config.objective, base)
         self.margin = np.full(len(self.y), self.base_margin)
@@ -184,25 +182,23 @@ class ActiveParty(PredictionRouter, Party):
         cut into pieces of whole ciphertexts so that a level with one node (the
         root) or one sender still keeps every worker busy.
         """
-        ciphers = [c for cs in by_sender for c in cs]
-        total = sum(len(c) for c in ciphers)
+        total = sum(len(c) for cs in by_sender for c in cs)
         self.ops["decrypt"] += total
         workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
-        if workers > 1 and total >= 16:  # fewer decryptions cost less than starting the tasks
-            step = max(1, -(-total // workers))
-            pieces = [(i, piece) for i, c in enumerate(ciphers) for piece in self.backend.chunk(c, step)]
-            groups = [[piece for _, piece in pieces[s]] for s in self.pool.chunks(len(pieces), 1)]
+        split = workers > 1 and total >= 16  # fewer decryptions cost less than starting the tasks
+        step = max(1, -(-total // workers))
+        pieces = [(s, piece) for s, cs in enumerate(by_sender) for c in cs
+                  for piece in (self.backend.chunk(c, step) if split else [c])]
+        arrays = [piece for _, piece in pieces]
+        if split:
+            groups = [arrays[s] for s in self.pool.chunks(len(arrays), 1)]
             parts = [r for part in self.pool.map(decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
-            owner = [i for i, _ in pieces]
         else:
-            parts = decrypt_task(ciphers, self.backend_spec, self._secret_key)
-            owner = list(range(len(ciphers)))
-        out, start = [], 0
-        for cs in by_sender:  # the pieces of one sender's arrays, back in order
-            mine = [p for i, p in zip(owner, parts) if start <= i < start + len(cs)]
-            start += len(cs)
-            out.append((np.concatenate([p[0] for p in mine]) if mine else np.zeros(0),
-                        np.concatenate([p[1] for p in mine]) if mine else np.zeros(0)))
+            parts = decrypt_task(arrays, self.backend_spec, self._secret_key)
+        out = []
+        for s in range(len(by_sender)):  # each sender's pieces, in order
+            mine = [p for (owner, _), p in zip(pieces, parts) if owner == s]
+            out.append(tuple(np.concatenate([p[k] for p in mine]) if mine else np.zeros(0) for k in (0, 1)))
         return out
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..config import BoostConfig
+from ..config import default_gradient_bound
 from ..crypto import get_backend
 
 __all__ = ["backend_options", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
@@ -63,7 +63,7 @@ def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
 
 def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
     """Encoding options every party must share: the gradient bound (1 for logistic gradients,
-    :attr:`BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
+    :attr:`~ray_vfl.config.BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
     rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
     compression shift shorter.
 
@@ -75,7 +75,7 @@ def backend_options(objective: str, n_rows: int | None = None, gradient_bound: f
     {'gh_max_abs': 1000000.0}
     """
     if gradient_bound is None:
-        gradient_bound = BoostConfig(objective=objective).gradient_limit
+        gradient_bound = default_gradient_bound(objective)
     options: dict = {"gh_max_abs": float(gradient_bound)}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())

@@ -59,7 +59,7 @@ from ..config import BoostConfig
 from ..dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..crypto import get_backend
-from ..kernels import transform_margin
+from ..kernels import base_score_of, transform_margin
 from ..mask_reserve import MaskReserve
 from ..runtime import Runtime
 from .active import ActiveParty
@@ -118,10 +118,13 @@ class FederatedModel:
             margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
                                              (self.label_party, active.get_base_margin.remote())], "prediction")
         except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
-            self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
+            self._drop_rows(key)
             raise
-        self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
+        self._drop_rows(key)
         return margin + base
+
+    def _drop_rows(self, key: str) -> None:
+        self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Predictions (probabilities for the logistic objective)."""
@@ -287,7 +290,7 @@ def _check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
     if config.objective != "reg:squarederror" or not get_backend(config.backend).is_encrypted:
         return
     y = np.asarray(y, dtype=np.float64)
-    base = config.base_score if config.base_score is not None else float(np.mean(y))
+    base = base_score_of(config.objective, y, config.base_score)
     spread = float(np.max(np.abs(y - base)))
     if 2 * spread > config.gradient_limit:
         needed = 2.0 ** math.ceil(math.log2(2 * spread))
