@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import VFLError
 
-__all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes", "describe"]
+__all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes", "describe", "dtype_name"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,16 @@ def payload_nbytes(payload: Any) -> int:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached: numpy builds that string in Python on every access, and the send
+    path asks for it for every array of every message."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
 
 
 def _public_fields(cls: type) -> tuple[str, ...]:
@@ -70,7 +80,7 @@ def _public_fields(cls: type) -> tuple[str, ...]:
 def describe(payload: Any) -> Any:
     """Types and shapes of a payload, without its values (for audits)."""
     if isinstance(payload, np.ndarray):
-        return ("ndarray", payload.dtype.name, payload.shape)
+        return ("ndarray", dtype_name(payload.dtype), payload.shape)
     if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
         describe_self = getattr(payload, "describe", None)
         if describe_self is not None:

@@ -34,6 +34,7 @@ from ray_vfl.crypto.fixed_point import FixedPoint
 from ray_vfl.crypto.packing import GHPacking
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag, take_compressed_tag
 from ray_vfl.errors import ConfigError, CryptoError, DataError
+from ray_vfl.comm import dtype_name
 
 __all__ = [
     "Backend",
@@ -128,7 +129,7 @@ class CipherArray:
 
     def describe(self) -> tuple:
         """Shape of the payload for the send path's audit records (never values)."""
-        return ("CipherArray", {"data": ("ndarray", self.data.dtype.name, self.data.shape), "key_id": "bytes", "tag": "str"})
+        return ("CipherArray", {"data": ("ndarray", dtype_name(self.data.dtype), self.data.shape), "key_id": "bytes", "tag": "str"})
 
     def __reduce__(self):  # ship only the array, key id and tag
         return (CipherArray, (self.data, self.key_id, self.tag))

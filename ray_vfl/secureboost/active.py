@@ -9,6 +9,7 @@ import numpy as np
 from ..config import BoostConfig
 from ..errors import VFLError
 from ..crypto import get_backend
+from ..links import PeerLinks
 from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
@@ -46,6 +47,7 @@ class ActiveParty(PredictionRouter, Party):
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
         self.peers: dict[str, Any] = {}
+        self.links: PeerLinks | None = getattr(self, "links", None)  # kept over resets: their peers' loops run on
         self.masks: MaskSupply | None = None
         self.layouts: dict[str, tuple[int, np.ndarray]] = {}
         self.trees: list[Tree] = []
@@ -82,6 +84,19 @@ class ActiveParty(PredictionRouter, Party):
     def set_peers(self, handles: dict[str, Any]) -> None:
         """The passive parties' actor handles: this party runs each tree's rounds with them."""
         self.peers = {p: handles[p] for p in self.passives}
+        if self.links is None or not self.links.same_peers(self.peers):
+            if self.links is not None:
+                self.links.close()
+            self.links = PeerLinks(self.peers, "step", compiled=False)
+
+    def open_links(self) -> bool:
+        """Run the tree rounds over compiled links to the peers (:mod:`ray_vfl.links`) when the
+        config asks for them; links to the same peers are kept from an earlier fit. Returns
+        whether the links are compiled."""
+        if self.links.compiled != self.config.compiled_links:
+            self.links.close()
+            self.links = PeerLinks(self.peers, "step", compiled=self.config.compiled_links, timeout_s=self.config.timeout_s)
+        return self.links.compiled
 
     def collect_layouts(self) -> None:
         """Ask each passive party which of its histogram cells its histograms carry (see
@@ -248,8 +263,8 @@ class ActiveParty(PredictionRouter, Party):
             nodes = open_nodes.tolist()
             blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
                               np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))
-        totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=self.builder_size())
-        totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=self.builder_size())
+        # a node's gradient sums: any one feature's bins of this party's own (plaintext) histogram
+        totals_g, totals_h = (b[:, 0, :].sum(axis=1) for b in blocks[self.name])
         G = np.concatenate([blocks[p][0] for p in self.order], axis=1)
         H = np.concatenate([blocks[p][1] for p in self.order], axis=1)
         offsets = np.cumsum([0] + [blocks[p][0].shape[1] for p in self.order])
@@ -257,7 +272,7 @@ class ActiveParty(PredictionRouter, Party):
         split = choice.splittable(self.config.gamma)
         for i, node in enumerate(open_nodes.tolist()):
             if not split[i]:
-                self._make_leaf(node, totals_g, totals_h)
+                self._make_leaf(node, totals_g[i], totals_h[i])
                 continue
             owner = int(np.searchsorted(offsets, choice.feature[i], side="right") - 1)
             feature = int(choice.feature[i] - offsets[owner])
@@ -298,8 +313,8 @@ class ActiveParty(PredictionRouter, Party):
     def builder_size(self) -> int:
         return len(self.builder.left)
 
-    def _make_leaf(self, node: int, totals_g: np.ndarray, totals_h: np.ndarray) -> None:
-        w = leaf_weights(totals_g[node], totals_h[node], self.config.reg_lambda, self.config.learning_rate)
+    def _make_leaf(self, node: int, g_sum: float, h_sum: float) -> None:
+        w = leaf_weights(g_sum, h_sum, self.config.reg_lambda, self.config.learning_rate)
         self.builder.set_leaf(node, w)
 
     def finish_tree(self) -> dict[str, Any]:
@@ -308,7 +323,7 @@ class ActiveParty(PredictionRouter, Party):
         totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=size)
         totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=size)
         for node in self.levels.open.tolist():
-            self._make_leaf(node, totals_g, totals_h)
+            self._make_leaf(node, totals_g[node], totals_h[node])
         tree = self.builder.finish()
         self.trees.append(tree)
         self.margin = self.margin + tree.weight[self.levels.node_of_row]
