@@ -115,11 +115,6 @@ class BoostConfig(ValidatedConfig):
         Let each passive party sum its encrypted histograms through the joint
         cells of groups of its features (:mod:`ray_vfl.feature_groups`): the
         same sums from fewer ciphertext products.
-    compiled_links : bool
-        Run each tree's rounds between the label party and its peers over Ray
-        compiled graphs (:mod:`ray_vfl.links`): a round trip costs ~0.1-0.5 ms
-        instead of ~1-3 ms for an actor call. Falls back to actor calls when
-        Ray cannot compile them.
     gradient_bound : float or None
         Largest ``|gradient|`` the encrypted fixed-point encoding holds; it sizes
         every slot and every party sees it. ``None``: 1 for the logistic
@@ -151,7 +146,6 @@ class BoostConfig(ValidatedConfig):
     precompute_masks: bool = True
     group_features: bool = True
     gradient_bound: float | None = None
-    compiled_links: bool = True
 
     @property
     def gradient_limit(self) -> float:
@@ -189,8 +183,6 @@ class BoostConfig(ValidatedConfig):
         check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
         if not isinstance(self.precompute_masks, bool):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
-        if not isinstance(self.compiled_links, bool):
-            raise ConfigError(f"compiled_links must be True or False, got {self.compiled_links!r}")
         if not isinstance(self.group_features, bool):
             raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")
         if self.gradient_bound is not None:

@@ -44,7 +44,6 @@ class _SecureBoost(FederatedEstimator):
         precompute_masks: bool = True,
         group_features: bool = True,
         gradient_bound: float | None = None,
-        compiled_links: bool = True,
         early_stopping_rounds: int | None = None,
         callbacks: Sequence[TrainingCallback] | None = None,
         verbose: bool = False,
@@ -65,7 +64,6 @@ class _SecureBoost(FederatedEstimator):
         self.precompute_masks = precompute_masks
         self.group_features = group_features
         self.gradient_bound = gradient_bound
-        self.compiled_links = compiled_links
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -78,7 +76,7 @@ class _SecureBoost(FederatedEstimator):
             max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
             key_bits=self.key_bits, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
-            gradient_bound=self.gradient_bound, compiled_links=self.compiled_links,
+            gradient_bound=self.gradient_bound,
         )
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):

@@ -33,7 +33,7 @@ import ray
 from .errors import ConfigError, DataError, PartyFailedError, VFLError
 from .local_ray import RESOURCE_UNITS, claim_spare_slots, forget_local_ray, party_resource, start_local_ray
 
-__all__ = ["Runtime", "TaskPool", "gather", "failure_of", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
+__all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,6 @@ class Runtime:
         self.started_ray = False
         self._actors: dict[str, Any] = {}
         self._classes: dict[str, type] = {}
-        self._links: dict[str, dict[str, Any]] = {}  # actor -> {peer: the peer actor its compiled links hold}
         self._token = uuid.uuid4().hex[:8]
 
     # connection ----------------------------------------------------------
@@ -232,20 +231,6 @@ class Runtime:
         """A second actor of ``party`` (named ``"<party>:<role>"``), pinned to the party's nodes like its main actor."""
         return self._spawn(f"{party}:{role}", party, cls, args, {})
 
-    def link(self, party: str, peers: Sequence[str]) -> None:
-        """Record that ``party``'s actor holds compiled links to ``peers`` (:mod:`ray_vfl.links`).
-
-        A peer's link loop ends only when its linking actor tears it down, so
-        when that actor is replaced or killed its peers are killed too and
-        start fresh on their next spawn.
-        """
-        self._links.setdefault(party, {}).update({p: self._actors.get(p) for p in peers})
-
-    def _drop_links(self, key: str) -> None:
-        for peer, handle in self._links.pop(key, {}).items():
-            if handle is not None and self._actors.get(peer) is handle:  # not an actor started since
-                self.kill(peer)
-
     def _spawn(self, key: str, party: str, cls: type, args: tuple, kwargs: dict):
         handle = self._actors.get(key)
         if handle is not None and self._classes.get(key) is cls and hasattr(cls, "reset"):
@@ -254,7 +239,6 @@ class Runtime:
                 return handle
             except PartyFailedError:
                 self._actors.pop(key, None)
-                self._drop_links(key)
         elif handle is not None:
             self.kill(key)
         actor_cls = ray.remote(_actor_class(cls))
@@ -276,7 +260,6 @@ class Runtime:
     def kill(self, party: str) -> None:
         handle = self._actors.pop(party, None)
         self._classes.pop(party, None)
-        self._drop_links(party)
         if handle is not None:
             try:
                 ray.kill(handle, no_restart=True)
@@ -345,7 +328,7 @@ def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party
         try:
             return [ray.get(ref, timeout=max(timeout_s, 0.0))]
         except Exception as exc:
-            raise failure_of(exc, party, phase, timeout_s, party_of_actor) from None
+            raise _failure(exc, party, phase, timeout_s, party_of_actor) from None
     party_of = {ref: party for party, ref in calls}
     pending = list(party_of)
     while pending:
@@ -356,13 +339,13 @@ def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party
             try:
                 ray.get(ref, timeout=0)
             except Exception as exc:
-                raise failure_of(exc, party_of[ref], phase, timeout_s, party_of_actor) from None
+                raise _failure(exc, party_of[ref], phase, timeout_s, party_of_actor) from None
         if pending and time.monotonic() >= deadline:
             raise PartyFailedError(party_of[pending[0]], phase, f"no answer within {timeout_s:g} s")
     return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
 
 
-def failure_of(exc: Exception, party: str, phase: str, timeout_s: float, party_of_actor: Callable | None = None) -> Exception:
+def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_actor: Callable | None) -> Exception:
     """The ray_vfl error for a failed wait on ``party``'s call."""
     cause = getattr(exc, "cause", None)
     while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:

@@ -142,30 +142,9 @@ def test_lossless_with_more_parties(runtime, n_parties):
     assert_lossless(model, train_data, test_data, config)
 
 
-def test_compiled_links_grow_the_trees_of_actor_calls(runtime):
-    """Rounds over compiled links (the default) and over actor calls grow the same lossless trees.
-
-    Three parties and eight trees: enough rounds to have hung when a peer kept a
-    view of a link's buffer (see ray_vfl.links.owned).
-    """
-    frame, label, _, _ = load_named("credit")
-    train_data, test_data = vertical_split(frame.iloc[:4000], 3, label=label, seed=3).train_test_split(0.25, seed=1)
-    config = BoostConfig(n_trees=8, max_depth=4, backend="plain", timeout_s=60)
-    linked = train(runtime, train_data, config)
-    active = runtime.actor(linked.label_party)
-    assert runtime.get([("party0", active.open_links.remote())], "links") == [True]
-    assert_lossless(linked, train_data, test_data, config)
-    called = train(runtime, train_data, config.replace(compiled_links=False))
-    assert runtime.get([("party0", active.open_links.remote())], "links") == [False]
-    for a, b in zip(linked.trees(), called.trees()):
-        np.testing.assert_array_equal(a.left, b.left)
-        np.testing.assert_array_equal(a.weight, b.weight)
-    np.testing.assert_array_equal(linked.predict_margin(test_data), called.predict_margin(test_data))
-
-
-def test_moving_the_label_party_restarts_its_linked_peers(runtime, small_credit):
-    """A peer's link loop outlives its linking actor: when the label party moves, the runtime
-    restarts the old one's peers, and every fit still trains (none hangs on a stale link)."""
+def test_moving_the_label_party_between_fits(runtime, small_credit):
+    """The same party names with the labels at another party: the runtime restarts the actors whose
+    role changed, and every fit trains."""
     train_data, test_data = small_credit
     config = BoostConfig(n_trees=2, max_depth=3, backend="plain", timeout_s=60)
     for label_party in ("party1", "party0"):

@@ -9,7 +9,6 @@ import numpy as np
 from ..config import BoostConfig
 from ..errors import VFLError
 from ..crypto import get_backend
-from ..links import PeerLinks
 from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
@@ -47,7 +46,6 @@ class ActiveParty(PredictionRouter, Party):
         self.plain = get_backend("plain")
         self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
         self.peers: dict[str, Any] = {}
-        self.links: PeerLinks | None = getattr(self, "links", None)  # kept over resets: their peers' loops run on
         self.masks: MaskSupply | None = None
         self.layouts: dict[str, tuple[int, np.ndarray]] = {}
         self.trees: list[Tree] = []
@@ -84,19 +82,6 @@ class ActiveParty(PredictionRouter, Party):
     def set_peers(self, handles: dict[str, Any]) -> None:
         """The passive parties' actor handles: this party runs each tree's rounds with them."""
         self.peers = {p: handles[p] for p in self.passives}
-        if self.links is None or not self.links.same_peers(self.peers):
-            if self.links is not None:
-                self.links.close()
-            self.links = PeerLinks(self.peers, "step", compiled=False)
-
-    def open_links(self) -> bool:
-        """Run the tree rounds over compiled links to the peers (:mod:`ray_vfl.links`) when the
-        config asks for them; links to the same peers are kept from an earlier fit. Returns
-        whether the links are compiled."""
-        if self.links.compiled != self.config.compiled_links:
-            self.links.close()
-            self.links = PeerLinks(self.peers, "step", compiled=self.config.compiled_links, timeout_s=self.config.timeout_s)
-        return self.links.compiled
 
     def collect_layouts(self) -> None:
         """Ask each passive party which of its histogram cells its histograms carry (see

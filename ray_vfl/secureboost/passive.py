@@ -8,7 +8,6 @@ import ray
 from ..crypto import get_backend
 from ..feature_groups import FeatureGroups, plan_feature_groups
 from ..kernels import build_histograms, goes_left
-from ..links import owned
 from ..mask_reserve import MaskSupply
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, NodeHistograms, RouteAnswer, RouteQuery, SplitOrders
@@ -90,13 +89,6 @@ class PassiveParty(Party):
         """
         layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32)}
         return self.mailbox.send("histogram_layout", [active], layout)
-
-    def step(self, message) -> list | None:
-        """One round of a tree, as the label party's link delivers it (:mod:`ray_vfl.links`)."""
-        if message is None:  # the link's ping
-            return None
-        message = owned(message)  # kept all tree long (the gradient pairs): not a view of the link's buffer
-        return self.begin_tree(message) if message.kind == "encrypted_gh" else self.next_level(message)
 
     def begin_tree(self, message) -> list:
         """Take a tree's encrypted gradient pairs; reply with the root's encrypted histograms."""

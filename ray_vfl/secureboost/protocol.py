@@ -36,8 +36,7 @@ the (row, record id) pairs waiting at its nodes and gets one bit per pair
 back. The passive party learns which of its nodes each row reaches; the
 active party learns the path, never a threshold. The driver makes one call
 per tree; the label party waits for its peers itself, so a level costs one
-round trip (two with several passive parties that won splits), over compiled
-links (:mod:`ray_vfl.links`) unless ``config.compiled_links`` is off.
+actor round trip (two with several passive parties that won splits).
 """
 
 from __future__ import annotations
@@ -216,10 +215,7 @@ def train(
                            config, pools[active_name], data.label, order)
     passives = [(p, runtime.spawn(p, PassiveParty, p, data.features[p], cats.get(p, []), config, pools[p])) for p in passive_names]
     key_msg = active.public_key_message.remote()
-    setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives))),
-                    (active_name, active.open_links.remote())]  # early: the peers' link loops start meanwhile
-    if config.compiled_links:
-        runtime.link(active_name, passive_names)
+    setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     setup.append((active_name, active.collect_layouts.remote()))
     setup.append((active_name, active.prepare_tables.remote()))
