@@ -9,7 +9,8 @@ import numpy as np
 from ..config import BoostConfig
 from ..errors import VFLError
 from ..crypto import get_backend
-from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
+from ..kernels import (base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights,
+                       smaller_children)
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
@@ -131,6 +132,7 @@ class ActiveParty(PredictionRouter, Party):
         self.builder = TreeBuilder()
         self.levels = RowLevels(n)
         self.own_hists: dict[int, Any] = {}
+        self.prebuilt: dict[int, Any] = {}
         self.peer_hists: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
         self.children: list[tuple[int, int, int]] = []
         self.lefts: dict[int, np.ndarray] = {}
@@ -163,14 +165,33 @@ class ActiveParty(PredictionRouter, Party):
             self.levels.advance(np.asarray(self.children), self.lefts)
             self.children, self.lefts = [], {}
 
+    def prebuild_own_histograms(self) -> None:
+        """While the passive parties work on the next level: this party's own histograms of the
+        children it will build (the smaller) of the splits it made itself, whose rows it knows.
+
+        The rows are the ones :class:`RowLevels` will give those children, in the same order,
+        so :meth:`own_histograms` takes the very same sums.
+        """
+        rows = []
+        for node, l_child, r_child in self.children:
+            left = self.lefts.get(node) if self.owner_of.get(node) == self.name else None
+            if left is not None:
+                n_left = int(left.sum())
+                small_left = bool(smaller_children(n_left, len(left) - n_left))
+                node_rows = self.levels.rows_of(node)
+                rows.append((l_child if small_left else r_child, node_rows[left] if small_left else node_rows[~left]))
+        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys, [r for _, r in rows], self.n_bins)
+        self.prebuilt = {child: hist for (child, _), hist in zip(rows, built)}
+
     def own_histograms(self) -> None:
         """This party's own plaintext histograms, by the same kernel as the encrypted ones."""
         levels = self.levels
         if len(levels.open) == 0:
             return
-        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys,
-                                 [levels.rows_of(n) for n in levels.build.tolist()], self.n_bins)
-        hists = dict(zip(levels.build.tolist(), built))
+        hists, self.prebuilt = self.prebuilt, {}
+        todo = [n for n in levels.build.tolist() if n not in hists]
+        hists.update(zip(todo, build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys,
+                                                [levels.rows_of(n) for n in todo], self.n_bins)))
         for node, parent, sibling in levels.derive.tolist():
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists

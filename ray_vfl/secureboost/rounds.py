@@ -37,10 +37,12 @@ def grow_tree(active, tree: int) -> None:
     max_depth = active.config.max_depth
     gh = active.start_tree(tree)
     pending = [(p, h.begin_tree.remote(gh)) for p, h in peers.items()]        # Enc(g), Enc(h) out
+    active.own_histograms()  # the root's, while the passive parties sum theirs
     for depth in range(max_depth):
         sums = active.receive(gather(pending, f"histograms at depth {depth}", timeout))  # Enc(bin sums) back
-        active.advance()
-        active.own_histograms()
+        if depth:
+            active.advance()
+            active.own_histograms()
         if not active.choose_splits(depth, sums):                                   # decrypt, best splits
             return
         last = depth + 1 == max_depth
@@ -55,6 +57,8 @@ def grow_tree(active, tree: int) -> None:
         if last:
             active.receive(gather(pending, f"partitions at depth {depth}", timeout))
             active.advance()
+        else:
+            active.prebuild_own_histograms()  # meanwhile: the children of its own splits
 
 
 def route(active, key: str, first_tree: int, end_tree: int) -> np.ndarray:
