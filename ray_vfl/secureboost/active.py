@@ -9,8 +9,7 @@ import numpy as np
 from ..config import BoostConfig
 from ..errors import VFLError
 from ..crypto import get_backend
-from ..kernels import (base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights,
-                       smaller_children)
+from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
 from ..metrics import evaluate_margin
 from ..mask_reserve import MaskSupply
 from ..runtime import TaskPool, gather
@@ -172,16 +171,10 @@ class ActiveParty(PredictionRouter, Party):
         The rows are the ones :class:`RowLevels` will give those children, in the same order,
         so :meth:`own_histograms` takes the very same sums.
         """
-        rows = []
-        for node, l_child, r_child in self.children:
-            left = self.lefts.get(node) if self.owner_of.get(node) == self.name else None
-            if left is not None:
-                n_left = int(left.sum())
-                small_left = bool(smaller_children(n_left, len(left) - n_left))
-                node_rows = self.levels.rows_of(node)
-                rows.append((l_child if small_left else r_child, node_rows[left] if small_left else node_rows[~left]))
-        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys, [r for _, r in rows], self.n_bins)
-        self.prebuilt = {child: hist for (child, _), hist in zip(rows, built)}
+        mine = [self.levels.built_child(node, l_child, r_child, self.lefts[node])
+                for node, l_child, r_child in self.children if self.owner_of.get(node) == self.name]
+        built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys, [rows for _, rows in mine], self.n_bins)
+        self.prebuilt = {child: hist for (child, _), hist in zip(mine, built)}
 
     def own_histograms(self) -> None:
         """This party's own plaintext histograms, by the same kernel as the encrypted ones."""

@@ -50,6 +50,20 @@ class RowLevels:
             raise VFLError(f"node {node} is not open at this level (open: {self.open.tolist()})")
         return rows
 
+    def built_child(self, node: int, l_child: int, r_child: int, left: np.ndarray) -> tuple[int, np.ndarray]:
+        """The child of ``node``'s split that :meth:`advance` will plan to build from rows (the
+        smaller) and its rows, ascending: known as soon as the split's ``left`` is.
+
+        Example
+        -------
+        >>> child, rows = RowLevels(4).built_child(0, 1, 2, np.array([True, False, True, True]))
+        >>> child, rows.tolist()
+        (2, [1])
+        """
+        rows = self.rows_of(node)
+        n_left = int(np.count_nonzero(left))
+        return (l_child, rows[left]) if smaller_children(n_left, len(rows) - n_left) else (r_child, rows[~left])
+
     def advance(self, children: np.ndarray, lefts: dict[int, np.ndarray]) -> None:
         """Move the rows of every split node to its children and plan the next level.
 
