@@ -261,6 +261,24 @@ def test_early_stopping_and_progress_bar(runtime, credit):
     assert len(clf.model_.trees()) == clf.n_trees_
 
 
+def test_a_callback_that_stops_training_keeps_the_trees_it_saw(runtime, small_credit):
+    """A callback's stop ends training after the tree it saw: the model, its logs and its predictions
+    are those of a fit with that many trees."""
+    from ray_vfl import TrainingCallback
+
+    class StopAfterThird(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            return iteration == 2
+
+    train_data, test_data = small_credit
+    stopped = SecureBoostClassifier(n_estimators=10, max_depth=3, backend="plain", runtime=runtime,
+                                    callbacks=[StopAfterThird()]).fit(train_data, eval_set=[test_data])
+    assert stopped.n_trees_ == len(stopped.model_.trees()) == 3
+    assert len(stopped.evals_result_["train"]) == len(stopped.evals_result_["validation_0"]) == 3
+    three = SecureBoostClassifier(n_estimators=3, max_depth=3, backend="plain", runtime=runtime).fit(train_data)
+    np.testing.assert_array_equal(stopped.predict_proba(test_data), three.predict_proba(test_data))
+
+
 def test_bad_input_is_rejected_before_training(runtime, credit):
     train_data, _ = credit
     with pytest.raises(DataError, match="0 or 1"):
