@@ -14,8 +14,10 @@ simulation either way: every party shares the machine.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import Mapping, Sequence
 
@@ -65,6 +67,9 @@ def _no_phone_home():
         with open(os.path.join(scratch, "ray_bootstrap_config.yaml"), "w", encoding="utf-8") as fh:
             fh.write("provider: {type: local}\n")
         os.environ["HOME"] = scratch
+        # Ray's processes keep this HOME (and may read the auth token Ray writes there) until Ray stops:
+        # removed at exit, registered before ray.init so that it runs after Ray's own shutdown hook
+        atexit.register(shutil.rmtree, scratch, True)
     try:
         yield
     finally:

@@ -388,6 +388,21 @@ def test_default_workers_follow_each_partys_nodes(runtime):
     assert _default_workers(runtime, "party1", ["party1", "party2", "party3"]) == 1
 
 
+def test_the_scratch_home_of_a_local_ray_is_removed_at_exit(tmp_path):
+    """ray_vfl points HOME at a scratch folder while it starts a local Ray (no cloud probes);
+    that folder goes when the process ends, so runs leave nothing in the temp folder."""
+    import os
+    import subprocess
+    import sys
+
+    script = "from ray_vfl.local_ray import _no_phone_home\nimport os\nwith _no_phone_home(): print(os.environ['HOME'])"
+    env = {**os.environ, "HOME": str(tmp_path)}  # a HOME without ray_bootstrap_config.yaml
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True)
+    scratch = out.stdout.strip()
+    assert scratch != str(tmp_path) and "ray_vfl_home" in scratch
+    assert not os.path.exists(scratch)
+
+
 def test_a_local_ray_pins_new_parties_to_spare_slots(ray_session, monkeypatch):
     """Ray cannot add resources to a running node: when ray_vfl started the local Ray, parties of a
     later federation (new names) get spare slots; when they run out, the error says what to do."""
