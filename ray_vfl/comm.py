@@ -13,6 +13,7 @@ received.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass
@@ -58,16 +59,13 @@ def payload_nbytes(payload: Any) -> int:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
-_DTYPE_NAMES: dict[np.dtype, str] = {}
 
 
+@functools.lru_cache(maxsize=None)
 def dtype_name(dtype: np.dtype) -> str:
     """``dtype.name``, cached: numpy builds that string in Python on every access, and the send
     path asks for it for every array of every message."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = dtype.name
-    return name
+    return dtype.name
 
 
 def _public_fields(cls: type) -> tuple[str, ...]:

@@ -172,7 +172,7 @@ class ActiveParty(PredictionRouter, Party):
         so :meth:`own_histograms` takes the very same sums.
         """
         mine = [self.levels.built_child(node, l_child, r_child, self.lefts[node])
-                for node, l_child, r_child in self.children if self.owner_of.get(node) == self.name]
+                for node, l_child, r_child in self.children if self.owner_of[node] == self.name]
         built = build_histograms(self.plain, self._plain_pk, self.own_gh, self.fkeys, [rows for _, rows in mine], self.n_bins)
         self.prebuilt = {child: hist for (child, _), hist in zip(mine, built)}
 

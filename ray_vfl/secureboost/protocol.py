@@ -68,8 +68,8 @@ from .passive import PassiveParty
 __all__ = ["train", "FederatedModel"]
 
 # What the parties' crypto tasks import; loaded while the label party generates its keys.
-_TASK_MODULES = ("ray_vfl.secureboost.active", "ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passive",
-                 "ray_vfl.crypto.paillier", "ray_vfl.crypto.ou")
+_TASK_MODULES = ("ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passive", "ray_vfl.crypto.paillier",
+                 "ray_vfl.crypto.ou")
 
 log = logging.getLogger(__name__)
 
