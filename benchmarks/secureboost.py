@@ -88,6 +88,40 @@ def _op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
     return costs
 
 
+# The speed of the machine the issues' targets were written on (issue 3: python-paillier with gmpy2 at
+# 2048 bits, one core; ../shared/RAY_NOTES.md: an empty actor call, one at a time).
+REF_PHE_ENCRYPT_PER_S = 120.0
+REF_ACTOR_CALL_MS = 0.5
+
+
+def machine_speed(runtime) -> dict[str, float]:
+    """This machine next to the one the targets were set on, measured in the same run: python-paillier
+    encryptions per second on one core (2048 bits) and the wall time of an empty actor call."""
+    import ray
+    from phe import paillier
+
+    phe_pk, _ = paillier.generate_paillier_keypair(n_length=2048)
+    values = np.random.default_rng(0).uniform(-1, 1, 60).tolist()
+    start = time.process_time()
+    for v in values:
+        phe_pk.encrypt(v, precision=2.0**-40)
+    phe_rate = len(values) / (time.process_time() - start)
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def ping(self):
+            return None
+
+    echo = Echo.remote()
+    ray.get(echo.ping.remote(), timeout=120)
+    start = time.perf_counter()
+    for _ in range(300):
+        ray.get(echo.ping.remote(), timeout=60)
+    call_ms = (time.perf_counter() - start) / 300 * 1e3
+    ray.kill(echo)
+    return {"phe_encrypt_per_s": phe_rate, "actor_call_ms": call_ms}
+
+
 def split(dataset: str, parties: int):
     frame, label, cats, _ = load_named(dataset, DATA_DIR)
     data = vertical_split(frame, parties, label=label, categorical=cats, seed=0)
@@ -165,6 +199,7 @@ def main(argv=None) -> list[dict]:
             op_costs(name, bits, len(train.label))
     runtime = Runtime(timeout_s=3600)
     runtime.connect([f"party{i}" for i in range(max(args.parties))])
+    machine = machine_speed(runtime)
     rows = []
     for dataset in args.datasets:
         for parties in args.parties:
@@ -179,7 +214,7 @@ def main(argv=None) -> list[dict]:
                 r["train_runs_s"] = [x["train_s"] for x in runs]
                 label = name + "".join(f" ({w})" for w, on in (("no masks", masks), ("no groups", groups)) if not on)
                 r.update(case=case, dataset=dataset, parties=parties, backend=label, bits=bits, trees=trees,
-                         xgb_s=xgb_row["seconds"], xgb_auc=xgb_row["auc"], reference_s=ref_s)
+                         xgb_s=xgb_row["seconds"], xgb_auc=xgb_row["auc"], reference_s=ref_s, **machine)
                 rows.append(r)
                 print(f"# {dataset} {parties}p {case}: {r['train_s']:.2f} s, AUC {r['auc']:.4f}", file=sys.stderr)
     header = ("| data | parties | backend | bits | trees | train s | runs s | s/tree | floor s | train/floor | AUC | xgb AUC | "
@@ -194,6 +229,11 @@ def main(argv=None) -> list[dict]:
               f"{r['s_per_tree']:.3f} | {r['floor_s']:.3f} | {ratio:.2f} | {r['auc']:.4f} | {r['xgb_auc']:.4f} | "
               f"{r['auc'] - r['xgb_auc']:+.4f} | {r['mb']:.1f} | {r['xgb_s']:.3f} | {r['train_s'] / r['xgb_s']:.1f} | "
               f"{r['reference_s']:.3f} | {r['cores']} |")
+    slower = REF_PHE_ENCRYPT_PER_S / machine["phe_encrypt_per_s"]
+    print(f"\nThis machine: python-paillier encrypts {machine['phe_encrypt_per_s']:.0f} values/s on one core at 2048 bits "
+          f"(the issues' machine: {REF_PHE_ENCRYPT_PER_S:.0f}/s, so {slower:.2f}x as slow for big-integer work); an empty "
+          f"actor call takes {machine['actor_call_ms']:.2f} ms (RAY_NOTES: {REF_ACTOR_CALL_MS} ms). Seconds above are "
+          f"this machine's; the ratios (train/floor, ours/xgb) were measured in this run and carry over.")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2, default=float)

@@ -76,7 +76,7 @@ class MaskReserve:
         """The backend and the key to make masks for (the owner's private key makes them faster)."""
         self.backend = get_backend(spec[0], **spec[1])
         self.key = key
-        self.backend.prepare(key)
+        self.backend.prepare(key, encrypt=False)
 
     def make(self, count: int):
         """``count`` fresh masks (a :class:`~ray_vfl.crypto.base.CipherArray` tagged ``"mask"``)."""

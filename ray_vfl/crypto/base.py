@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ray_vfl.crypto.fixed_point import FixedPoint
+from ray_vfl.crypto.lazy_ints import LazyInts
 from ray_vfl.crypto.packing import GHPacking
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag, take_compressed_tag
 from ray_vfl.errors import ConfigError, CryptoError, DataError
@@ -230,10 +231,19 @@ class Backend(ABC):
         """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`;
         ``masks`` from :meth:`make_masks`, one per row, replace the fresh randomness)."""
 
-    def prepare(self, key: PublicKey | PrivateKey) -> None:
+    def prepare(self, key: PublicKey | PrivateKey, encrypt: bool = True) -> None:
         """Build this process's precomputed tables for ``key`` now rather than at the first encryption
-        (a per-key, per-process cost that belongs to set-up). Backends without tables do nothing."""
+        (a per-key, per-process cost that belongs to set-up); with ``encrypt=False`` only those that
+        make masks and re-randomise (all a party that never encrypts needs). Backends without tables
+        do nothing."""
         self._encryption_keys(key)
+
+    def read_lazily(self, pk: PublicKey, c: CipherArray, share: tuple | None = None) -> CipherArray:
+        """``c`` with its entries decoded on first read, each at most once (for an array whose rows are
+        read again and again, a few at a time). With ``share=(slot, version)`` the decoded entries are
+        shared by every call in this process with that key (tasks of one tree, say): a new version
+        must come with new data. Backends that decode nothing return ``c``."""
+        return c
 
     #: Whether :meth:`make_masks` can make encryption randomness ahead of time.
     supports_masks: ClassVar[bool] = False
@@ -305,7 +315,7 @@ class Backend(ABC):
         ints = None
         if c._ints is not None:
             kind, src = c._ints
-            ints = (kind, [src[i] for i in ix.tolist()])
+            ints = (kind, src.gather(ix) if isinstance(src, LazyInts) else [src[i] for i in ix.tolist()])
         return CipherArray(c.data[ix], c.key_id, tag, ints)
 
     def chunk(self, c: CipherArray, size: int) -> list[CipherArray]:

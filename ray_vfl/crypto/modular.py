@@ -14,6 +14,7 @@ from ray_vfl.crypto.arrays import as_int_list, group_rows
 from ray_vfl.crypto.base import Backend, CipherArray
 from ray_vfl.crypto.fixed_point import center
 from ray_vfl.crypto.gmp import parallel_powmod
+from ray_vfl.crypto.lazy_ints import LazyInts, shared_lazy_ints
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag
 from ray_vfl.errors import CryptoError
 
@@ -127,16 +128,29 @@ class ModularBackend(Backend):
 
     def _ints(self, pk: Any, c: CipherArray) -> list:
         if c._ints is not None and c._ints[0] == self.name:
+            if isinstance(c._ints[1], LazyInts):
+                object.__setattr__(c, "_ints", (self.name, c._ints[1].gather(range(len(c)))))
             return c._ints[1]
-        w = self._width(pk)
-        if c.data.dtype != np.uint8 or c.data.ndim != 2 or c.data.shape[1] != w:
-            raise CryptoError(f"malformed ciphertext array: expected uint8 (n, {w}), got "
-                              f"{c.data.dtype} {c.data.shape}")
+        w = self._check_layout(pk, c)
         buf = c.data.tobytes()
         conv = self._from_bytes
         ints = [conv(buf[i:i + w]) for i in range(0, len(buf), w)]
         object.__setattr__(c, "_ints", (self.name, ints))  # later ops on this array skip decoding
         return ints
+
+    def _check_layout(self, pk: Any, c: CipherArray) -> int:
+        w = self._width(pk)
+        if c.data.dtype != np.uint8 or c.data.ndim != 2 or c.data.shape[1] != w:
+            raise CryptoError(f"malformed ciphertext array: expected uint8 (n, {w}), got "
+                              f"{c.data.dtype} {c.data.shape}")
+        return w
+
+    def read_lazily(self, pk: Any, c: CipherArray, share: tuple | None = None) -> CipherArray:
+        if c._ints is not None and c._ints[0] == self.name:
+            return c
+        self._check_layout(pk, c)
+        lazy = LazyInts(c.data, self._from_bytes) if share is None else shared_lazy_ints(*share, c.data, self._from_bytes)
+        return CipherArray(c.data, c.key_id, c.tag, (self.name, lazy))
 
     # -- the interface ------------------------------------------------------------------------
     def encrypt(self, pk: Any, x: np.ndarray) -> CipherArray:
@@ -157,9 +171,14 @@ class ModularBackend(Backend):
         packed = self.packing.pack(g, h)
         return self._wrap(pk, self._raw_encrypt(pk, packed, sk, self._mask_ints(pk, masks, len(packed))), self.packing.tag)
 
-    def prepare(self, key: Any) -> None:
+    def prepare(self, key: Any, encrypt: bool = True) -> None:
         """Build the fixed-base tables ``key`` encrypts with (the owner's CRT tables for a private key):
-        two encryptions of the widest messages, one of each sign."""
+        two encryptions of the widest messages, one of each sign; with ``encrypt=False`` only the
+        masks' table (OU's message tables take as long again, and a passive party never uses them)."""
+        if not encrypt:
+            if self.supports_masks:
+                self.make_masks(key, 1)
+            return
         top = self.packing.max_abs
         self.encrypt_gh(key, np.array([top, -top]), np.array([top, 0.0]))
 

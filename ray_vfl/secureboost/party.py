@@ -20,9 +20,9 @@ from .tree import LookupTable
 __all__ = ["Party"]
 
 
-def _prepare_task(_, spec: tuple, key) -> None:
+def _prepare_task(_, spec: tuple, key, encrypt: bool) -> None:
     """Build a worker's fixed-base tables for ``key`` (pinned task)."""
-    get_backend(spec[0], **spec[1]).prepare(key)
+    get_backend(spec[0], **spec[1]).prepare(key, encrypt)
 
 
 class Party:
@@ -54,10 +54,10 @@ class Party:
             self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
             self.fkeys = feature_keys(self.bins["train"], self.n_bins)
 
-    def prepare_pool(self, spec: tuple, key) -> None:
+    def prepare_pool(self, spec: tuple, key, encrypt: bool = True) -> None:
         """Have every worker of this party's task pool build its crypto tables for ``key`` during set-up
-        (the private key stays on this party's nodes)."""
-        self.pool.map(_prepare_task, list(range(self.pool.workers)), spec, key)
+        (the private key stays on this party's nodes); ``encrypt=False``: only the masks' tables."""
+        self.pool.map(_prepare_task, list(range(self.pool.workers)), spec, key, encrypt)
 
     def load_rows(self, key: str, frame: pd.DataFrame) -> int:
         """Bin a new data set (eval or prediction rows) with the training cuts."""

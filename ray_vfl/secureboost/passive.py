@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import ray
 
@@ -17,10 +19,12 @@ __all__ = ["PassiveParty"]
 
 
 def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int,
-                    groups: FeatureGroups | None) -> tuple[list, int]:
+                    groups: FeatureGroups | None, share: tuple | None = None) -> tuple[list, int]:
     """A share of every node's rows summed into encrypted histograms, and the ciphertext products
-    spent (runs as a pinned Ray task, or in-process)."""
+    spent (runs as a pinned Ray task, or in-process). ``share`` names the tree's gradient pairs, so
+    that the tasks a worker runs in one tree decode each row's ciphertext once."""
     backend = get_backend(spec[0], **spec[1])
+    gh = backend.read_lazily(public_key, gh, share)
     if groups is not None:
         return groups.histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins)
     products = sum(len(r) for r in rows_of_nodes) * fkeys.shape[1]  # one per (row, feature)
@@ -28,11 +32,11 @@ def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.
 
 
 def _nodes_task(job: list, spec: tuple, public_key, gh, fkeys: np.ndarray, n_bins: int, groups: FeatureGroups | None,
-                per: int) -> tuple[list, int]:
+                per: int, share: tuple | None = None) -> tuple[list, int]:
     """Whole nodes ``(rows, occupied layout cells)`` summed, cut to their cells and compressed in one
     pinned task; returns the arrays and the ciphertext products spent."""
     backend = get_backend(spec[0], **spec[1])
-    hists, products = _histogram_task([rows for rows, _ in job], spec, public_key, gh, fkeys, n_bins, groups)
+    hists, products = _histogram_task([rows for rows, _ in job], spec, public_key, gh, fkeys, n_bins, groups, share)
     kept = [backend.take(h, cells) for h, (_, cells) in zip(hists, job)]
     return ([backend.compress_gh(public_key, h) for h in kept] if per > 1 else kept), products
 
@@ -62,8 +66,8 @@ class PassiveParty(Party):
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.groups = None
         if self.backend.is_encrypted:  # re-randomisation tables of this actor and its workers, during set-up
-            self.backend.prepare(self.public_key)
-            self.prepare_pool(self.backend_spec, self.public_key)
+            self.backend.prepare(self.public_key, encrypt=False)
+            self.prepare_pool(self.backend_spec, self.public_key, encrypt=False)
         if self.backend.is_encrypted and self.config.group_features and self.fkeys is not None and self.n_features > 1:
             # this party's own choice, from its own bins; the histograms it sends are the same sums
             self.groups = plan_feature_groups(self.bins["train"], self.n_bins, self.config.max_depth)
@@ -94,7 +98,8 @@ class PassiveParty(Party):
         """Take a tree's encrypted gradient pairs; reply with the root's encrypted histograms."""
         self.tree = message.tree
         gh = self.mailbox.open(message, "encrypted_gh")
-        self.gh = gh
+        self.gh = self.backend.read_lazily(self.public_key, gh)  # each row decoded once per tree, when first summed
+        self.gh_share = (self.name, uuid.uuid4().hex)  # the same for this tree's pinned tasks
         # Put once per tree: every histogram task reads it from the object store, zero-copy.
         self.gh_ref = ray.put(gh) if self._parallel(len(gh)) else gh
         self.levels = RowLevels(len(gh))
@@ -182,7 +187,7 @@ class PassiveParty(Party):
                  for i in range(len(shares))]
         gh_ref, fkeys_ref, groups_ref = self._shared_refs()
         parts = self.pool.map(_histogram_task, tasks, self.backend_spec, self.public_key, gh_ref, fkeys_ref, self.n_bins,
-                              groups_ref)
+                              groups_ref, self.gh_share)
         shares_built = [self._keep(part, occupied) for part, _ in parts]
         built = shares_built[0]
         for part in shares_built[1:]:  # the shares' sums added, cell by cell
@@ -200,7 +205,7 @@ class PassiveParty(Party):
         jobs = [[(rows_of_nodes[i], self.cells[occupied[i]]) for i in a] for a in assigned]
         gh_ref, fkeys_ref, groups_ref = self._shared_refs()
         results = self.pool.map(_nodes_task, jobs, self.backend_spec, self.public_key, gh_ref, fkeys_ref, self.n_bins,
-                                groups_ref, per)
+                                groups_ref, per, self.gh_share)
         built: list = [None] * len(rows_of_nodes)
         for a, (arrays, products) in zip(assigned, results):
             for i, arr in zip(a, arrays):
