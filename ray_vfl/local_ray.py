@@ -29,6 +29,11 @@ __all__ = ["RESOURCE_UNITS", "SPARE_SLOTS", "party_resource", "start_local_ray",
 
 RESOURCE_UNITS = 10_000  # units of a party resource declared per node; an actor takes 1, a task 0.01
 SPARE_SLOTS = 32  # spare party resources of a local Ray, for parties of later federations
+# Values up to this size travel inside the actor call itself instead of through the shared-memory
+# object store (Ray's default limit is 100 KiB). A plaintext tree's gradient pairs (24,000 rows:
+# 384 KB) then take one call: 10 plaintext trees on credit took 0.56-0.59 s against 0.57-0.69 s,
+# alternating runs. Ciphertext arrays (6 MB at 2048 bits) still go through the object store.
+INLINE_BYTES = 2 * 1024**2
 
 _aliases: dict[str, str] = {}  # party -> spare slot it was given in the local Ray this process started
 _started = False
@@ -87,7 +92,8 @@ def start_local_ray(parties: Sequence[str], num_cpus: int | None) -> None:
     resources = {party_resource(p): RESOURCE_UNITS for p in parties}
     resources.update({_spare(i): RESOURCE_UNITS for i in range(SPARE_SLOTS)})
     with _no_phone_home():
-        ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False,
+                 _system_config={"max_direct_call_object_size": INLINE_BYTES})
     _started = True
 
 

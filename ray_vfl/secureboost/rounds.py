@@ -12,21 +12,13 @@ the level): one round trip, ``level_step`` out (the splits the passive won,
 the children, the active party's partitions) and the passive's partition
 with the next level's encrypted histograms back. With several passive
 parties, those that won splits first send their partitions (every passive
-party needs them to move its rows): two round trips. (Asking for the
-histograms in a second, pipelined call, to build the label party's own
-plaintext histograms meanwhile, was measured slower: an actor call costs more
-than that overlap saves. Ray compiled graphs were measured too: a round trip
-of ~0.5 ms instead of 1-3 ms, 10 plaintext trees in 0.43 s instead of 0.53 s,
-but a compiled graph's reader spins at 100% CPU while it waits, the peer's
-loop even between fits: encrypted runs were 3-5% slower, and an idle trained
-model would burn a core per passive party. Asking the label party for the next
-tree before reading the last one's logs, to save the driver's round trip,
-gave no difference measurable on this machine: 0.590 and 0.597 s against
-0.560 and 0.596 s for 10 plaintext trees, alternating. Nor did handing the
-winners' partition replies to the other passive parties as Ray arguments of
-their next-level calls, in one round: 3 and 4 parties, 10 plaintext trees,
-0.91/0.84 s and 1.19/1.08 s against 0.87/0.94 s and 1.14/1.10 s; Ray still
-routes those replies through the label party's worker, its owner.)
+party needs them to move its rows): two round trips.
+
+Other shapes of these rounds were measured and not kept (a second,
+pipelined call per level; Ray compiled graphs, whose readers spin at 100%
+CPU while they wait; asking for the next tree before the last one's logs;
+partitions handed between passive parties as Ray arguments): the figures are
+in ``benchmarks/RESULTS.md``, "Round shapes measured and not kept".
 """
 
 from __future__ import annotations
