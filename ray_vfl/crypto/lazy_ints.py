@@ -16,8 +16,10 @@ import numpy as np
 
 __all__ = ["LazyInts", "shared_lazy_ints"]
 
-# Per process: one slot per reader (a party), holding the rows of its current version (a tree).
-_SHARED: dict[Hashable, tuple[Hashable, "LazyInts"]] = {}
+# Per process, the one array last shared: ``(slot, version, rows)``. One is enough where a worker
+# serves one party (a cluster; a local simulation runs several parties' sums in their actors), and it
+# bounds what a worker keeps after a fit to one tree's gradient pairs.
+_SHARED: list = []
 
 
 class LazyInts:
@@ -76,8 +78,8 @@ class LazyInts:
 
 def shared_lazy_ints(slot: Hashable, version: Hashable, data: np.ndarray, conv: Callable[[bytes], Any]) -> LazyInts:
     """This process's :class:`LazyInts` of ``data`` for ``(slot, version)``, shared by every call
-    (task) with that key; a new ``version`` replaces the slot's rows, so a process keeps at most one
-    array per slot. Callers must give a new ``version`` whenever ``data`` changes.
+    (task) with that key; another key replaces it, so a process keeps at most one such array.
+    Callers must give a new ``version`` whenever ``data`` changes.
 
     Example
     -------
@@ -85,8 +87,6 @@ def shared_lazy_ints(slot: Hashable, version: Hashable, data: np.ndarray, conv: 
     >>> a is shared_lazy_ints("party", 1, np.zeros((2, 1), dtype=np.uint8), bytes)
     True
     """
-    hit = _SHARED.get(slot)
-    if hit is None or hit[0] != version or len(hit[1]) != len(data):
-        hit = (version, LazyInts(data, conv))
-        _SHARED[slot] = hit
-    return hit[1]
+    if not _SHARED or _SHARED[0] != slot or _SHARED[1] != version or len(_SHARED[2]) != len(data):
+        _SHARED[:] = [slot, version, LazyInts(data, conv)]
+    return _SHARED[2]
