@@ -12,18 +12,15 @@ received.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import numpy as np
-
 from .errors import VFLError
+from .payload_shapes import describe
 
-__all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes", "describe", "dtype_name"]
+__all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -58,44 +55,12 @@ def payload_nbytes(payload: Any) -> int:
     return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-@functools.lru_cache(maxsize=None)
-def dtype_name(dtype: np.dtype) -> str:
-    """``dtype.name``, cached: numpy builds that string in Python on every access, and the send
-    path asks for it for every array of every message."""
-    return dtype.name
-
-
-def _public_fields(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:  # private caches (leading "_") never travel
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
-    return names
-
-
-def describe(payload: Any) -> Any:
-    """Types and shapes of a payload, without its values (for audits)."""
-    if isinstance(payload, np.ndarray):
-        return ("ndarray", dtype_name(payload.dtype), payload.shape)
-    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-        describe_self = getattr(payload, "describe", None)
-        if describe_self is not None:
-            return describe_self()
-        return (type(payload).__name__, {name: describe(getattr(payload, name)) for name in _public_fields(type(payload))})
-    if isinstance(payload, dict):
-        return ("dict", {str(k): describe(v) for k, v in payload.items()})
-    if isinstance(payload, (list, tuple)):
-        return (type(payload).__name__, [describe(v) for v in payload])
-    return type(payload).__name__
-
-
 class Mailbox:
     """A party's end of the network: sends through the one metered path.
 
     Example
     -------
+    >>> import numpy as np
     >>> box = Mailbox("bank")
     >>> msg = box.send("hello", ["shop"], np.zeros(3), tree=0)
     >>> box.records[0].receiver, box.records[0].kind, box.records[0].shape

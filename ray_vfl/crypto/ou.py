@@ -175,16 +175,17 @@ class _Tables:
         counts = Counter(ms)
         width = max(1, (max((abs(v) for v in counts), default=0).bit_length() + 7) // 8)
         pos, neg = self.g._table(width), self.g_inv._table(width)
-        digits = self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in ms), width)
+        distinct = list(counts)  # digits of each distinct message once
+        digits = dict(zip(distinct, self.g.digits(b"".join(abs(v).to_bytes(width, "little") for v in distinct), width)))
         power: dict[int, mpz] = {}
         out = []
-        for v, mask, ds in zip(ms, masks, digits):
+        for v, mask in zip(ms, masks):
             repeated = counts[v] > 1
             if repeated and v in power:
                 out.append(mask * power[v] % mod)
                 continue
             acc = mpz(1) if repeated else mask
-            for row, d in zip(pos if v >= 0 else neg, ds):
+            for row, d in zip(pos if v >= 0 else neg, digits[v]):
                 if d:
                     acc = acc * row[d] % mod
             if repeated:
