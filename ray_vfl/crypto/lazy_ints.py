@@ -3,8 +3,8 @@
 A passive party reads one tree's encrypted gradient pairs at every level,
 each time for the rows of that level's nodes. Decoding a 2048-bit ciphertext
 from bytes costs about 1.9 us, three quarters of a ciphertext product, so
-decoding the rows again at every level (three times per tree at depth 5)
-cost a passive party as much as a third of its ciphertext products.
+decoding those rows again at every level cost a passive party of a 4-party
+run on credit about a third as much time as its ciphertext products.
 :class:`LazyInts` decodes each row once, when it is first read, and keeps it.
 """
 
