@@ -106,9 +106,9 @@ REF_PHE_ENCRYPT_PER_S = 120.0
 REF_ACTOR_CALL_MS = 0.5
 
 
-def machine_speed(runtime) -> dict[str, float]:
-    """This machine next to the one the targets were set on, measured in the same run: python-paillier
-    encryptions per second on one core (2048 bits) and the wall time of an empty actor call."""
+def machine_speed() -> dict[str, float]:
+    """This machine next to the one the targets were set on, measured in the same run (Ray running):
+    python-paillier encryptions per second on one core (2048 bits) and the wall time of an empty actor call."""
     import ray
     from phe import paillier
 
@@ -178,10 +178,9 @@ def run_case(runtime, train, test, backend, bits, trees, depth, bins, masks=True
     costs = op_costs(backend, bits, len(train.label))
     counts = clf.model_.op_counts
     cores = runtime.cpus()
-    floor = floor_seconds(counts, costs, cores)
     return {"train_s": timer.seconds, "fit_s": fit_s, "s_per_tree": timer.seconds / trees, "auc": score,
-            "mb": clf.comm_stats_.total_mb, "floor_s": floor, "floor_before_s": floor, "ops": counts, "cores": cores,
-            "n_rows": len(train.label)}
+            "mb": clf.comm_stats_.total_mb, "floor_before_s": floor_seconds(counts, costs, cores), "ops": counts,
+            "cores": cores, "n_rows": len(train.label)}
 
 
 def floor_seconds(counts: dict, costs: dict[str, float], cores: int) -> float:
@@ -219,7 +218,7 @@ def main(argv=None) -> list[dict]:
             op_costs(name, bits, len(train.label))
     runtime = Runtime(timeout_s=3600)
     runtime.connect([f"party{i}" for i in range(max(args.parties))])
-    machine = machine_speed(runtime)
+    machine = machine_speed()
     rows = []
     for dataset in args.datasets:
         for parties in args.parties:

@@ -16,10 +16,10 @@ import numpy as np
 
 __all__ = ["LazyInts", "shared_lazy_ints"]
 
-# Per process, the one array last shared: ``(slot, version, rows)``. One is enough where a worker
+# Per process, the one array last shared: ``((slot, version), rows)``. One is enough where a worker
 # serves one party (a cluster; a local simulation runs several parties' sums in their actors), and it
 # bounds what a worker keeps after a fit to one tree's gradient pairs.
-_SHARED: list = []
+_shared: tuple | None = None
 
 
 class LazyInts:
@@ -87,6 +87,7 @@ def shared_lazy_ints(slot: Hashable, version: Hashable, data: np.ndarray, conv: 
     >>> a is shared_lazy_ints("party", 1, np.zeros((2, 1), dtype=np.uint8), bytes)
     True
     """
-    if not _SHARED or _SHARED[0] != slot or _SHARED[1] != version or len(_SHARED[2]) != len(data):
-        _SHARED[:] = [slot, version, LazyInts(data, conv)]
-    return _SHARED[2]
+    global _shared
+    if _shared is None or _shared[0] != (slot, version):
+        _shared = ((slot, version), LazyInts(data, conv))
+    return _shared[1]
