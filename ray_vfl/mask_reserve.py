@@ -108,6 +108,15 @@ class MaskSupply:
             self.pending.append((self.reserve.make.remote(size), size))
             missing -= size
 
+    def drop(self) -> None:
+        """Cancel every chunk not handed out (those still queued at the reserve are never made)."""
+        for ref, _ in self.pending:
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - already made or already gone: nothing to save
+                log.debug("mask chunk could not be cancelled", exc_info=True)
+        self.pending.clear()
+
     def take(self, count: int) -> tuple[list[tuple[Any, int]], int]:
         """Chunks already made, in order, covering at most ``count`` values; ``(chunks, values)``."""
         if not self.pending:

@@ -375,6 +375,16 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     assert len({bytes(r) for r in rows}) == 12  # fresh randomness, never repeated
     g = np.linspace(-1, 1, 5)
     np.testing.assert_allclose(be.decrypt_gh(sk, be.encrypt_gh(sk, g, np.abs(g), masks=masks[0]))[0], g, atol=1e-9)
+    supply.order(500)  # a last tree's leftovers: dropped, the chunks still queued never made
+    dropped = [ref for ref, _ in supply.pending]
+    supply.drop()
+    assert supply.take(10) == ([], 0) and supply.ordered == 0
+    for ref in dropped:
+        try:
+            ray.get(ref, timeout=60)
+        except ray.exceptions.TaskCancelledError:
+            pass
+    assert len(ray.get(reserve.make.remote(3), timeout=60)) == 3  # the reserve still serves
 
 
 def test_default_workers_follow_each_partys_nodes(runtime):
