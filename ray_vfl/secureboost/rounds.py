@@ -24,6 +24,7 @@ in ``benchmarks/RESULTS.md``, "Round shapes measured and not kept".
 from __future__ import annotations
 
 import numpy as np
+import ray
 
 from ..runtime import gather
 
@@ -35,6 +36,7 @@ def grow_tree(active, tree: int) -> None:
     peers, timeout = active.peers, active.config.timeout_s
     max_depth = active.config.max_depth
     gh = active.start_tree(tree)
+    gh = ray.put(gh) if len(peers) > 1 else gh  # one copy in the object store for every passive party
     pending = [(p, h.begin_tree.remote(gh)) for p, h in peers.items()]        # Enc(g), Enc(h) out
     active.own_histograms()  # the root's, while the passive parties sum theirs
     for depth in range(max_depth):
