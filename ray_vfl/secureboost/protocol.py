@@ -219,9 +219,8 @@ def train(
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
     setup.append((active_name, active.collect_layouts.remote()))
     setup.append((active_name, active.prepare_tables.remote()))
-    if config.precompute_masks and get_backend(config.backend).supports_masks:
-        for p, handle in [(active_name, active)] + passives:
-            setup.append((p, handle.set_mask_reserve.remote(runtime.spawn_helper(p, "masks", MaskReserve))))
+    if config.precompute_masks and get_backend(config.backend).supports_masks:  # the label party's encryptions
+        setup.append((active_name, active.set_mask_reserve.remote(runtime.spawn_helper(active_name, "masks", MaskReserve))))
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]
