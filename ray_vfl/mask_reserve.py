@@ -4,8 +4,11 @@ An encryption is almost all randomness: ``r^n mod n^2`` for Paillier,
 ``H^r mod n`` for OU; the message part is one multiplication. A
 :class:`MaskReserve` is a second actor of the same party, on the party's own
 nodes, holding the party's key. It makes masks in chunks at the lowest OS
-priority (Linux ``SCHED_IDLE``), so it takes only CPU time the protocol leaves idle (while the
-passive parties sum ciphertexts, during network round trips). The party's
+priority (Linux ``SCHED_IDLE``), so it takes mostly CPU time the protocol leaves idle (while the
+passive parties sum ciphertexts, during network round trips; next to a busy Ray worker it still
+gets about 8% of the core, so masks nobody uses are not free: the label party stops ordering at its
+last tree). Only the label party keeps one: a passive party's few hundred re-randomisations per
+level cost less than a reserve's orders and idle process. The party's
 :class:`MaskSupply` hands out the chunks that are ready, each exactly once,
 and orders new ones; whatever is not ready is drawn fresh at encryption time,
 so a slow reserve never stalls the protocol.
@@ -31,11 +34,12 @@ log = logging.getLogger(__name__)
 
 
 def _lowest_priority() -> None:
-    """Run this process only on CPU time nothing else wants.
+    """Run this process almost only on CPU time nothing else wants.
 
     Ray already runs its workers at nice 15, so ``nice 19`` alone would still
-    take about 30% of a core from a busy party; Linux's ``SCHED_IDLE`` policy
-    yields to every normal process. Elsewhere, fall back to ``nice 19``.
+    take about 30% of a core from a busy party. Linux's ``SCHED_IDLE`` policy
+    takes 8% of a core shared with a busy nice-15 worker (measured; CFS weights
+    3 and 36) and all of an idle one. Elsewhere, fall back to ``nice 19``.
     """
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
