@@ -45,29 +45,4 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BoostConfig",
-    "CommStats",
-    "ConfigError",
-    "CryptoError",
-    "DataError",
-    "EarlyStopping",
-    "EvaluationLogger",
-    "FederatedModel",
-    "NotFittedError",
-    "PartyFailedError",
-    "ProgressBar",
-    "Runtime",
-    "SecureBoostClassifier",
-    "SecureBoostRegressor",
-    "TrainingCallback",
-    "VFLError",
-    "VerticalDataset",
-    "AlignedDataset",
-    "PsiResult",
-    "private_set_intersection",
-    "load_credit",
-    "read_table",
-    "train",
-    "vertical_split",
-]
+__all__ = sorted(_EXPORTS)

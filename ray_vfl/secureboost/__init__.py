@@ -12,4 +12,5 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'ray_vfl.secureboost' has no attribute {name!r}")
     from . import protocol
 
-    return getattr(protocol, name)
+    value = globals()[name] = getattr(protocol, name)  # later lookups skip this function
+    return value

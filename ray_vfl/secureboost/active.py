@@ -119,10 +119,11 @@ class ActiveParty(PredictionRouter, Party):
             pieces = encryption_pieces(n, chunks, covered)
             gh = self.backend.concat(self._encrypt_on_tasks(g, h, pieces))
             self.ops["encrypt_premasked"] += covered
-            if self.masks is not None and tree + 1 < self.config.n_trees:
-                self.masks.order(n)  # the next tree's, made while this one is built
-            elif self.masks is not None:
-                self.masks.drop()  # the last tree: masks still to make would never be used
+            if self.masks is not None:
+                if tree + 1 < self.config.n_trees:
+                    self.masks.order(n)  # the next tree's, made while this one is built
+                else:
+                    self.masks.drop()  # the last tree: masks still to make would never be used
         else:
             pieces = [(0, n, None)]
             gh = self.backend.encrypt_gh(self._secret_key, g, h)
