@@ -28,12 +28,22 @@ against ``encrypt_gh(sk, ...)`` (CRT), rows per second.
 Table 4 (plain ``bucket_sum``, 19,200 rows x 23 features, 8 nodes): the
 scipy scatter-add fast path (all keys >= 0) against the general masking
 path (one key is -1).
+
+Table 5 (only when SecretFlow's ``sf-heu`` is installed: ``pip install --pre
+sf-heu``): HEU's own OU (``heu.numpy``, its own keys, one thread) next to our
+``ou`` backend, and the cost of one encryption mask ``H^r`` with our fixed-base
+table at HEU's exponent length and at ours. HEU draws ``r`` with 110 bits at
+2048-bit keys (``kRandomBits2048`` in its source); ``ray_vfl`` draws 224 bits
+(twice the security level): a kangaroo search over an exponent interval of
+``2^k`` takes about ``2^(k/2)`` group operations, so 110 bits give
+encryptions about 55-bit semantic security against it.
 """
 
 from __future__ import annotations
 
 import argparse
 import pickle
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -168,6 +178,77 @@ def bench_plain_bucket_sum() -> tuple[float, float]:
     return 1e3 / fast, 1e3 / slow
 
 
+def bench_heu(bits: int, n: int, n_rows: int) -> dict[str, float] | None:
+    """SecretFlow HEU's OU through ``heu.numpy`` (ops/second, one thread), or None without sf-heu."""
+    try:
+        from heu import numpy as hnp
+        from heu import phe
+    except ImportError:
+        return None
+    kit = hnp.setup(phe.SchemaType.OU, bits)
+    enc, ev, dec = kit.encryptor(), kit.evaluator(), kit.decryptor()
+    coder = kit.integer_encoder(scale=1)
+    rng = np.random.default_rng(0)
+    pts = kit.array(rng.integers(-(2**40), 2**40, (n, 1)), coder)
+    ks = kit.array(rng.integers(1, 2**16, (n, 1)), coder)
+    c = enc.encrypt(pts)
+    rows = enc.encrypt(kit.array(rng.integers(-(2**40), 2**40, (n_rows, 1)), coder))
+    order = np.ascontiguousarray(rng.integers(0, N_BINS, (n_rows, N_FEATURES)), dtype=np.int8)
+    everyone = np.ones((1, n_rows), dtype=np.int8)
+    blob = c.serialize()
+    return {
+        "encrypt": _rate(lambda: enc.encrypt(pts), n),
+        "decrypt": _rate(lambda: dec.decrypt(c), n),
+        "add": _rate(lambda: ev.add(c, c), n),
+        "add (cold)": _rate(lambda: ev.add(hnp.CiphertextArray.load_from(blob), hnp.CiphertextArray.load_from(blob)), n),
+        "mul_plain": _rate(lambda: ev.mul(c, ks), n),
+        "bucket_sum": _rate(lambda: ev.feature_wise_bucket_sum(rows, everyone, order, N_BINS, False), n_rows * N_FEATURES),
+    }
+
+
+def mask_costs(keys, n: int) -> tuple[float, float]:
+    """Microseconds per ``H^r`` with our OU fixed-base table: a 112-bit ``r`` (HEU's length,
+    rounded to whole bytes) and our 224-bit ``r``."""
+    from ray_vfl.crypto.gmp import FixedBase
+    from ray_vfl.crypto.paillier import short_exponent_bits
+
+    pk = keys[0]
+    ours = short_exponent_bits(pk.key_bits) // 8
+    out = []
+    for width in (14, ours):
+        table = FixedBase(pk.h, pk.n, width)
+        out.append(1e6 / _rate(lambda: table.pow_bytes(secrets.token_bytes(width * n), width), n))
+    return out[0], out[1]
+
+
+def print_heu(sizes, all_keys, n_fast: int, n_rows: int) -> None:
+    """Table 5: sf-heu's OU against ours, when sf-heu is installed."""
+    from ray_vfl.crypto.gmp import set_threads
+
+    rows = []
+    threads = set_threads(1)  # our decryption and compression also on one thread, as HEU's here
+    try:
+        for bits in sizes:
+            heu = bench_heu(bits, n_fast, n_rows)
+            if heu is None:
+                print("sf-heu is not installed (pip install --pre sf-heu): no HEU comparison")
+                return
+            rows.append((bits, heu, bench_backend("ou", bits, n_fast, n_rows, keys=all_keys[bits]["ou"]),
+                         mask_costs(all_keys[bits]["ou"], n_fast)))
+    finally:
+        set_threads(threads)
+    header = f"{'bits':>5} {'op':<11} {'heu ou':>9} {'ou':>9} {'heu/ou':>7}"
+    print(header)
+    print("-" * len(header))
+    for bits, heu, ours, _ in rows:
+        for op in OPS:
+            print(f"{bits:>5} {op:<11} {heu[op]:>9,.0f} {ours[op]:>9,.0f} {heu[op] / ours[op]:>6.2f}x", flush=True)
+    print("\nops/second, one thread; HEU encrypts with a 110-bit r at 2048 bits, ray_vfl with 224")
+    for bits, _, _, (short, ours) in rows:
+        print(f"{bits}-bit OU mask H^r with our table: {short:.0f} us at 112 bits (HEU's length), "
+              f"{ours:.0f} us at ours")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2048-bit keys only, smaller batches")
@@ -225,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
 
     fast, slow = bench_plain_bucket_sum()
     print(f"plain bucket_sum, 19,200 x 23 rows: fast path {fast:.2f} ms, general path {slow:.2f} ms "
-          f"({slow / fast:.1f}x)")
+          f"({slow / fast:.1f}x)\n")
+    print_heu(sizes, all_keys, n_fast, n_rows)
 
 
 if __name__ == "__main__":
