@@ -36,6 +36,13 @@ reach), so the key sizes read like RSA's. OU keeps only a chosen-plaintext
 guarantee (like Paillier); a decryption oracle reveals ``p``. Because ``p`` is
 secret, the public side range-checks against ``2^(|p| - 1) <= p``, stored in the
 public key as ``p_bits``.
+
+Why ``|r| = 2 lambda``: whoever guesses ``m`` can test it by solving
+``c G^-m = H^r`` for ``r`` in ``[0, 2^|r|)``, and a kangaroo search does that in
+about ``2^(|r| / 2)`` products mod ``n``. HEU draws 110-bit ``r`` at 2048 bits
+(its ``kRandomBits2048``), which leaves about 55 bits against that search;
+224 bits keep the 112-bit level and cost twice the table products (56 against
+28 us per mask here, ``benchmarks/crypto.py``, table 5).
 """
 
 from __future__ import annotations
