@@ -29,8 +29,8 @@ Table 4 (plain ``bucket_sum``, 19,200 rows x 23 features, 8 nodes): the
 scipy scatter-add fast path (all keys >= 0) against the general masking
 path (one key is -1).
 
-Table 5 (only when SecretFlow's ``sf-heu`` is installed: ``pip install --pre
-sf-heu``): HEU's own OU (``heu.numpy``, its own keys, one thread) next to our
+Table 5 (only when SecretFlow's ``sf-heu`` is installed: ``pip install -e ".[heu]"``):
+HEU's own OU (``heu.numpy``, its own keys, one thread) next to our
 ``ou`` backend, and the cost of one encryption mask ``H^r`` with our fixed-base
 table at HEU's exponent length and at ours. HEU draws ``r`` with 110 bits at
 2048-bit keys (``kRandomBits2048`` in its source); ``ray_vfl`` draws 224 bits
@@ -231,7 +231,7 @@ def print_heu(sizes, all_keys, n_fast: int, n_rows: int) -> None:
         for bits in sizes:
             heu = bench_heu(bits, n_fast, n_rows)
             if heu is None:
-                print("sf-heu is not installed (pip install --pre sf-heu): no HEU comparison")
+                print('sf-heu is not installed (pip install -e ".[heu]"): no HEU comparison')
                 return
             rows.append((bits, heu, bench_backend("ou", bits, n_fast, n_rows, keys=all_keys[bits]["ou"]),
                          mask_costs(all_keys[bits]["ou"], n_fast)))
