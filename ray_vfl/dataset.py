@@ -28,7 +28,18 @@ log = logging.getLogger(__name__)
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a CSV (optionally gzip-compressed) or Parquet file into a frame."""
+    """Read a CSV (optionally gzip-compressed), TSV or Parquet file into a frame.
+
+    Raises :class:`~ray_vfl.errors.DataError` for a missing file or another extension.
+
+    Example
+    -------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "bank.csv")
+    >>> pd.DataFrame({"id": [1, 2], "income": [3.5, 4.0]}).to_csv(path, index=False)
+    >>> read_table(path).shape
+    (2, 2)
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"data file {path!r} does not exist")

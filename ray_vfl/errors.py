@@ -19,19 +19,60 @@ __all__ = [
 
 
 class VFLError(Exception):
-    """Base class of every ray_vfl error."""
+    """Base class of every ray_vfl error: catch it to handle any of them.
+
+    Example
+    -------
+    >>> from ray_vfl import BoostConfig
+    >>> try:
+    ...     BoostConfig(max_depth=0)
+    ... except VFLError as err:
+    ...     print(type(err).__name__, "-", err)
+    ConfigError - max_depth must be an integer in [1, 16], got 0
+    """
 
 
 class ConfigError(VFLError, ValueError):
-    """A hyper-parameter or option is out of range, unknown, or inconsistent."""
+    """A hyper-parameter or option is out of range, unknown, or inconsistent.
+
+    Example
+    -------
+    >>> from ray_vfl import BoostConfig
+    >>> BoostConfig(learning_rate=0)
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.ConfigError: learning_rate must be a finite number in (0.0, 1.0], got 0
+    """
 
 
 class DataError(VFLError, ValueError):
-    """Input data is malformed: misaligned rows, bad labels, bad columns."""
+    """Input data is malformed: misaligned rows, bad labels, bad columns, a missing file.
+
+    Example
+    -------
+    >>> from ray_vfl import read_table
+    >>> read_table("no_such_file.csv")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.DataError: data file 'no_such_file.csv' does not exist
+    """
 
 
 class CryptoError(VFLError):
-    """A cryptographic operation was misused: wrong key, mixed keys, bad ciphertext."""
+    """A cryptographic operation was misused: wrong key, mixed keys, bad ciphertext.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from ray_vfl.crypto import get_backend
+    >>> be = get_backend("plain")
+    >>> (pk, _), (_, other_sk) = be.generate_keys(), be.generate_keys()
+    >>> try:
+    ...     be.decrypt(other_sk, be.encrypt(pk, np.array([1.0])))
+    ... except CryptoError as err:
+    ...     print("keys must not be mixed" in str(err))
+    True
+    """
 
 
 class OverflowEncodingError(CryptoError, OverflowError):
@@ -39,7 +80,16 @@ class OverflowEncodingError(CryptoError, OverflowError):
 
 
 class NotFittedError(VFLError, AttributeError):
-    """A model was used before ``fit``."""
+    """A model was used before ``fit``.
+
+    Example
+    -------
+    >>> from ray_vfl import SecureBoostClassifier
+    >>> SecureBoostClassifier().predict(None)
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.NotFittedError: this SecureBoostClassifier is not fitted yet; call fit(vertical_data) first
+    """
 
 
 class PartyFailedError(VFLError, RuntimeError):

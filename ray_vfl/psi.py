@@ -76,6 +76,13 @@ class PsiResult:
         Per party, positions (ascending) of its rows outside the intersection.
     comm_stats : CommStats
         Every message of the run, as the metered send path recorded it.
+
+    Example
+    -------
+    >>> result = PsiResult("bank", {"bank": np.array([2, 0]), "shop": np.array([0, 1])},
+    ...                    {"bank": np.array([1]), "shop": np.array([], dtype=np.int64)})
+    >>> result.n_aligned, result.rows["shop"].tolist()
+    (2, [0, 1])
     """
 
     leader: str

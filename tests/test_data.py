@@ -128,3 +128,13 @@ def test_out_of_range_hyper_parameters(field, value):
 def test_unknown_parameter_is_an_error():
     with pytest.raises(ConfigError, match="unknown BoostConfig parameter"):
         BoostConfig.from_dict({"max_dpeth": 3})
+
+
+def test_every_public_name_has_a_docstring_example():
+    """Issue 2, point 10: each name exported from ``ray_vfl`` shows how it is used."""
+    import inspect
+
+    import ray_vfl
+
+    missing = [name for name in ray_vfl.__all__ if ">>>" not in (inspect.getdoc(getattr(ray_vfl, name)) or "")]
+    assert not missing, f"public names without a docstring example: {missing}"
