@@ -38,26 +38,26 @@ from ray_vfl.metrics import auc
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="credit", help=f"one of {sorted(NAMED_DATASETS)} or a CSV/Parquet path")
     p.add_argument("--data-dir", default=None, help="folder holding the non-bundled named datasets")
     p.add_argument("--label", default=None, help="label column when --dataset is a path")
     p.add_argument("--objective", default="binary:logistic", choices=["binary:logistic", "reg:squarederror"],
                    help="objective when --dataset is a path")
-    p.add_argument("--parties", type=int, default=2)
+    p.add_argument("--parties", type=int, default=2, help="parties to split the columns over (one holds the labels)")
     p.add_argument("--party-files", nargs="+", default=None, metavar="PARTY=PATH",
                    help="one CSV/Parquet file per party (IDs may differ); rows are aligned by PSI, --label names "
                         "the label column, --dataset and --parties are ignored")
     p.add_argument("--id-column", default="id", help="ID column of the --party-files tables")
-    p.add_argument("--trees", type=int, default=10)
-    p.add_argument("--depth", type=int, default=5)
-    p.add_argument("--bins", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=0.3)
-    p.add_argument("--key-bits", type=int, default=2048)
-    p.add_argument("--backend", default="paillier")
-    p.add_argument("--workers", type=int, default=None, help="crypto tasks per party (default: all CPUs)")
-    p.add_argument("--test-size", type=float, default=0.2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trees", type=int, default=10, help="boosting rounds")
+    p.add_argument("--depth", type=int, default=5, help="maximum tree depth")
+    p.add_argument("--bins", type=int, default=32, help="quantile bins per feature (max_bin)")
+    p.add_argument("--learning-rate", type=float, default=0.3, help="shrinkage of each tree (eta)")
+    p.add_argument("--key-bits", type=int, default=2048, help="key size of the encrypted backends (at least 1024)")
+    p.add_argument("--backend", default="paillier", help="paillier, ou, phe or plain (no encryption: tests and baselines only)")
+    p.add_argument("--workers", type=int, default=None, help="crypto tasks per party (None: the party's CPUs, split between passive parties that share a machine)")
+    p.add_argument("--test-size", type=float, default=0.2, help="fraction of rows held out for the test AUC / RMSE")
+    p.add_argument("--seed", type=int, default=0, help="seed of the column split and the train/test split")
     p.add_argument("--json", default=None, help="write every reported figure to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
