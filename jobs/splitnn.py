@@ -28,14 +28,14 @@ REAL = {"ipinyou": load_ipinyou, "credit": load_credit_vfl, "open_bandit": load_
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rows", type=int, default=200_000, help="rows of the FedAds-like generator (20 %% aligned)")
-    p.add_argument("--real", default="ipinyou", choices=sorted(REAL) + ["none"])
-    p.add_argument("--data-dir", default=DATA_DIR)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--real", default="ipinyou", choices=sorted(REAL) + ["none"], help="real dataset for the second set of tables (none: generator only)")
+    p.add_argument("--data-dir", default=DATA_DIR, help="folder holding the real datasets (or set VFL_DATA_DIR)")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the aligned training rows")
+    p.add_argument("--batch-size", type=int, default=256, help="rows per split-NN step")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate of both parties")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, the models and the defenses")
     p.add_argument("--out", default="results/splitnn", help="folder for the CSV/JSON tables")
     return p.parse_args(argv)
 
