@@ -30,7 +30,9 @@ class Message:
     metered and the bytes Ray ships. Handing Ray the payload itself (numpy
     arrays in dataclasses) made it serialize every array on its own: a
     plaintext tree's round trips took 3.5 ms each instead of 2.9 ms
-    (``benchmarks/round_trips.py``).
+    (``benchmarks/round_trips.py``). Unpickling a peer's bytes trusts the
+    peer's code exactly as far as Ray's own argument passing already does
+    (both are pickle): the parties are semi-honest, as in SecureBoost.
     """
 
     kind: str
