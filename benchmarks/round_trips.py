@@ -54,17 +54,18 @@ class Passive:
         self.hists = {n: NodeHistograms(np.packbits(np.ones(n * CELLS, bool)),
                                         [be.encrypt_gh(pk, np.zeros(CELLS), np.zeros(CELLS)) for _ in range(n)])
                       for n in (2 ** d for d in range(DEPTH))}
-        self.parts = {n: _partition(max(1, n // 2)) for n in [0, *self.hists]}
+        self.parts = {n: _partition(max(1, n // 2)) for n in self.hists}
 
     def begin_tree(self, message) -> list:
         self.box.open(message, "encrypted_gh")
         return [self.box.send("encrypted_histograms", ["active"], self.hists[1], message.tree, 0)]
 
-    def next_level(self, message, nodes: int) -> list:
-        self.box.open(message, "level_step")
-        out = [self.box.send("partition", ["active"], self.parts[nodes], message.tree, message.depth)]
-        if nodes:
-            out.append(self.box.send("encrypted_histograms", ["active"], self.hists[nodes], message.tree, message.depth + 1))
+    def next_level(self, message) -> list:
+        step = self.box.open(message, "level_step")
+        splits = len(step.children)  # the next level builds one child per split
+        out = [self.box.send("partition", ["active"], self.parts[splits], message.tree, message.depth)]
+        if step.advance:  # the last level answers with its partitions only
+            out.append(self.box.send("encrypted_histograms", ["active"], self.hists[splits], message.tree, message.depth + 1))
         return out
 
 
@@ -87,10 +88,9 @@ class Active:
         for tree in range(trees):
             gh = self.box.send("encrypted_gh", ["passive"], self.gh, tree)
             gather([("passive", self.peer.begin_tree.remote(gh))], "histograms", 60.0)
-            for depth, step in enumerate(self.steps):  # the last level answers with its partitions only
-                built = 2 ** (depth + 1) if depth + 1 < DEPTH else 0
+            for depth, step in enumerate(self.steps):
                 message = self.box.send("level_step", ["passive"], step, tree, depth)
-                gather([("passive", self.peer.next_level.remote(message, built // 2))], "level", 60.0)
+                gather([("passive", self.peer.next_level.remote(message))], "level", 60.0)
         return time.perf_counter() - start
 
 

@@ -9,7 +9,27 @@ Example
 """
 
 import importlib
-from typing import Any
+import sys
+from typing import Any, Callable
+
+
+def _lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """PEP 562 ``__getattr__`` and ``__dir__`` for ``package``, whose public names (``name -> module``,
+    relative to the package) load on first use; a loaded name is kept, so later lookups skip this."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
+
 
 # Public names and the module each lives in. They load on first use (PEP 562): a party's actor or
 # crypto task imports ``ray_vfl.secureboost.passive`` (say) without paying for scikit-learn and pandas,
@@ -30,18 +50,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ray_vfl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 
 __version__ = "0.1.0"
 

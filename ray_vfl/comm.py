@@ -4,9 +4,9 @@ Every payload that crosses from one party to another is serialized once by
 :meth:`Mailbox.send` into a :class:`Message` (pickle protocol 5, in band: the
 bytes counted are the bytes that travel), and ``send`` records one
 :class:`Record` per receiver: tree, depth, sender, receiver, kind, bytes and
-the payload's *shape* (types, dtypes and lengths, never values). :class:`CommStats` aggregates the records per channel
-and per kind; privacy tests read the same records to audit what each party
-received.
+the payload's *shape* (types, dtypes and lengths, never values).
+:class:`CommStats` aggregates the records per channel and per kind; privacy
+tests read the same records to audit what each party received.
 """
 
 from __future__ import annotations
@@ -61,9 +61,14 @@ class Record:
     shape: Any
 
 
+def _wire(payload: Any) -> bytes:
+    """``payload`` as it travels (a :attr:`Message.wire`)."""
+    return pickle.dumps(payload, protocol=5)
+
+
 def payload_nbytes(payload: Any) -> int:
     """Size of ``payload`` as serialized for transport (a :attr:`Message.wire`), in bytes."""
-    return len(pickle.dumps(payload, protocol=5))
+    return len(_wire(payload))
 
 
 class Mailbox:
@@ -86,13 +91,12 @@ class Mailbox:
 
     def send(self, kind: str, receivers: Iterable[str], payload: Any, tree: int = -1, depth: int = -1) -> Message:
         receivers = tuple(receivers)
-        wire = pickle.dumps(payload, protocol=5)
-        nbytes = len(wire)
+        wire = _wire(payload)
         shape = describe(payload)
         for receiver in receivers:
             if receiver == self.name:
                 raise VFLError(f"party {self.name!r} tried to send {kind!r} to itself")
-            self.records.append(Record(tree, depth, self.name, receiver, kind, nbytes, shape))
+            self.records.append(Record(tree, depth, self.name, receiver, kind, len(wire), shape))
         return Message(kind, self.name, receivers, tree, depth, wire)
 
     def open(self, message: Message, kind: str) -> Any:

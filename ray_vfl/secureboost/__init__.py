@@ -1,16 +1,11 @@
-"""SecureBoost: federated gradient boosting with one label party (Cheng et al.)."""
+"""SecureBoost: federated gradient boosting with one label party (Cheng et al.).
 
-from typing import Any
+``train`` and ``FederatedModel`` load on first use: a party's process imports the modules it runs
+(``.passive``, ``.active``) without the driver's (``.protocol``).
+"""
 
-__all__ = ["train", "FederatedModel"]
+from .. import _lazy_exports
 
-
-def __getattr__(name: str) -> Any:
-    """``train`` and ``FederatedModel`` load on first use: a party's process imports the modules it
-    runs (``.passive``, ``.active``) without the driver's (``.protocol``)."""
-    if name not in __all__:
-        raise AttributeError(f"module 'ray_vfl.secureboost' has no attribute {name!r}")
-    from . import protocol
-
-    value = globals()[name] = getattr(protocol, name)  # later lookups skip this function
-    return value
+_EXPORTS = {"train": ".protocol", "FederatedModel": ".protocol"}
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
