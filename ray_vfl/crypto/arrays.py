@@ -6,7 +6,7 @@ import numpy as np
 
 from ray_vfl.errors import DataError
 
-__all__ = ["as_int_list", "group_rows"]
+__all__ = ["as_int_list", "incidences"]
 
 
 def as_int_list(k: object, n: int) -> list[int]:
@@ -24,8 +24,8 @@ def as_int_list(k: object, n: int) -> list[int]:
     return arr.tolist()
 
 
-def group_rows(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], list[int], list[int]]:
-    """Group (row, bucket) incidences by bucket for :meth:`Backend.bucket_sum`.
+def incidences(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], list[int]]:
+    """The (row, bucket) incidences of :meth:`Backend.bucket_sum`, row by row.
 
     Parameters
     ----------
@@ -35,17 +35,14 @@ def group_rows(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], li
 
     Returns
     -------
-    rows : list of int
-        Row indices sorted by bucket.
-    buckets : list of int
-        The distinct non-empty buckets, ascending.
-    bounds : list of int
-        ``rows[bounds[i]:bounds[i + 1]]`` are the rows of ``buckets[i]``.
+    rows, buckets : list of int
+        Row ``rows[i]`` goes into ``buckets[i]``; rows ascending, so a sum
+        reads the rows' ciphertexts in the order they lie in memory.
 
     Example
     -------
-    >>> group_rows(np.array([[1, 0], [1, -1]]), 2, 3)
-    ([0, 0, 1], [0, 1], [0, 1, 3])
+    >>> incidences(np.array([[1, 0], [1, -1]]), 2, 3)
+    ([0, 0, 1], [1, 0, 1])
     """
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or n_buckets < 0:
         raise DataError(f"n_buckets must be a non-negative int, got {n_buckets!r}")
@@ -63,9 +60,4 @@ def group_rows(keys: object, n_rows: int, n_buckets: int) -> tuple[list[int], li
     flat, rows = flat[keep], rows[keep]
     if flat.size and int(flat.max()) >= n_buckets:
         raise DataError(f"keys must be < n_buckets={n_buckets}, got {int(flat.max())}")
-    order = np.argsort(flat, kind="stable")
-    flat, rows = flat[order], rows[order]
-    starts = np.flatnonzero(np.diff(flat)) + 1 if flat.size else np.zeros(0, dtype=np.int64)
-    bounds = np.concatenate([[0], starts, [flat.size]]) if flat.size else np.zeros(1, dtype=np.int64)
-    buckets = flat[bounds[:-1]] if flat.size else flat
-    return rows.tolist(), buckets.tolist(), bounds.tolist()
+    return rows.tolist(), flat.tolist()

@@ -208,15 +208,13 @@ class PheBackend(ModularBackend):
     def _raw_mul(self, pk, cts, ks):
         return [(x * k).ciphertext(be_secure=False) for x, k in zip(self._numbers(pk, cts), ks)]
 
-    def _raw_bucket_sum(self, pk, cts, rows, buckets, bounds, n_buckets):
+    def _raw_bucket_sum(self, pk, cts, rows, buckets, n_buckets):
         nums = self._numbers(pk, cts)
-        out = [1] * n_buckets  # trivial encryption of 0 for empty buckets
-        for b, s, e in zip(buckets, bounds, bounds[1:]):
-            acc = nums[rows[s]]
-            for r in rows[s + 1:e]:
-                acc = acc + nums[r]
-            out[b] = acc.ciphertext(be_secure=False)
-        return out
+        acc = [None] * n_buckets
+        for r, b in zip(rows, buckets):
+            a = acc[b]
+            acc[b] = nums[r] if a is None else a + nums[r]
+        return [1 if a is None else a.ciphertext(be_secure=False) for a in acc]  # 1: trivial encryption of 0
 
     def _raw_rerandomize(self, pk, cts, masks=None):
         if masks is not None:
