@@ -39,6 +39,7 @@ def grow_tree(active, tree: int) -> None:
     gh = ray.put(gh) if len(peers) > 1 else gh  # one copy in the object store for every passive party
     pending = [(p, h.begin_tree.remote(gh)) for p, h in peers.items()]        # Enc(g), Enc(h) out
     active.own_histograms()  # the root's, while the passive parties sum theirs
+    active.count_repeated_pairs()  # bookkeeping, also while they sum
     for depth in range(max_depth):
         sums = active.receive(gather(pending, f"histograms at depth {depth}", timeout))  # Enc(bin sums) back
         if depth:
