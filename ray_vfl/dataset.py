@@ -35,9 +35,10 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     Example
     -------
     >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "bank.csv")
-    >>> pd.DataFrame({"id": [1, 2], "income": [3.5, 4.0]}).to_csv(path, index=False)
-    >>> read_table(path).shape
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "bank.csv")
+    ...     pd.DataFrame({"id": [1, 2], "income": [3.5, 4.0]}).to_csv(path, index=False)
+    ...     read_table(path).shape
     (2, 2)
     """
     path = os.fspath(path)
