@@ -99,8 +99,8 @@ class FixedBase:
         Digit by digit over blocks of exponents: one table row serves a whole
         block before the next row is read, so the row (1.2 MB of 2048-bit
         entries at 12-bit windows) stays in cache instead of every product
-        fetching a random entry of the whole table (5% faster per exponent
-        at 12-bit windows, more with wider ones).
+        fetching a random entry of the whole 20 MB table. Measured on 2048-bit
+        OU masks: 1-7% faster per exponent alone, about 1% of a 4-party OU fit.
         """
         table, m = self._table(width), self.modulus
         digits = self._digit_array(exps, width)
