@@ -54,8 +54,7 @@ class FixedBase:
         self.modulus = mpz(modulus)
         self.max_bytes = int(max_bytes)
         self.window = int(window)
-        self.base = mpz(base) % self.modulus
-        self._next = self.base  # base^(2**(window * len(rows)))
+        self._next = mpz(base) % self.modulus  # base^(2**(window * len(rows)))
         self._rows: list[list[mpz]] = []
         self._weights = 1 << np.arange(self.window, dtype=np.int64)
 
