@@ -273,9 +273,6 @@ class OUBackend(ModularBackend):
     def _width(self, pk: OUPublicKey) -> int:
         return (pk.n.bit_length() + 7) // 8
 
-    def _from_bytes(self, row: bytes) -> mpz:
-        return mpz.from_bytes(row, "big")
-
     def _raw_encrypt(self, pk: OUPublicKey, ms: list[int], sk: OUPrivateKey | None = None,
                      masks: list | None = None) -> list[mpz]:
         # No owner fast path: CRT tables mod p^2 and q were measured at 0.8x (1024) to 1.2x (3072),

@@ -252,9 +252,6 @@ class PaillierBackend(ModularBackend):
     def _width(self, pk: PaillierPublicKey) -> int:
         return (pk.nsquare.bit_length() + 7) // 8
 
-    def _from_bytes(self, row: bytes) -> mpz:
-        return mpz.from_bytes(row, "big")
-
     def _raw_encrypt(self, pk: PaillierPublicKey, ms: list[int], sk: PaillierPrivateKey | None = None,
                      masks: list | None = None) -> list[mpz]:
         if sk is not None and masks is None:
