@@ -58,7 +58,10 @@ class LazyInts:
         if ix.size == 0:
             return []
         ix = np.where(ix < 0, ix + len(self._values), ix)
-        missing = np.unique(ix[~self._done[ix]])
+        need = np.zeros(len(self._values), dtype=bool)  # a mask, not np.unique: no sort of ix
+        need[ix] = True
+        need &= ~self._done
+        missing = np.flatnonzero(need)
         if missing.size:
             buf, w, conv, values = self._buf, self._width, self._conv, self._values
             for i in missing.tolist():
