@@ -150,6 +150,9 @@ class Backend(ABC):
         GH packing stays exact for sums of up to this many rows.
     gh_max_abs : float, default 2**16
         Largest ``|g|``, ``|h|`` accepted by :meth:`encrypt_gh`.
+    guard_bits : int, default 8
+        Bits per packed slot above the sum bound, where an overflow is detected (see
+        :class:`~ray_vfl.crypto.packing.GHPacking`).
 
     Notes
     -----
@@ -166,9 +169,10 @@ class Backend(ABC):
     is_encrypted: ClassVar[bool]
     public_key_type: ClassVar[type]
 
-    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gh_max_abs: float = 2.0**16) -> None:
+    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gh_max_abs: float = 2.0**16,
+                 guard_bits: int = 8) -> None:
         self.fixed_point = FixedPoint(frac_bits)
-        self.packing = GHPacking(self.fixed_point, max_abs=gh_max_abs, max_rows=max_rows)
+        self.packing = GHPacking(self.fixed_point, max_abs=gh_max_abs, max_rows=max_rows, guard_bits=guard_bits)
         self.num_tag = f"num:f{self.fixed_point.frac_bits}"
 
     def __repr__(self) -> str:

@@ -16,6 +16,8 @@ from ..crypto import get_backend
 
 __all__ = ["backend_options", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
 
+GUARD_BITS = 2  # per packed slot, above the bound every honest bin sum stays under (see backend_options)
+
 
 def encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
     """Rows cut into ``(start, end, masks ref or None)``: the chunks whose masks the reserve made
@@ -76,16 +78,21 @@ def backend_options(objective: str, n_rows: int | None = None, gradient_bound: f
     rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
     compression shift shorter.
 
+    Two guard bits instead of the backend's default 8: no bin sum can pass the bound (it covers
+    at most the training rows, each bounded when it is encrypted), and a sum up to 8 times past it
+    still raises. Each slot is 6 bits narrower, so compressing 5 bin sums into one OU ciphertext
+    takes 472 squarings instead of 520 at 2048 bits (Paillier fits 17 bin sums instead of 15).
+
     Example
     -------
     >>> backend_options("binary:logistic", 24_000)
-    {'gh_max_abs': 1.0, 'max_rows': 32768}
+    {'gh_max_abs': 1.0, 'guard_bits': 2, 'max_rows': 32768}
     >>> backend_options("reg:squarederror", gradient_bound=1e6)
-    {'gh_max_abs': 1000000.0}
+    {'gh_max_abs': 1000000.0, 'guard_bits': 2}
     """
     if gradient_bound is None:
         gradient_bound = default_gradient_bound(objective)
-    options: dict = {"gh_max_abs": float(gradient_bound)}
+    options: dict = {"gh_max_abs": float(gradient_bound), "guard_bits": GUARD_BITS}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
     return options
