@@ -80,7 +80,7 @@ class FeatureGroups:
         for i, group in enumerate(self.multi):
             n_cells = len(self.cell_keys[i])
             joint, index = _unique_inverse(slot * n_cells + self.codes[rows, i], len(rows_of_nodes) * n_cells)
-            stage1_keys.append(index.reshape(-1) + offset)
+            stage1_keys.append(index + offset)
             keys = self.cell_keys[i][joint % n_cells] + ((joint // n_cells) * width)[:, None]
             cell_keys.append(keys)
             offset += len(joint)

@@ -103,12 +103,12 @@ class FixedBase:
         """
         table, m = self._table(width), self.modulus
         digits = self._digit_array(exps, width)
+        first, rest = table[0], table[1:]
         out: list[mpz] = []
         for start in range(0, len(digits), self._BLOCK):
             columns = digits[start:start + self._BLOCK].T.tolist()  # columns[i]: digit i of each exponent
-            first = table[0]
             acc = [first[d] for d in columns[0]]  # row[0] is 1: a zero digit multiplies by 1
-            for row, column in zip(table[1:], columns[1:]):
+            for row, column in zip(rest, columns[1:]):
                 acc = [a * row[d] % m for a, d in zip(acc, column)]
             out.extend(acc)
         return out
