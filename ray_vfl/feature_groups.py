@@ -37,8 +37,8 @@ class FeatureGroups:
     """
 
     groups: tuple[tuple[int, ...], ...]
-    codes: np.ndarray  # (n_rows, n_multi) int64, one column per group of 2+ features
-    cell_keys: tuple[np.ndarray, ...]  # per multi-feature group: (cells, k) feature keys of each joint cell
+    codes: np.ndarray  # (n_rows, n_multi) int64, one column per group of 2+ features; -1: a cell never summed
+    cell_keys: tuple[np.ndarray, ...]  # per multi-feature group: (cells, k) feature keys of each joint cell, -1 skipped
     n_features: int
     n_bins: int
 
@@ -56,6 +56,8 @@ class FeatureGroups:
         Stage 1 sums each node's rows into the joint cells of every group (one
         ``bucket_sum``); stage 2 adds those cells and the rows' single features
         into the bins (a second ``bucket_sum`` over rows and cells together).
+        Negative ``fkeys`` and the cells of ``skip_bins`` (see
+        :func:`plan_feature_groups`) are not summed.
 
         Example
         -------
@@ -79,10 +81,18 @@ class FeatureGroups:
         cell_keys, stage1_keys, offset = [], [], 0
         for i, group in enumerate(self.multi):
             n_cells = len(self.cell_keys[i])
-            joint, index = _unique_inverse(slot * n_cells + self.codes[rows, i], len(rows_of_nodes) * n_cells)
-            stage1_keys.append(index + offset)
-            keys = self.cell_keys[i][joint % n_cells] + ((joint // n_cells) * width)[:, None]
-            cell_keys.append(keys)
+            code = self.codes[rows, i]
+            summed = code >= 0
+            if summed.all():
+                joint, index = _unique_inverse(slot * n_cells + code, len(rows_of_nodes) * n_cells)
+                stage1_keys.append(index + offset)
+            else:  # rows in the one joint cell no bin needs
+                joint, index = _unique_inverse(slot[summed] * n_cells + code[summed], len(rows_of_nodes) * n_cells)
+                keys1 = np.full(len(rows), -1, dtype=np.int64)
+                keys1[summed] = index + offset
+                stage1_keys.append(keys1)
+            keys = self.cell_keys[i][joint % n_cells]
+            cell_keys.append(np.where(keys >= 0, keys + ((joint // n_cells) * width)[:, None], -1))
             offset += len(joint)
         products = 0
         sources = [selected]
@@ -90,12 +100,13 @@ class FeatureGroups:
         k_max = max([len(singles)] + [len(g) for g in self.multi])
         row_keys = np.full((len(rows), k_max), -1, dtype=np.int64)
         if singles:
-            row_keys[:, :len(singles)] = fkeys[rows][:, singles] + (slot * width)[:, None]
+            single_keys = fkeys[rows][:, singles]
+            row_keys[:, :len(singles)] = np.where(single_keys >= 0, single_keys + (slot * width)[:, None], -1)
         all_keys = [row_keys]
         if stage1_keys:
             keys1 = np.stack(stage1_keys, axis=1)
             sources.append(backend.bucket_sum(public_key, selected, keys1, offset))
-            products += keys1.size - offset
+            products += int(np.count_nonzero(keys1 >= 0)) - offset
             for keys in cell_keys:
                 padded = np.full((len(keys), k_max), -1, dtype=np.int64)
                 padded[:, :keys.shape[1]] = keys
@@ -135,7 +146,8 @@ def _joint_codes(bins: np.ndarray, group: tuple[int, ...], n_bins: int) -> np.nd
 
 
 def plan_feature_groups(bins: np.ndarray, n_bins: int, max_depth: int, seed: int = 0,
-                        max_group: int = 6, groups: list[tuple[int, ...]] | None = None) -> FeatureGroups:
+                        max_group: int = 6, groups: list[tuple[int, ...]] | None = None,
+                        skip_bins: np.ndarray | None = None) -> FeatureGroups:
     """Group a party's features so that its encrypted histograms need the fewest products.
 
     The cost of a grouping is estimated per tree level: the root on all rows,
@@ -144,6 +156,10 @@ def plan_feature_groups(bins: np.ndarray, n_bins: int, max_depth: int, seed: int
     Random subsets have more joint values than real nodes, so the estimate
     errs towards fewer groups. Greedy: merge the pair of groups that saves
     most, while any merge saves. ``groups`` skips the search.
+
+    ``skip_bins`` (one bin per feature) names bins whose sums are not needed
+    (the label party derives them): no joint cell adds into them, and the
+    rows of a group's joint cell made of skipped bins only are not summed.
 
     Example
     -------
@@ -159,12 +175,18 @@ def plan_feature_groups(bins: np.ndarray, n_bins: int, max_depth: int, seed: int
     codes, cell_keys = [], []
     for group in (g for g in groups if len(g) > 1):
         joint, code = np.unique(_joint_codes(bins, group, n_bins), return_inverse=True)
-        codes.append(code.reshape(-1))
+        code = code.reshape(-1)
         cells = np.empty((len(joint), len(group)), dtype=np.int64)
         rest = joint.copy()
         for j in range(len(group) - 1, -1, -1):  # undo _joint_codes, last feature first
             rest, cells[:, j] = np.divmod(rest, n_bins)
-        cell_keys.append(cells + np.asarray(group, dtype=np.int64) * n_bins)
+        keys = cells + np.asarray(group, dtype=np.int64) * n_bins
+        if skip_bins is not None:
+            skipped = cells == np.asarray(skip_bins, dtype=np.int64)[list(group)]
+            keys[skipped] = -1
+            code = np.where(skipped.all(axis=1)[code], -1, code)
+        codes.append(code)
+        cell_keys.append(keys)
     code_matrix = np.stack(codes, axis=1) if codes else np.zeros((n, 0), dtype=np.int64)
     return FeatureGroups(groups, code_matrix, tuple(cell_keys), n_features, n_bins)
 

@@ -103,14 +103,18 @@ def feature_keys(bins: np.ndarray, n_bins: int) -> np.ndarray:
 
 
 def histogram_keys(fkeys: np.ndarray, slot: np.ndarray, n_bins: int) -> np.ndarray:
-    """Flat bucket keys ``(slot * F + f) * n_bins + bin`` from :func:`feature_keys` rows and their slots.
+    """Flat bucket keys ``(slot * F + f) * n_bins + bin`` from :func:`feature_keys` rows and their slots;
+    a negative key (a cell not summed) stays ``-1``.
 
     Example
     -------
     >>> histogram_keys(feature_keys(np.array([[1, 0], [2, 2]]), 3), np.array([0, 1]), 3).tolist()
     [[1, 3], [8, 11]]
+    >>> histogram_keys(np.array([[1, -1], [-1, 5]]), np.array([0, 1]), 3).tolist()
+    [[1, -1], [-1, 11]]
     """
-    return fkeys + (slot.astype(np.int64) * (fkeys.shape[1] * n_bins))[:, None]
+    keys = fkeys + (slot.astype(np.int64) * (fkeys.shape[1] * n_bins))[:, None]
+    return np.where(fkeys >= 0, keys, -1) if fkeys.size and fkeys.min() < 0 else keys
 
 
 def slot_of_rows(node_of_row: np.ndarray, nodes: np.ndarray) -> np.ndarray:

@@ -73,3 +73,28 @@ def test_plan_groups_features_that_move_together_and_saves_products():
     gh = be.encrypt_gh(pk, rng.normal(size=5000), np.ones(5000))
     _, products = plan.histograms(be, pk, gh, feature_keys(bins, 33), [np.arange(5000)], 33)
     assert products < 0.6 * 5000 * 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 60), st.integers(1, 5), st.integers(2, 6), st.integers(1, 3))
+def test_skipped_bins_are_left_out_and_the_rest_unchanged(seed, n, n_features, n_bins, n_nodes):
+    """One bin per feature the label party derives: never summed, every other cell the same sum, and
+    no more products than without skipping (the rows of a group's all-skipped joint cell are left out)."""
+    rng, bins, rows_of_nodes, groups = _random_case(seed, n, n_features, n_bins, n_nodes)
+    be = get_backend("plain")
+    pk, _ = be.generate_keys()
+    gh = be.encrypt_gh(pk, rng.normal(size=n), rng.uniform(0, 1, n))
+    fk = feature_keys(bins, n_bins)
+    skip = rng.integers(0, n_bins, n_features)
+    skipped = np.arange(n_features) * n_bins + skip
+    sum_keys = np.where(bins == skip, -1, fk)
+    full, products = plan_feature_groups(bins, n_bins, 3, groups=groups).histograms(be, pk, gh, fk, rows_of_nodes, n_bins)
+    kept, fewer = plan_feature_groups(bins, n_bins, 3, groups=groups, skip_bins=skip).histograms(
+        be, pk, gh, sum_keys, rows_of_nodes, n_bins)
+    direct = build_histograms(be, pk, gh, sum_keys, rows_of_nodes, n_bins)  # negative keys are skipped
+    for a, b, c in zip(full, kept, direct):
+        expect = a.data.copy()
+        expect[skipped] = 0.0
+        np.testing.assert_allclose(b.data, expect, atol=1e-12)
+        np.testing.assert_allclose(c.data, expect, atol=1e-12)
+    assert fewer <= products

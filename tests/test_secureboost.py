@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import ray
 
 from ray_vfl import (
     BoostConfig,
@@ -235,6 +236,15 @@ def test_paillier_privacy_audit(runtime, small_credit):
     # what the active party got back from the passive: which histogram cells are ever non-empty (visible in
     # the root histogram anyway), encrypted histograms, partitions, route answers
     assert {r.kind for r in stats.received_by("party0")} == {"histogram_layout", "encrypted_histograms", "partition", "route_answer"}
+    # the one cell of each feature the active party derives (node sum minus the feature's other cells) is the
+    # feature's most populated bin, which the first tree's root hessian sums show anyway (every row has the base
+    # score's hessian there, so they are the bins' row counts times one constant)
+    layout = ray.get(runtime.actor("party1").histogram_layout.remote("party0")).payload
+    n_bins = 16 + 1
+    block = reference_bins(train_data, 16)[:, train_data.n_features("party0"):]
+    counts = np.stack([np.bincount(block[:, f], minlength=n_bins) for f in range(block.shape[1])])
+    assert layout["derived"].tolist() == (np.arange(block.shape[1]) * n_bins + counts.argmax(axis=1)).tolist()
+    assert not set(layout["derived"].tolist()) & set(layout["cells"].tolist())
 
 
 def test_save_and_load_give_the_same_predictions(runtime, credit, tmp_path):

@@ -90,7 +90,8 @@ class ActiveParty(PredictionRouter, Party):
         calls = [(p, h.histogram_layout.remote(self.name)) for p, h in self.peers.items()]
         for message in gather(calls, "histogram layouts", self.config.timeout_s):
             layout = self.mailbox.open(message, "histogram_layout")
-            self.layouts[message.sender] = (int(layout["n_features"]), np.asarray(layout["cells"], dtype=np.int64))
+            self.layouts[message.sender] = (int(layout["n_features"]), np.asarray(layout["cells"], dtype=np.int64),
+                                            np.asarray(layout["derived"], dtype=np.int64))
 
     def set_eval_labels(self, key: str, label: np.ndarray) -> None:
         self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
@@ -235,10 +236,23 @@ class ActiveParty(PredictionRouter, Party):
             out.append(tuple(np.concatenate([p[k] for p in mine]) if mine else np.zeros(0) for k in (0, 1)))
         return out
 
-    def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _built_totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """The gradient and hessian sums of each node built at this level, of the values as encoded for
+        encryption (rounded to the backend's fixed point), so that a derived cell is the very sum its
+        decryption would give: float sums of such values are exact while they stay below ``2**(53 -
+        frac_bits)`` (credit: below 24,000, for 2**21)."""
+        frac = self.backend.fixed_point.frac_bits
+        build = self.levels.build
+        node = self.levels.node_of_row
+        return tuple(np.bincount(node, weights=np.ldexp(np.rint(np.ldexp(v, frac)), -frac),
+                                 minlength=int(build.max()) + 1)[build] for v in (self.g, self.h))
+
+    def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray,
+                    totals: tuple[np.ndarray, np.ndarray] | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """A passive party's histograms of every open node: the built ones as decrypted (their occupied
-        cells put back in place), each sibling as its parent's (kept from one level up) minus the built one."""
-        n_features, cells = self.layouts[sender]
+        cells put back in place, each feature's derived cell as the node's sum minus the feature's other
+        cells), each sibling as its parent's (kept from one level up) minus the built one."""
+        n_features, cells, derived = self.layouts[sender]
         build = self.levels.build.tolist()
         if occupied.shape != (len(build), len(cells)) or int(occupied.sum()) != len(G):
             raise VFLError(f"party {sender!r} sent histograms of {occupied.shape[0]} nodes over {int(occupied.sum())} "
@@ -250,6 +264,9 @@ class ActiveParty(PredictionRouter, Party):
             node_of_entry, cell_of_entry = np.nonzero(occupied)
             full_g[node_of_entry, cells[cell_of_entry]] = G
             full_h[node_of_entry, cells[cell_of_entry]] = H
+        if len(derived) and len(build):
+            for full, total in zip((full_g, full_h), totals):  # derived cells hold 0 until here
+                full[:, derived] = total[:, None] - full.reshape(len(build), n_features, self.n_bins).sum(axis=2)
         level = {node: (full_g[i], full_h[i]) for i, node in enumerate(build)}
         parents = self.peer_hists.get(sender, {})
         for node, parent, sibling in self.levels.derive.tolist():
@@ -277,8 +294,10 @@ class ActiveParty(PredictionRouter, Party):
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
         # every passive party's ciphertexts of the level in one round of decryption tasks
         decrypted = self._decrypt([hists.ciphers for _, hists in passive_hists])
+        derives = any(len(self.layouts[sender][2]) for sender, _ in passive_hists) and len(self.levels.build)
+        totals = self._built_totals() if derives else None
         for (sender, hists), (g_sums, h_sums) in zip(passive_hists, decrypted):
-            level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), g_sums, h_sums)
+            level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), g_sums, h_sums, totals)
             nodes = open_nodes.tolist()
             blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
                               np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))

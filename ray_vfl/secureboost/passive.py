@@ -26,7 +26,7 @@ def _histogram_task(rows_of_nodes: list, spec: tuple, public_key, gh, fkeys: np.
     gh = backend.read_lazily(public_key, gh, share)
     if groups is not None:
         return groups.histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins)
-    products = sum(len(r) for r in rows_of_nodes) * fkeys.shape[1]  # one per (row, feature)
+    products = sum(int(np.count_nonzero(fkeys[r] >= 0)) for r in rows_of_nodes)  # one per summed (row, feature)
     return build_histograms(backend, public_key, gh, fkeys, rows_of_nodes, n_bins), products
 
 
@@ -69,7 +69,8 @@ class PassiveParty(Party):
             self.prepare_pool(self.backend_spec, self.public_key, encrypt=False)
         if self.backend.is_encrypted and self.config.group_features and self.fkeys is not None and self.n_features > 1:
             # this party's own choice, from its own bins; the histograms it sends are the same sums
-            self.groups = plan_feature_groups(self.bins["train"], self.n_bins, self.config.max_depth)
+            self.groups = plan_feature_groups(self.bins["train"], self.n_bins, self.config.max_depth,
+                                              skip_bins=self.derived % self.n_bins)
             if not self.groups.multi:
                 self.groups = None
 
@@ -79,17 +80,38 @@ class PassiveParty(Party):
         self.fkeys_ref = None
         self.groups_ref = None
         self.groups: FeatureGroups | None = None
-        self.cells = None if self.fkeys is None else np.flatnonzero(np.bincount(self.fkeys.ravel(), minlength=width) > 0)
+        self.cells = None
+        self.derived = np.zeros(0, dtype=np.int64)
+        self.sum_keys = self.fkeys  # the keys this party sums: fkeys without the derived cells
+        if self.fkeys is None:
+            return
+        counts = np.bincount(self.fkeys.ravel(), minlength=width)
+        self.cells = np.flatnonzero(counts > 0)
+        if get_backend(config.backend).is_encrypted:
+            modal = counts.reshape(self.n_features, self.n_bins).argmax(axis=1)
+            self.derived = np.arange(self.n_features, dtype=np.int64) * self.n_bins + modal
+            self.sum_keys = np.where(self.bins["train"] == modal, -1, self.fkeys)
+            self.cells = np.setdiff1d(self.cells, self.derived)
 
     def histogram_layout(self, active: str):
-        """Tell the active party which histogram cells (feature, bin) hold any training row.
+        """Tell the active party which histogram cells (feature, bin) hold any training row, and
+        which cell of each feature it derives itself (with ciphertexts).
 
-        The others are empty in every node of every tree, so they are never
-        compressed, re-randomised, sent or decrypted. The active party learns
-        nothing new: the root histogram shows the same empty cells (their
-        hessian sums are zero).
+        Empty cells are empty in every node of every tree, so they are never
+        compressed, re-randomised, sent or decrypted. The derived cell of a
+        feature is its bin holding the most training rows: in every node the
+        active party computes its sums as the node's gradient sums (it knows
+        the node's rows and their gradients) minus the feature's other cells,
+        so that cell is never summed either, nor its rows added into it.
+
+        The active party learns nothing new. The root histogram shows the
+        same empty cells (their hessian sums are zero), and in the first
+        tree every row has the same hessian (the base score's), so the root's
+        hessian sums are the bins' row counts, whose largest is the derived
+        cell. The derived sums are the ones decryption would have given.
         """
-        layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32)}
+        layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32),
+                  "derived": self.derived.astype(np.int32)}
         return self.mailbox.send("histogram_layout", [active], layout)
 
     def begin_tree(self, message) -> list:
@@ -167,7 +189,7 @@ class PassiveParty(Party):
     def _shared_refs(self) -> tuple:
         """Bins and feature groups in the object store (once per fit: they never change) and this tree's Enc(gh)."""
         if self.fkeys_ref is None:
-            self.fkeys_ref = ray.put(self.fkeys)
+            self.fkeys_ref = ray.put(self.sum_keys)
             self.groups_ref = None if self.groups is None else ray.put(self.groups)
         return self.gh_ref, self.fkeys_ref, self.groups_ref
 
@@ -176,7 +198,7 @@ class PassiveParty(Party):
         ``i`` of the pool sums the ``i``-th share of every node's rows and the shares are then added."""
         n_rows = sum(len(r) for r in rows_of_nodes)
         if not self._parallel(n_rows):
-            built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.fkeys,
+            built, products = _histogram_task(rows_of_nodes, self.backend_spec, self.public_key, self.gh, self.sum_keys,
                                               self.n_bins, self.groups)
             self.ops["add"] += products
             return self._keep(built, occupied)

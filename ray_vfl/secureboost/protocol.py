@@ -9,6 +9,10 @@ child of each split; the active party derives the sibling from the parent
 histogram it decrypted one level up, so siblings cost no ciphertext work.
 A passive party may sum through joint cells of groups of its own features
 (:mod:`ray_vfl.feature_groups`): fewer ciphertext products, the same sums.
+With ciphertexts, it never sums the most populated bin of each feature: the
+active party knows every node's gradient sums and derives that bin's sums as
+the node's minus the feature's other bins (credit, 4 parties: 9% fewer
+products, 6% fewer bin sums compressed, sent and decrypted).
 
 Rounds per tree (``P`` passive parties, ``D`` = max_depth); the active party's
 actor runs them with the passive parties' actors (:mod:`.rounds`):
@@ -18,7 +22,11 @@ round  sender -> receiver      payload                            what the recei
 =====  ======================  =================================  ==========================================
 once   active -> passive       public key                         nothing secret
 once   passive -> active       which (feature, bin) cells hold    what the root histogram shows anyway
-       (histogram_layout)      any training row                   (empty cells have zero hessian sums)
+       (histogram_layout)      any training row; with             (empty cells have zero hessian sums; in
+                               ciphertexts, each feature's most   the first tree all rows share one
+                               populated bin, never sent: the     hessian, so the root's hessian sums
+                               active party derives it (node      are row counts)
+                               sums minus the other cells)
 1      active -> passive       Enc(g), Enc(h) per row             nothing (semantic security)
 per d  passive -> active       Enc(bin sums) per built node (the  bin sums of g and h (not per row); the
        (encrypted_histograms)  root, then the smaller child of     active party derives each sibling as
