@@ -241,7 +241,8 @@ class Runtime:
                 self._actors.pop(key, None)
         elif handle is not None:
             self.kill(key)
-        actor_cls = ray.remote(_actor_class(cls))
+        extra = getattr(cls, "ray_options", None)  # e.g. a class's concurrency groups
+        actor_cls = ray.remote(**extra)(_actor_class(cls)) if extra else ray.remote(_actor_class(cls))
         handle = actor_cls.options(
             name=f"vfl-{self._token}-{key.replace(':', '-')}",
             num_cpus=0,
