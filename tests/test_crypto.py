@@ -262,7 +262,10 @@ def test_prepare_for_masks_only_then_rerandomize(name):
         pk, sk = be.generate_keys(KEY_BITS)
         be.prepare(pk, encrypt=False)
         tables = _public_context(pk).tables
-        assert tables.h._rows and not tables.g._rows and not tables.g_inv._rows
+        assert tables.h.small._rows and not tables.h.big._rows  # a public-key holder: 8-bit windows first
+        assert not tables.g._rows and not tables.g_inv._rows
+        be.prepare(sk, encrypt=False)  # the key owner (a mask reserve): the 12-bit table at once
+        assert tables.h.big._rows and tables.h.many
     else:
         pk, sk = keys(name)
         be.prepare(pk, encrypt=False)
@@ -546,3 +549,17 @@ def test_gh_packing_is_linear(g, data):
     fp = FixedPoint(40)
     assert G[0] == fp.from_ints([sum(ki * v for ki, v in zip(k, fp.to_ints(g)))])[0]
     assert H[0] == fp.from_ints([sum(ki * v for ki, v in zip(k, fp.to_ints(h)))])[0]
+
+
+def test_mask_powers_switch_to_the_large_table_once_it_pays(monkeypatch):
+    """Masks come from 8-bit windows until a process has made enough of them, then from 12-bit ones;
+    either way they are ``base^e`` for the exponents drawn."""
+    from ray_vfl.crypto.gmp import MaskPowers
+
+    monkeypatch.setattr(MaskPowers, "MANY", 5)
+    modulus = (1 << 127) - 1
+    mp = MaskPowers(7, modulus, 4)
+    exps = bytes(range(1, 13))  # three 4-byte exponents
+    expect = [pow(7, int.from_bytes(exps[i:i + 4], "little"), modulus) for i in range(0, 12, 4)]
+    assert mp.pow_bytes(exps, 4) == expect and not mp.many and not mp.big._rows
+    assert mp.pow_bytes(exps, 4) == expect and mp.many and mp.big._rows  # 6 made: past MANY

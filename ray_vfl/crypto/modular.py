@@ -11,7 +11,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from ray_vfl.crypto.arrays import as_int_list, incidences
-from ray_vfl.crypto.base import Backend, CipherArray
+from ray_vfl.crypto.base import Backend, CipherArray, PrivateKey
 from ray_vfl.crypto.fixed_point import center
 from ray_vfl.crypto.gmp import parallel_powmod
 from ray_vfl.crypto.lazy_ints import LazyInts, shared_lazy_ints
@@ -174,16 +174,24 @@ class ModularBackend(Backend):
 
     def prepare(self, key: Any, encrypt: bool = True) -> None:
         """Build the fixed-base tables ``key`` encrypts with (the owner's CRT tables for a private key):
-        two encryptions of the widest messages, one of each sign; with ``encrypt=False`` only the
-        masks' table (OU's message tables take as long again, and a passive party never uses them)."""
+        an encryption of the widest positive message (a packed pair is negative only where its hessian
+        is 0, so OU's table of ``G^-1`` is built if ever needed); with ``encrypt=False`` only the
+        masks' table (OU's message tables take as long again, and a passive party never uses them).
+        The key owner, which encrypts every row, gets the masks' 12-bit tables at once; a public-key
+        holder starts on 8-bit ones (:class:`~ray_vfl.crypto.gmp.MaskPowers`)."""
+        if isinstance(key, PrivateKey):
+            self._expect_many_masks(key.public_key)
         if not encrypt:
             if self.supports_masks:
                 self.make_masks(key, 1)
             return
         top = self.packing.max_abs
-        self.encrypt_gh(key, np.array([top, -top]), np.array([top, 0.0]))
+        self.encrypt_gh(key, np.array([top]), np.array([top]))
 
     supports_masks = True
+
+    def _expect_many_masks(self, pk: Any) -> None:
+        """Hook: build the public masks' large tables now (schemes whose owner masks use them)."""
 
     def make_masks(self, key: Any, count: int) -> CipherArray:
         """``count`` random factors made ahead of time, for :meth:`encrypt_gh` and :meth:`rerandomize`.

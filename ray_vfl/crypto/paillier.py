@@ -46,7 +46,7 @@ import gmpy2
 from gmpy2 import mpz
 
 from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.gmp import FixedBase, crt_pair, parallel_powmod, random_prime
+from ray_vfl.crypto.gmp import FixedBase, MaskPowers, crt_pair, parallel_powmod, random_prime
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.errors import CryptoError
 
@@ -150,7 +150,7 @@ class _PublicContext:
         self.n = mpz(n)
         self.nsq = self.n * self.n
         self.exp_bytes = short_exponent_bits(n.bit_length()) // 8
-        self._fixed: FixedBase | None = None
+        self._fixed: MaskPowers | None = None
 
     def base(self) -> mpz:
         """A fresh DJN base ``B = h_s^n mod n^2`` with ``h_s = -y^2 mod n``."""
@@ -160,10 +160,13 @@ class _PublicContext:
 
     def random_rn(self, count: int) -> list[mpz]:
         """``count`` fresh values ``r^n mod n^2`` (as ``B^alpha`` with short random ``alpha``)."""
+        return self.mask_powers().pow_bytes(secrets.token_bytes(self.exp_bytes * count), self.exp_bytes)
+
+    def mask_powers(self) -> MaskPowers:
+        """The DJN base's fixed-base tables of this process (a fresh base per process)."""
         if self._fixed is None:
-            self._fixed = FixedBase(self.base(), self.nsq, self.exp_bytes)
-            logger.debug("built DJN fixed-base table for %d-bit key", int(self.n).bit_length())
-        return self._fixed.pow_bytes(secrets.token_bytes(self.exp_bytes * count), self.exp_bytes)
+            self._fixed = MaskPowers(self.base(), self.nsq, self.exp_bytes)
+        return self._fixed
 
 
 class _PrivateContext:
