@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels import offset_keys
+
 __all__ = ["FeatureGroups", "plan_feature_groups"]
 
 
@@ -82,17 +84,12 @@ class FeatureGroups:
         for i, group in enumerate(self.multi):
             n_cells = len(self.cell_keys[i])
             code = self.codes[rows, i]
-            summed = code >= 0
-            if summed.all():
-                joint, index = _unique_inverse(slot * n_cells + code, len(rows_of_nodes) * n_cells)
-                stage1_keys.append(index + offset)
-            else:  # rows in the one joint cell no bin needs
-                joint, index = _unique_inverse(slot[summed] * n_cells + code[summed], len(rows_of_nodes) * n_cells)
-                keys1 = np.full(len(rows), -1, dtype=np.int64)
-                keys1[summed] = index + offset
-                stage1_keys.append(keys1)
-            keys = self.cell_keys[i][joint % n_cells]
-            cell_keys.append(np.where(keys >= 0, keys + ((joint // n_cells) * width)[:, None], -1))
+            summed = code >= 0  # not the rows of the one joint cell no bin needs
+            joint, index = _unique_inverse(slot[summed] * n_cells + code[summed], len(rows_of_nodes) * n_cells)
+            keys1 = np.full(len(rows), -1, dtype=np.int64)
+            keys1[summed] = index + offset
+            stage1_keys.append(keys1)
+            cell_keys.append(offset_keys(self.cell_keys[i][joint % n_cells], (joint // n_cells) * width))
             offset += len(joint)
         products = 0
         sources = [selected]
@@ -100,8 +97,7 @@ class FeatureGroups:
         k_max = max([len(singles)] + [len(g) for g in self.multi])
         row_keys = np.full((len(rows), k_max), -1, dtype=np.int64)
         if singles:
-            single_keys = fkeys[rows][:, singles]
-            row_keys[:, :len(singles)] = np.where(single_keys >= 0, single_keys + (slot * width)[:, None], -1)
+            row_keys[:, :len(singles)] = offset_keys(fkeys[rows][:, singles], slot * width)
         all_keys = [row_keys]
         if stage1_keys:
             keys1 = np.stack(stage1_keys, axis=1)

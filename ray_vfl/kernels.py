@@ -102,6 +102,18 @@ def feature_keys(bins: np.ndarray, n_bins: int) -> np.ndarray:
     return bins.astype(np.int64) + np.arange(bins.shape[1], dtype=np.int64) * n_bins
 
 
+def offset_keys(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``keys + offsets[:, None]`` row by row, where a negative key (a cell not summed) stays ``-1``.
+
+    Example
+    -------
+    >>> offset_keys(np.array([[1, -1], [-1, 5]]), np.array([0, 10])).tolist()
+    [[1, -1], [-1, 15]]
+    """
+    shifted = keys + np.asarray(offsets, dtype=np.int64)[:, None]
+    return np.where(keys >= 0, shifted, -1) if keys.size and keys.min() < 0 else shifted
+
+
 def histogram_keys(fkeys: np.ndarray, slot: np.ndarray, n_bins: int) -> np.ndarray:
     """Flat bucket keys ``(slot * F + f) * n_bins + bin`` from :func:`feature_keys` rows and their slots;
     a negative key (a cell not summed) stays ``-1``.
@@ -113,8 +125,7 @@ def histogram_keys(fkeys: np.ndarray, slot: np.ndarray, n_bins: int) -> np.ndarr
     >>> histogram_keys(np.array([[1, -1], [-1, 5]]), np.array([0, 1]), 3).tolist()
     [[1, -1], [-1, 11]]
     """
-    keys = fkeys + (slot.astype(np.int64) * (fkeys.shape[1] * n_bins))[:, None]
-    return np.where(fkeys >= 0, keys, -1) if fkeys.size and fkeys.min() < 0 else keys
+    return offset_keys(fkeys, slot.astype(np.int64) * (fkeys.shape[1] * n_bins))
 
 
 def slot_of_rows(node_of_row: np.ndarray, nodes: np.ndarray) -> np.ndarray:

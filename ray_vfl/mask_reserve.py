@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections import deque
 from typing import Any
 
@@ -77,8 +76,7 @@ class MaskReserve:
     ray_options = {"concurrency_groups": {"control": 1}}  # drop() beside make()
 
     def __init__(self) -> None:
-        _lowest_priority()
-        self._lowered = threading.local()
+        _lowest_priority()  # Ray's task threads, started after this, inherit it (measured for both groups)
         self.backend = None
         self.key = None
         self.dropped_below = 0
@@ -96,9 +94,6 @@ class MaskReserve:
     def make(self, count: int, epoch: int = 0):
         """``count`` fresh masks (a :class:`~ray_vfl.crypto.base.CipherArray` tagged ``"mask"``), or
         ``None`` when the order's ``epoch`` was dropped."""
-        if not getattr(self._lowered, "done", False):  # Ray runs tasks in threads of its own
-            _lowest_priority()
-            self._lowered.done = True
         if epoch < self.dropped_below:
             return None
         return self.backend.make_masks(self.key, count)

@@ -112,6 +112,16 @@ class FixedPoint:
         return hash(("FixedPoint", self.frac_bits))
 
     # -- float <-> signed int ------------------------------------------------------------
+    def rounded(self, x: np.ndarray) -> np.ndarray:
+        """``x`` rounded to the encoding's grid, as floats: ``decode(encode(x))`` without the ints.
+
+        Example
+        -------
+        >>> FixedPoint(frac_bits=2).rounded(np.array([0.3, -0.6])).tolist()
+        [0.25, -0.5]
+        """
+        return np.ldexp(np.rint(np.ldexp(np.asarray(x, dtype=np.float64), self.frac_bits)), -self.frac_bits)
+
     def to_ints(self, x: np.ndarray, max_abs_int: int | None = None) -> list[int]:
         """Round ``x * 2**frac_bits`` to signed Python ints.
 

@@ -115,6 +115,7 @@ class ActiveParty(PredictionRouter, Party):
         self.tree = tree
         g, h = gradients(self.config.objective, self.y, self.margin)
         self.g, self.h = g, h
+        self._encoded_gh: tuple | None = None  # (g, h) as encrypted, once a level derives a cell
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
             chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
@@ -241,11 +242,11 @@ class ActiveParty(PredictionRouter, Party):
         encryption (rounded to the backend's fixed point), so that a derived cell is the very sum its
         decryption would give: float sums of such values are exact while they stay below ``2**(53 -
         frac_bits)`` (credit: below 24,000, for 2**21)."""
-        frac = self.backend.fixed_point.frac_bits
+        if self._encoded_gh is None:  # once per tree
+            self._encoded_gh = tuple(self.backend.fixed_point.rounded(v) for v in (self.g, self.h))
         build = self.levels.build
-        node = self.levels.node_of_row
-        return tuple(np.bincount(node, weights=np.ldexp(np.rint(np.ldexp(v, frac)), -frac),
-                                 minlength=int(build.max()) + 1)[build] for v in (self.g, self.h))
+        return tuple(np.bincount(self.levels.node_of_row, weights=v, minlength=int(build.max()) + 1)[build]
+                     for v in self._encoded_gh)
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray,
                     totals: tuple[np.ndarray, np.ndarray] | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
