@@ -32,8 +32,8 @@ os.environ.pop("RAY_ADDRESS", None)
 import numpy as np  # noqa: E402
 
 from ray_vfl import Runtime  # noqa: E402
-from ray_vfl.psi import private_set_intersection  # noqa: E402
-from ray_vfl.psi_party import hash_and_blind  # noqa: E402
+from ray_vfl.psi.party import hash_and_blind  # noqa: E402
+from ray_vfl.psi.protocol import private_set_intersection  # noqa: E402
 
 
 def party_ids(n: int, parties: int, seed: int = 0) -> dict[str, np.ndarray]:

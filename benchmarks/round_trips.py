@@ -1,7 +1,7 @@
 """What a plaintext SecureBoost fit costs in actor round trips alone, on this machine.
 
 Replays the rounds of a 2-party plaintext tree (credit, depth 5) between two party actors started
-by :class:`~ray_vfl.runtime.Runtime`, through the metered send path, with the real message types and
+by :class:`~ray_vfl.runtime.actors.Runtime`, through the metered send path, with the real message types and
 payload sizes but no computation: the gradient pairs out and the root's histograms back, then per
 level a :class:`~ray_vfl.secureboost.messages.LevelStep` out and a partition with the next level's
 histograms back, and the last level's partitions. Then it fits the real thing in the same Ray and
@@ -25,13 +25,13 @@ import ray
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from ray_vfl import Runtime, SecureBoostClassifier, vertical_split  # noqa: E402
-from ray_vfl.callbacks import TreeTimer  # noqa: E402
-from ray_vfl.comm import Mailbox  # noqa: E402
 from ray_vfl.crypto import get_backend  # noqa: E402
-from ray_vfl.datasets import load_named  # noqa: E402
-from ray_vfl.runtime import gather  # noqa: E402
+from ray_vfl.data.bundled import load_named  # noqa: E402
+from ray_vfl.runtime.actors import gather  # noqa: E402
+from ray_vfl.runtime.comm import Mailbox  # noqa: E402
 from ray_vfl.secureboost.levels import pack_partition  # noqa: E402
 from ray_vfl.secureboost.messages import LevelStep, NodeHistograms, SplitOrders  # noqa: E402
+from ray_vfl.trees.callbacks import TreeTimer  # noqa: E402
 
 ROWS, CELLS, DEPTH = 19_200, 352, 5  # credit's training rows; a passive party's 11 features x 32 bins
 

@@ -26,15 +26,15 @@ import time
 import numpy as np
 
 from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
-from ray_vfl.callbacks import TreeTimer
-from ray_vfl.config import BoostConfig
 from ray_vfl.crypto import CipherArray, get_backend
 from ray_vfl.crypto.gmp import set_threads
-from ray_vfl.secureboost.label_crypto import backend_options
-from ray_vfl.datasets import load_named
+from ray_vfl.data.binning import PartyBinner, encode_party_frame
+from ray_vfl.data.bundled import load_named
 from ray_vfl.metrics import auc
-from ray_vfl.reference import fit_reference
-from ray_vfl.binning import PartyBinner, encode_party_frame
+from ray_vfl.secureboost.label_crypto import backend_options
+from ray_vfl.trees.callbacks import TreeTimer
+from ray_vfl.trees.config import BoostConfig
+from ray_vfl.trees.reference import fit_reference
 
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 

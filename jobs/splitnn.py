@@ -20,7 +20,13 @@ import sys
 import time
 
 from ray_vfl import Runtime
-from ray_vfl.splitnn import SplitNNConfig, load_credit_vfl, load_ipinyou, load_open_bandit, make_fedads_like
+from ray_vfl.splitnn import (
+    SplitNNConfig,
+    load_credit_vfl,
+    load_ipinyou,
+    load_open_bandit,
+    make_fedads_like,
+)
 from ray_vfl.splitnn.experiments import effectiveness_table, privacy_table, write_table
 
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))

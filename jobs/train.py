@@ -30,11 +30,11 @@ from ray_vfl import (
     VerticalDataset,
     vertical_split,
 )
-from ray_vfl.callbacks import TreeTimer
+from ray_vfl.data.bundled import NAMED_DATASETS, load_named
+from ray_vfl.data.dataset import read_table
 from ray_vfl.errors import VFLError
-from ray_vfl.datasets import NAMED_DATASETS, load_named
-from ray_vfl.dataset import read_table
 from ray_vfl.metrics import auc
+from ray_vfl.trees.callbacks import TreeTimer
 
 
 def parse_args(argv=None):

@@ -1,5 +1,11 @@
 """ray_vfl: vertical federated learning on Ray.
 
+Layers, each importing only those listed before it: :mod:`ray_vfl.errors`, :mod:`ray_vfl.config`
+and :mod:`ray_vfl.metrics` (shared by all); :mod:`ray_vfl.runtime` (actors, the metered send path);
+:mod:`ray_vfl.crypto`; :mod:`ray_vfl.psi` (ID alignment); :mod:`ray_vfl.data` (party data,
+binning); :mod:`ray_vfl.trees` (what every tree protocol shares); then one package per protocol
+family: :mod:`ray_vfl.secureboost`, :mod:`ray_vfl.splitnn`.
+
 Example
 -------
 >>> from ray_vfl import SecureBoostClassifier, vertical_split, load_credit       # doctest: +SKIP
@@ -35,18 +41,17 @@ def _lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str]
 # crypto task imports ``ray_vfl.secureboost.passive`` (say) without paying for scikit-learn and pandas,
 # which the user-level names need (importing all of them took 2.7 s per process, 1.4 s of it scikit-learn).
 _EXPORTS = {
-    "EarlyStopping": ".callbacks", "EvaluationLogger": ".callbacks", "ProgressBar": ".callbacks",
-    "TrainingCallback": ".callbacks",
-    "CommStats": ".comm",
-    "BoostConfig": ".config",
-    "VerticalDataset": ".dataset", "read_table": ".dataset", "vertical_split": ".dataset",
-    "load_credit": ".datasets",
-    "AlignedDataset": ".psi", "PsiResult": ".psi", "private_set_intersection": ".psi",
     "ConfigError": ".errors", "CryptoError": ".errors", "DataError": ".errors", "NotFittedError": ".errors",
     "PartyFailedError": ".errors", "VFLError": ".errors",
-    "SecureBoostClassifier": ".estimator", "SecureBoostRegressor": ".estimator",
-    "Runtime": ".runtime",
-    "FederatedModel": ".secureboost", "train": ".secureboost",
+    "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
+    "VerticalDataset": ".data.dataset", "read_table": ".data.dataset", "vertical_split": ".data.dataset",
+    "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",
+    "PsiResult": ".psi.protocol", "private_set_intersection": ".psi.protocol",
+    "BoostConfig": ".trees.config",
+    "EarlyStopping": ".trees.callbacks", "EvaluationLogger": ".trees.callbacks", "ProgressBar": ".trees.callbacks",
+    "TrainingCallback": ".trees.callbacks",
+    "SecureBoostClassifier": ".secureboost.estimator", "SecureBoostRegressor": ".secureboost.estimator",
+    "FederatedModel": ".secureboost.protocol", "train": ".secureboost.protocol",
 }
 
 

@@ -1,12 +1,10 @@
-"""Evaluation metrics reported by the label owner (vectorised numpy, no per-call validation cost)."""
+"""Evaluation metrics reported by a label owner (vectorised numpy, no per-call validation cost)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .kernels import transform_margin
-
-__all__ = ["evaluate_margin", "auc", "logloss", "average_ranks"]
+__all__ = ["auc", "logloss", "average_ranks"]
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
@@ -47,20 +45,3 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 def logloss(y: np.ndarray, p: np.ndarray) -> float:
     p = np.clip(p, 1e-15, 1 - 1e-15)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
-
-
-def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray, with_auc: bool = True) -> dict[str, float]:
-    """Metrics of raw margins: logloss and AUC for logistic, RMSE for regression.
-
-    Example
-    -------
-    >>> evaluate_margin("reg:squarederror", np.array([1.0, 3.0]), np.array([1.0, 1.0]))
-    {'rmse': 1.4142135623730951}
-    """
-    pred = transform_margin(objective, margin)
-    if objective == "binary:logistic":
-        metrics = {"logloss": logloss(y, pred)}
-        if with_auc:
-            metrics["auc"] = auc(y, pred)
-        return metrics
-    return {"rmse": float(np.sqrt(np.mean((pred - y) ** 2)))}

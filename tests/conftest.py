@@ -42,7 +42,7 @@ def pytest_sessionfinish(session, exitstatus):
 def ray_session():
     import ray
 
-    from ray_vfl.runtime import RESOURCE_UNITS, party_resource
+    from ray_vfl.runtime.actors import RESOURCE_UNITS, party_resource
 
     ray.init(
         address="local",
@@ -71,7 +71,7 @@ def runtime(ray_session):
 def credit():
     """The credit data split over 2 parties, 80/20 with seed 0."""
     from ray_vfl import vertical_split
-    from ray_vfl.datasets import load_named
+    from ray_vfl.data.bundled import load_named
 
     frame, label, _, _ = load_named("credit")
     data = vertical_split(frame, 2, label=label, seed=0)

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_vfl.crypto import CipherArray, FixedPoint, GHPacking, available_backends, get_backend
+from ray_vfl.crypto import (
+    CipherArray,
+    FixedPoint,
+    GHPacking,
+    available_backends,
+    get_backend,
+)
 from ray_vfl.errors import ConfigError, CryptoError, DataError, OverflowEncodingError
 
 BACKENDS = [b for b in ("plain", "phe", "paillier", "ou") if b in available_backends()]

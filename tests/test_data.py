@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from ray_vfl import BoostConfig, ConfigError, DataError, VerticalDataset, vertical_split
-from ray_vfl.binning import PartyBinner
+from ray_vfl.data.binning import PartyBinner
 
 
 def frames(n=6):

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_vfl.crypto import get_backend
-from ray_vfl.feature_groups import plan_feature_groups
-from ray_vfl.kernels import build_histograms, feature_keys
+from ray_vfl.trees.feature_groups import plan_feature_groups
+from ray_vfl.trees.kernels import build_histograms, feature_keys
 
 _KEYS: dict = {}
 

@@ -4,7 +4,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_vfl.kernels import best_splits, bucket_sum, feature_keys, gradients, histogram_keys, leaf_weights, slot_of_rows
+from ray_vfl.trees.kernels import (
+    best_splits,
+    bucket_sum,
+    feature_keys,
+    gradients,
+    histogram_keys,
+    leaf_weights,
+    slot_of_rows,
+)
 
 
 @settings(max_examples=40, deadline=None)

@@ -12,10 +12,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ray_vfl import ConfigError, DataError, PartyFailedError, Runtime, SecureBoostClassifier, VerticalDataset, VFLError
-from ray_vfl.datasets import load_named
-from ray_vfl.psi import AlignedDataset, private_set_intersection
-from ray_vfl.psi_party import POINT_BYTES, blind, hash_and_blind
+from ray_vfl import (
+    ConfigError,
+    DataError,
+    PartyFailedError,
+    Runtime,
+    SecureBoostClassifier,
+    VerticalDataset,
+    VFLError,
+)
+from ray_vfl.data.bundled import load_named
+from ray_vfl.psi.party import POINT_BYTES, blind, hash_and_blind
+from ray_vfl.data.alignment import AlignedDataset
+from ray_vfl.psi.protocol import private_set_intersection
 
 PARTIES = ["party0", "party1", "party2", "party3", "party4"]
 

@@ -21,10 +21,10 @@ from ray_vfl import (
     train,
     vertical_split,
 )
-from ray_vfl.binning import PartyBinner
-from ray_vfl.datasets import load_named
-from ray_vfl.kernels import base_margin
-from ray_vfl.reference import fit_reference, predict_reference
+from ray_vfl.data.binning import PartyBinner
+from ray_vfl.data.bundled import load_named
+from ray_vfl.trees.kernels import base_margin
+from ray_vfl.trees.reference import fit_reference, predict_reference
 
 
 def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDataset | None = None) -> np.ndarray:
@@ -366,7 +366,7 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     import ray
 
     from ray_vfl.crypto import get_backend
-    from ray_vfl.mask_reserve import MaskReserve, MaskSupply
+    from ray_vfl.crypto.mask_reserve import MaskReserve, MaskSupply
 
     be = get_backend("paillier")
     pk, sk = be.generate_keys(1024)
@@ -414,7 +414,7 @@ def test_the_scratch_home_of_a_local_ray_is_removed_at_exit(tmp_path):
     import subprocess
     import sys
 
-    script = "from ray_vfl.local_ray import _no_phone_home\nimport os\nwith _no_phone_home(): print(os.environ['HOME'])"
+    script = "from ray_vfl.runtime.local_ray import _no_phone_home\nimport os\nwith _no_phone_home(): print(os.environ['HOME'])"
     env = {**os.environ, "HOME": str(tmp_path)}  # a HOME without ray_bootstrap_config.yaml
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True)
     scratch = out.stdout.strip()

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, DataError, PartyFailedError  # noqa: E402
-from ray_vfl.comm import Mailbox  # noqa: E402
+from ray_vfl.runtime.comm import Mailbox  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,
     InProcessSplitNet,

@@ -35,7 +35,7 @@ from ray_vfl.crypto.lazy_ints import LazyInts
 from ray_vfl.crypto.packing import GHPacking
 from ray_vfl.crypto.tags import compressed_layout, compressed_tag, take_compressed_tag
 from ray_vfl.errors import ConfigError, CryptoError, DataError
-from ray_vfl.payload_shapes import dtype_name
+from ray_vfl.runtime.payload_shapes import dtype_name
 
 __all__ = [
     "Backend",

@@ -46,7 +46,13 @@ import gmpy2
 from gmpy2 import mpz
 
 from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.gmp import FixedBase, MaskPowers, crt_pair, parallel_powmod, random_prime
+from ray_vfl.crypto.gmp import (
+    FixedBase,
+    MaskPowers,
+    crt_pair,
+    parallel_powmod,
+    random_prime,
+)
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.errors import CryptoError
 

@@ -6,19 +6,33 @@ from typing import Any
 
 import numpy as np
 
-from ..config import BoostConfig
-from ..errors import VFLError
 from ..crypto import get_backend
-from ..kernels import base_margin, base_score_of, best_splits, build_histograms, goes_left, gradients, leaf_weights
-from ..metrics import evaluate_margin
-from ..mask_reserve import MaskSupply
-from ..runtime import TaskPool, gather
+from ..crypto.mask_reserve import MaskSupply
+from ..errors import VFLError
+from ..runtime.actors import TaskPool, gather
+from ..trees.config import BoostConfig
+from ..trees.kernels import (
+    base_margin,
+    base_score_of,
+    best_splits,
+    build_histograms,
+    evaluate_margin,
+    goes_left,
+    gradients,
+    leaf_weights,
+)
 from . import rounds
-from .label_crypto import backend_options, decrypt_task, encrypt_task, encryption_pieces, repeated_pairs
+from .label_crypto import (
+    backend_options,
+    decrypt_task,
+    encrypt_task,
+    encryption_pieces,
+    repeated_pairs,
+)
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, SplitOrders
-from .router import PredictionRouter
 from .party import Party
+from .router import PredictionRouter
 from .tree import Tree, TreeBuilder
 
 __all__ = ["ActiveParty"]
@@ -74,7 +88,7 @@ class ActiveParty(PredictionRouter, Party):
             self.prepare_pool(self.backend_spec, self._secret_key)
 
     def set_mask_reserve(self, reserve) -> None:
-        """Hand the key to this party's :class:`~ray_vfl.mask_reserve.MaskReserve` and order the first tree's masks."""
+        """Hand the key to this party's :class:`~ray_vfl.crypto.mask_reserve.MaskReserve` and order the first tree's masks."""
         reserve.set_key.remote(self.backend_spec, self._secret_key)
         self.masks = MaskSupply(reserve)
         if self.y is not None:

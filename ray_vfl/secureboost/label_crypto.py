@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..config import default_gradient_bound
 from ..crypto import get_backend
+from ..trees.config import default_gradient_bound
 
 __all__ = ["backend_options", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
 
@@ -75,7 +75,7 @@ def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
 
 def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
     """Encoding options every party must share: the gradient bound (1 for logistic gradients,
-    :attr:`~ray_vfl.config.BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
+    :attr:`~ray_vfl.trees.config.BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
     rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
     compression shift shorter.
 
@@ -87,7 +87,7 @@ def backend_options(objective: str, n_rows: int | None = None, gradient_bound: f
     to a multiple of ``2**-32`` (2.3e-10), finer than the float32 gradient pairs xgboost itself
     keeps for every row whenever ``|g| >= 2**-8`` (SecretFlow's SecureBoost keeps 20 bits). A bin
     sum of 24,000 rows is then off its float value by about 1e-8, far inside the ``1e-9`` relative
-    tie margin of :func:`~ray_vfl.kernels.best_splits`, so the trees stay the centralized ones
+    tie margin of :func:`~ray_vfl.trees.kernels.best_splits`, so the trees stay the centralized ones
     (28 bits flipped a near-tie in the tests; 32 did not).
 
     Together, a packed slot is 51 bits instead of 65: an OU 2048 ciphertext holds 6 bin sums

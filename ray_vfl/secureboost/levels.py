@@ -10,11 +10,10 @@ the full row-to-node map.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..errors import VFLError
-from ..kernels import smaller_children
+from ..trees.kernels import smaller_children
 from .messages import Partition
 
 __all__ = ["RowLevels", "pack_partition", "unpack_partition"]

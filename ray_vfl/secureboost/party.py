@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..binning import PartyBinner
-from ..comm import Mailbox, Record
-from ..config import BoostConfig
 from ..crypto import get_backend
-from ..kernels import feature_keys
-from ..runtime import TaskPool
+from ..data.binning import PartyBinner
+from ..runtime.actors import TaskPool
+from ..runtime.comm import Mailbox, Record
+from ..trees.config import BoostConfig
+from ..trees.kernels import feature_keys
 from .tree import LookupTable
 
 __all__ = ["Party"]

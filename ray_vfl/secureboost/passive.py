@@ -8,8 +8,8 @@ import numpy as np
 import ray
 
 from ..crypto import get_backend
-from ..feature_groups import FeatureGroups, plan_feature_groups
-from ..kernels import build_histograms, goes_left
+from ..trees.feature_groups import FeatureGroups, plan_feature_groups
+from ..trees.kernels import build_histograms, goes_left
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, NodeHistograms, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party

@@ -8,7 +8,7 @@ with histogram subtraction: a passive party sums and sends only the smaller
 child of each split; the active party derives the sibling from the parent
 histogram it decrypted one level up, so siblings cost no ciphertext work.
 A passive party may sum through joint cells of groups of its own features
-(:mod:`ray_vfl.feature_groups`): fewer ciphertext products, the same sums.
+(:mod:`ray_vfl.trees.feature_groups`): fewer ciphertext products, the same sums.
 With ciphertexts, it never sums the most populated bin of each feature: the
 active party knows every node's gradient sums and derives that bin's sums as
 the node's minus the feature's other bins (credit, 4 parties: 9% fewer
@@ -60,16 +60,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..binning import check_encodable
-from ..callbacks import CallbackList, TrainingCallback
-from ..comm import CommStats
-from ..config import BoostConfig
-from ..dataset import VerticalDataset
-from ..errors import ConfigError, DataError
 from ..crypto import get_backend
-from ..kernels import base_score_of, transform_margin
-from ..mask_reserve import MaskReserve
-from ..runtime import Runtime
+from ..crypto.mask_reserve import MaskReserve
+from ..data.binning import check_encodable
+from ..data.dataset import VerticalDataset
+from ..errors import ConfigError, DataError
+from ..runtime.actors import Runtime
+from ..runtime.comm import CommStats
+from ..trees.callbacks import CallbackList, TrainingCallback
+from ..trees.config import BoostConfig
+from ..trees.kernels import base_score_of, transform_margin
 from .active import ActiveParty
 from .passive import PassiveParty
 

@@ -3,7 +3,7 @@
 The active (label) party's actor drives each tree: it calls the passive
 parties' actors directly and waits for their replies, one round trip per
 level instead of a chain of calls through the driver. Every payload still
-goes through the parties' metered :class:`~ray_vfl.comm.Mailbox`; a passive
+goes through the parties' metered :class:`~ray_vfl.runtime.comm.Mailbox`; a passive
 party that dies, fails or stays silent past ``config.timeout_s`` ends the
 tree with :class:`~ray_vfl.errors.PartyFailedError` naming it.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import ray
 
-from ..runtime import gather
+from ..runtime.actors import gather
 
 __all__ = ["grow_tree", "route"]
 

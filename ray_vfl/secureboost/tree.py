@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import goes_left
+from ..trees.kernels import goes_left
 
 __all__ = ["Tree", "TreeBuilder", "LookupTable"]
 

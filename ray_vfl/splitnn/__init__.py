@@ -16,8 +16,22 @@ Or, scikit-learn style: ``SplitNNClassifier(defense=MixPro()).fit(data.train)``.
 from .attacks import NonLabelView, cluster_attack, d_leak_auc, leak_auc, norm_attack
 from .baselines import InProcessSplitNet
 from .config import SplitNNConfig
-from .data import SplitNNData, load_credit_vfl, load_fedads, load_ipinyou, load_open_bandit, make_fedads_like
-from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense, analytic_gaussian_sigma
+from .data import (
+    SplitNNData,
+    load_credit_vfl,
+    load_fedads,
+    load_ipinyou,
+    load_open_bandit,
+    make_fedads_like,
+)
+from .defenses import (
+    Defense,
+    GaussianDP,
+    Marvell,
+    MixPro,
+    NoDefense,
+    analytic_gaussian_sigma,
+)
 from .estimator import SplitNNClassifier
 from .parties import LabelParty, NonLabelParty
 from .protocol import SplitNNModel, train

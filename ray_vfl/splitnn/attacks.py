@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from ..errors import DataError
 from ..metrics import auc
 
@@ -120,7 +121,9 @@ def cluster_attack(view: NonLabelView, seed: int = 0, source: str = "embeddings"
     """
     if metric not in ("cosine", "euclidean"):
         raise DataError(f"metric must be 'cosine' or 'euclidean', got {metric!r}")
-    from sklearn.cluster import KMeans  # imported here: party actors never need scikit-learn
+    from sklearn.cluster import (
+        KMeans,  # imported here: party actors never need scikit-learn
+    )
 
     ids, x = latest_rows(view, source)
     if metric == "cosine":

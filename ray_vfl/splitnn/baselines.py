@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..dataset import VerticalDataset
+from ..data.dataset import VerticalDataset
 from ..errors import DataError, NotFittedError
 from ..metrics import auc, logloss
 from .config import SplitNNConfig

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..dataset import VerticalDataset
+from ..data.dataset import VerticalDataset
 from ..errors import DataError
 
 __all__ = ["SplitNNData", "make_fedads_like", "load_credit_vfl", "load_ipinyou", "load_open_bandit", "load_fedads",

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..binning import check_encodable
+from ..data.binning import check_encodable
 from ..errors import ConfigError, DataError
 
 __all__ = ["FeatureEncoder"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import ClassifierMixin
 
-from ..dataset import VerticalDataset
-from ..federated_estimator import FederatedEstimator
-from ..runtime import Runtime
+from ..data.dataset import VerticalDataset
+from ..runtime.actors import Runtime
+from ..runtime.estimator import FederatedEstimator
 from .config import SplitNNConfig
 from .defenses import Defense
 from .protocol import SplitNNModel, train
@@ -81,7 +81,8 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     def fit(self, data: VerticalDataset) -> "SplitNNClassifier":
         """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels)."""
         config = self._config()
-        runtime = self._fit_runtime(data, config.timeout_s)
+        VerticalDataset.ensure(data)
+        runtime = self._fit_runtime(config.timeout_s)
         self.model_ = train(runtime, data, config, defense=self.defense)
         self.losses_ = list(self.model_.losses)
         self.comm_stats_ = self.model_.comm_stats

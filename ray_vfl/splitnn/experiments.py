@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-from ..runtime import Runtime
+from ..runtime.actors import Runtime
 from .attacks import cluster_attack, d_leak_auc, leak_auc, norm_attack
 from .baselines import InProcessSplitNet
 from .config import SplitNNConfig

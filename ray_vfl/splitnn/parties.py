@@ -2,7 +2,7 @@
 
 Both roles hold one party's feature block, encoded on its own (see
 :class:`~ray_vfl.splitnn.encoding.FeatureEncoder`), a bottom model, an
-optimizer and a :class:`~ray_vfl.comm.Mailbox`. The label party adds the labels,
+optimizer and a :class:`~ray_vfl.runtime.comm.Mailbox`. The label party adds the labels,
 the top model, the loss and the defense that wraps what it sends. Batches are
 named by their number in the shared schedule (both sides derive it from the
 seed), so no row index ever travels.
@@ -17,14 +17,22 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..comm import Mailbox, Message, Record
 from ..errors import DataError
-from ..runtime import gather
+from ..runtime.actors import gather
+from ..runtime.comm import Mailbox, Message, Record
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
 from .encoding import FeatureEncoder
-from .models import LABEL_BOTTOM_SEED, batch_schedule, build_bottom, build_top, make_optimizer, nonlabel_seed, torch_dtype
+from .models import (
+    LABEL_BOTTOM_SEED,
+    batch_schedule,
+    build_bottom,
+    build_top,
+    make_optimizer,
+    nonlabel_seed,
+    torch_dtype,
+)
 
 __all__ = ["NonLabelParty", "LabelParty", "check_binary_labels"]
 

@@ -35,12 +35,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..binning import check_encodable
-from ..comm import CommStats
-from ..dataset import VerticalDataset
+from ..data.binning import check_encodable
+from ..data.dataset import VerticalDataset
 from ..errors import DataError
 from ..metrics import auc, logloss
-from ..runtime import Runtime
+from ..runtime.actors import Runtime
+from ..runtime.comm import CommStats
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import DataError
+from ..errors import DataError
 
 __all__ = ["PartyBinner", "encode_party_frame", "check_encodable"]
 

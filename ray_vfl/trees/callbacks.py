@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["TrainingCallback", "ProgressBar", "EvaluationLogger", "EarlyStopping", "TreeTimer", "CallbackList"]
 

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 import ray
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["RESOURCE_UNITS", "SPARE_SLOTS", "party_resource", "start_local_ray", "claim_spare_slots", "forget_local_ray"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from .crypto import get_backend
+from . import get_backend
 
 __all__ = ["MaskReserve", "MaskSupply"]
 

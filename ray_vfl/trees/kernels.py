@@ -26,9 +26,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..metrics import auc, logloss
 
 __all__ = [
+    "evaluate_margin",
     "gradients",
     "base_margin",
     "transform_margin",
@@ -95,6 +97,23 @@ def transform_margin(objective: str, margin: np.ndarray) -> np.ndarray:
     if objective == "binary:logistic":
         return 1.0 / (1.0 + np.exp(-margin))
     return margin
+
+
+def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray, with_auc: bool = True) -> dict[str, float]:
+    """Metrics of raw margins: logloss and AUC for logistic, RMSE for regression.
+
+    Example
+    -------
+    >>> evaluate_margin("reg:squarederror", np.array([1.0, 3.0]), np.array([1.0, 1.0]))
+    {'rmse': 1.4142135623730951}
+    """
+    pred = transform_margin(objective, margin)
+    if objective == "binary:logistic":
+        metrics = {"logloss": logloss(y, pred)}
+        if with_auc:
+            metrics["auc"] = auc(y, pred)
+        return metrics
+    return {"rmse": float(np.sqrt(np.mean((pred - y) ** 2)))}
 
 
 def feature_keys(bins: np.ndarray, n_bins: int) -> np.ndarray:

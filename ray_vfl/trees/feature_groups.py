@@ -64,7 +64,7 @@ class FeatureGroups:
         Example
         -------
         >>> from ray_vfl.crypto import get_backend
-        >>> from ray_vfl.kernels import feature_keys
+        >>> from ray_vfl.trees.kernels import feature_keys
         >>> be = get_backend("plain"); pk, sk = be.generate_keys()
         >>> bins = np.array([[0, 1, 2], [0, 1, 0], [1, 0, 2]])
         >>> plan = plan_feature_groups(bins, 3, max_depth=1, groups=[(0, 1), (2,)])

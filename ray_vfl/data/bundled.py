@@ -13,8 +13,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from ..errors import DataError
 from .dataset import read_table
-from .errors import DataError
 
 __all__ = ["load_credit", "credit_path", "load_named", "NAMED_DATASETS"]
 

@@ -2,7 +2,7 @@
 
 :func:`describe` turns a message payload (arrays, dataclasses, dicts, lists,
 ciphertext arrays) into a nested tuple of type names and shapes; the send
-path (:mod:`ray_vfl.comm`) keeps it in every record, so privacy tests can
+path (:mod:`ray_vfl.runtime.comm`) keeps it in every record, so privacy tests can
 audit what each party received. It lives apart from the transport so that
 payload types elsewhere (the crypto layer's ciphertext arrays) can describe
 themselves without importing it.

@@ -26,11 +26,14 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
 
-from .comm import Mailbox, Message, Record
-from .errors import VFLError
-from .runtime import TaskPool
+from ..errors import VFLError
+from ..runtime.actors import TaskPool
+from ..runtime.comm import Mailbox, Message, Record
 
 __all__ = [
     "DOMAIN", "POINT_BYTES", "DIGEST_BYTES", "encode_ids", "hash_and_blind", "blind", "match_digests", "PsiParty",
@@ -127,7 +130,7 @@ class PsiParty:
 
     The same class plays the leader and a follower; the driver decides which
     methods it calls. Heavy work (hashing, blinding) runs chunked on the
-    party's pinned :class:`~ray_vfl.runtime.TaskPool`. With ``audit=True``
+    party's pinned :class:`~ray_vfl.runtime.actors.TaskPool`. With ``audit=True``
     the party also keeps every payload it receives, for privacy tests.
     """
 

@@ -4,7 +4,7 @@ Each party (and later each server) runs as a named Ray actor bound to a custom
 Ray resource of its own, ``vfl_<party>``: the actor and every task it fans out
 can only be placed on nodes that declare that resource, so a party's data and
 keys never leave its machines. On a laptop the runtime starts Ray itself and
-declares every party's resource on the local node (:mod:`ray_vfl.local_ray`,
+declares every party's resource on the local node (:mod:`ray_vfl.runtime.local_ray`,
 with spare slots for the parties of later federations); on a cluster
 (``ray job submit``, ``cluster.yaml``) each party's nodes declare their own.
 
@@ -30,8 +30,14 @@ from typing import Any, Callable, Sequence
 
 import ray
 
-from .errors import ConfigError, DataError, PartyFailedError, VFLError
-from .local_ray import RESOURCE_UNITS, claim_spare_slots, forget_local_ray, party_resource, start_local_ray
+from ..errors import ConfigError, DataError, PartyFailedError, VFLError
+from .local_ray import (
+    RESOURCE_UNITS,
+    claim_spare_slots,
+    forget_local_ray,
+    party_resource,
+    start_local_ray,
+)
 
 __all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sklearn.base import BaseEstimator
 
-from .dataset import VerticalDataset
-from .errors import DataError, NotFittedError
-from .runtime import Runtime
+from ..errors import NotFittedError
+from .actors import Runtime
 
 __all__ = ["FederatedEstimator"]
 
@@ -22,10 +19,8 @@ class FederatedEstimator(BaseEstimator):
 
     runtime: Runtime | None
 
-    def _fit_runtime(self, data: Any, timeout_s: float) -> Runtime:
-        """Check the training data and return the runtime to train with (a new one unless given)."""
-        if not isinstance(data, VerticalDataset):
-            raise DataError(f"fit expects a VerticalDataset (see ray_vfl.vertical_split), got {type(data).__name__}")
+    def _fit_runtime(self, timeout_s: float) -> Runtime:
+        """The runtime to train with (a new one unless given)."""
         return self.runtime if self.runtime is not None else Runtime(timeout_s=timeout_s)
 
     def _check_fitted(self):

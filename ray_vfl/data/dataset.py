@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError, DataError
+from ..errors import ConfigError, DataError
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
 
 if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
-    from .runtime import Runtime
+    from ..runtime.actors import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,14 @@ class VerticalDataset:
             if party not in self.features:
                 raise DataError(f"categorical columns given for unknown party {party!r}; parties are {self.party_names}")
 
+    @staticmethod
+    def ensure(data: object, role: str = "fit") -> "VerticalDataset":
+        """Return ``data`` if it is a :class:`VerticalDataset`; raise :class:`DataError` naming the fix otherwise."""
+        if not isinstance(data, VerticalDataset):
+            raise DataError(f"{role} expects a VerticalDataset (see ray_vfl.vertical_split or "
+                            f"VerticalDataset.from_frames), got {type(data).__name__}")
+        return data
+
     # construction -------------------------------------------------------
     @classmethod
     def from_frames(
@@ -134,8 +142,8 @@ class VerticalDataset:
         With ``align=None`` every party must list the same IDs in the same
         order. With ``align="psi"`` the tables may hold different IDs in any
         order: the parties intersect them by private set intersection on Ray
-        actors (``runtime``, or a fresh :class:`~ray_vfl.runtime.Runtime`) and
-        the result is a :class:`~ray_vfl.psi.AlignedDataset` over the common
+        actors (``runtime``, or a fresh :class:`~ray_vfl.runtime.actors.Runtime`) and
+        the result is a :class:`~ray_vfl.data.alignment.AlignedDataset` over the common
         IDs in ascending order, whose ``unaligned[party]`` keeps each party's
         other rows. ``label`` names the label column; the party whose table
         holds it is the label owner (and leads the PSI).
@@ -146,7 +154,7 @@ class VerticalDataset:
         if align is not None:
             if align != "psi":
                 raise ConfigError(f"align must be None or 'psi', got {align!r}")
-            from .psi import align_frames  # the PSI protocol depends on this module, not the reverse
+            from .alignment import align_frames  # alignment builds on this module
 
             return align_frames(frames, id_column, label, label_party, categorical, runtime=runtime)
         ids = None

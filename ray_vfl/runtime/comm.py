@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .errors import VFLError
+from ..errors import VFLError
 from .payload_shapes import describe
 
 __all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes"]

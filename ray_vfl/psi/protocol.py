@@ -3,7 +3,7 @@
 Protocol: Diffie-Hellman PSI (Meadows 1986; Huberman, Franklin and Hogg 1999),
 in a star around a *leader* (the label party when there is one). Every party
 ``P`` draws a secret scalar ``k_P`` from the OS RNG and hashes each of its IDs
-to the group, ``H(id)`` (X25519, see :mod:`ray_vfl.psi_party`). Blinding
+to the group, ``H(id)`` (X25519, see :mod:`ray_vfl.psi.party`). Blinding
 commutes, ``X(a, X(f, H(x))) == X(f, X(a, H(x)))``, so the double-blinded
 values of the leader's and a follower's IDs are equal exactly on their common
 IDs. Each follower ``F`` (all in parallel) runs with the leader ``L``:
@@ -37,7 +37,7 @@ so it is deterministic, and every party could check it on its own rows.
 The leader sorts once and the followers follow its positions.
 
 Each party's rows outside ``I`` are kept, not dropped: :class:`PsiResult`
-lists them, and :class:`AlignedDataset` exposes them as frames (the label
+lists them, and :class:`ray_vfl.data.alignment.AlignedDataset` exposes them as frames (the label
 party's unaligned rows can still train a local or split model).
 """
 
@@ -50,13 +50,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .comm import CommStats
-from .dataset import VerticalDataset
-from .errors import ConfigError, DataError
-from .psi_party import PsiParty
-from .runtime import Runtime
+from ..errors import ConfigError, DataError
+from ..runtime.actors import Runtime
+from ..runtime.comm import CommStats
+from .party import PsiParty
 
-__all__ = ["PsiResult", "AlignedDataset", "private_set_intersection", "align_frames", "normalize_ids"]
+__all__ = ["PsiResult", "private_set_intersection", "normalize_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -211,65 +210,3 @@ def private_set_intersection(
     log.info("PSI: %d common rows of %s; %.3f MB exchanged", len(rows[leader]),
              {p: len(a) for p, (a, _) in checked.items()}, stats.total_mb)
     return PsiResult(leader, {p: rows[p] for p in names}, {p: unaligned[p] for p in names}, stats)
-
-
-@dataclass(frozen=True)
-class AlignedDataset(VerticalDataset):
-    """A :class:`VerticalDataset` whose rows were aligned by PSI.
-
-    Its rows are the intersection of the parties' IDs, in ascending ID order.
-    Nothing is dropped: ``unaligned[p]`` holds party ``p``'s other rows, with
-    all their columns (ID and label included), in their input order.
-
-    Attributes
-    ----------
-    unaligned : dict[str, pandas.DataFrame]
-        Per party, the rows of its input table outside the intersection.
-    psi : PsiResult or None
-        Row positions of the alignment and its communication statistics.
-
-    Example
-    -------
-    >>> bank = pd.DataFrame({"id": [3, 1, 2], "income": [1.0, 2.0, 3.0], "y": [0, 1, 0]})
-    >>> shop = pd.DataFrame({"id": [2, 4, 3], "spend": [5.0, 6.0, 7.0]})
-    >>> data = VerticalDataset.from_frames({"bank": bank, "shop": shop}, label="y", align="psi")  # doctest: +SKIP
-    >>> data.ids.tolist(), data.unaligned["shop"]["id"].tolist()                                # doctest: +SKIP
-    ([2, 3], [4])
-    """
-
-    unaligned: dict[str, pd.DataFrame] = field(default_factory=dict)
-    psi: PsiResult | None = None
-
-
-def align_frames(
-    frames: Mapping[str, pd.DataFrame],
-    id_column: str = "id",
-    label: str | None = None,
-    label_party: str | None = None,
-    categorical: Mapping[str, Sequence[str]] | None = None,
-    runtime: Runtime | None = None,
-    workers: int | None = None,
-) -> AlignedDataset:
-    """Align per-party tables whose ID sets differ by PSI; what ``from_frames(..., align="psi")`` runs.
-
-    The label party (when there is one) leads the intersection. Without a
-    ``runtime`` a fresh one is used and its PSI actors are killed afterwards
-    (Ray itself keeps running for the training that follows).
-    """
-    for party, frame in frames.items():
-        if id_column not in frame.columns:
-            raise DataError(f"party {party!r} has no ID column {id_column!r}; its columns are {list(frame.columns)}")
-    owners = [p for p, f in frames.items() if label is not None and label in f.columns]
-    leader = label_party if label_party in frames else (owners[0] if len(owners) == 1 else None)
-    own_runtime = runtime is None
-    runtime = runtime or Runtime()
-    try:
-        result = private_set_intersection(runtime, {p: f[id_column] for p, f in frames.items()}, leader, workers)
-    finally:
-        if own_runtime:
-            runtime.kill_all()
-    aligned = {p: f.iloc[result.rows[p]].reset_index(drop=True) for p, f in frames.items()}
-    unaligned = {p: f.iloc[result.unaligned_rows[p]].reset_index(drop=True) for p, f in frames.items()}
-    base = VerticalDataset.from_frames(aligned, id_column, label, label_party, categorical)
-    return AlignedDataset(base.features, base.ids, base.label, base.label_party, base.categorical,
-                          unaligned=unaligned, psi=result)

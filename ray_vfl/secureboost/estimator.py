@@ -1,7 +1,7 @@
 """scikit-learn style estimators over the SecureBoost protocol.
 
 ``__init__`` only stores parameters; ``fit`` validates them (through
-:class:`~ray_vfl.config.BoostConfig`), trains with one Ray actor per party and
+:class:`~ray_vfl.trees.config.BoostConfig`), trains with one Ray actor per party and
 returns ``self``; learned attributes end in ``_``.
 """
 
@@ -12,14 +12,19 @@ from typing import Sequence
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
-from .callbacks import EarlyStopping, EvaluationLogger, ProgressBar, TrainingCallback
-from .config import BoostConfig
-from .dataset import VerticalDataset
-from .errors import DataError
-from .federated_estimator import FederatedEstimator
-from .kernels import transform_margin
-from .runtime import Runtime
-from .secureboost.protocol import FederatedModel, train
+from ..data.dataset import VerticalDataset
+from ..errors import DataError
+from ..runtime.actors import Runtime
+from ..runtime.estimator import FederatedEstimator
+from ..trees.callbacks import (
+    EarlyStopping,
+    EvaluationLogger,
+    ProgressBar,
+    TrainingCallback,
+)
+from ..trees.config import BoostConfig
+from ..trees.kernels import transform_margin
+from .protocol import FederatedModel, train
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
 
@@ -82,7 +87,8 @@ class _SecureBoost(FederatedEstimator):
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):
         """Train on ``data``; ``eval_set`` data sets are scored after every tree."""
         config = self._config()
-        runtime = self._fit_runtime(data, config.timeout_s)
+        VerticalDataset.ensure(data)
+        runtime = self._fit_runtime(config.timeout_s)
         evals = {f"validation_{i}": d for i, d in enumerate(eval_set or [])}
         callbacks = list(self.callbacks or [])
         if self.verbose:

@@ -1,0 +1,17 @@
+"""The data layer: vertically partitioned datasets, per-party binning, the bundled tables.
+
+:mod:`.dataset` (:class:`VerticalDataset`, :func:`vertical_split`, :func:`read_table`),
+:mod:`.alignment` (rows aligned by private set intersection), :mod:`.binning` (each party's
+quantile bins) and :mod:`.bundled` (the credit table shipped with the package, named datasets).
+"""
+
+from .. import _lazy_exports
+
+_EXPORTS = {
+    "VerticalDataset": ".dataset", "read_table": ".dataset", "vertical_split": ".dataset",
+    "AlignedDataset": ".alignment", "align_frames": ".alignment",
+    "PartyBinner": ".binning", "check_encodable": ".binning",
+    "load_credit": ".bundled", "load_named": ".bundled", "credit_path": ".bundled", "NAMED_DATASETS": ".bundled",
+}
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,153 @@
+"""Hyper-parameters of federated gradient boosting, shared by every tree protocol.
+
+    >>> BoostConfig(max_depth=0)
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.ConfigError: max_depth must be an integer in [1, 16], got 0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ValidatedConfig, check_float, check_int
+from ..errors import ConfigError
+
+__all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "default_gradient_bound"]
+
+OBJECTIVES = ("binary:logistic", "reg:squarederror")
+MIN_KEY_BITS = 1024
+# Largest |gradient| the encrypted encoding holds for squared error unless the user says otherwise.
+DEFAULT_GRADIENT_BOUND = 2.0**16
+
+
+def default_gradient_bound(objective: str) -> float:
+    """``|gradient|`` bound of an objective when the user sets none: 1 for logistic (a probability
+    minus a label), :data:`DEFAULT_GRADIENT_BOUND` for squared error.
+
+    Example
+    -------
+    >>> default_gradient_bound("binary:logistic"), default_gradient_bound("reg:squarederror")
+    (1.0, 65536.0)
+    """
+    return 1.0 if objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
+
+
+
+@dataclass(frozen=True)
+class BoostConfig(ValidatedConfig):
+    """Hyper-parameters of federated gradient boosting (XGBoost semantics).
+
+    Parameters
+    ----------
+    n_trees : int
+        Number of boosting rounds, in [1, 10000].
+    max_depth : int
+        Depth of each tree, in [1, 16].
+    learning_rate : float
+        Shrinkage ``eta`` applied to every leaf weight, in (0, 1].
+    reg_lambda : float
+        L2 regularisation of leaf weights (``lambda``), >= 0.
+    gamma : float
+        Minimum loss reduction to make a split (``min_split_loss``), >= 0.
+    min_child_weight : float
+        Minimum hessian sum in each child, >= 0.
+    max_bin : int
+        Quantile bins per feature (missing values get one extra bin), in [2, 255].
+    objective : str
+        ``"binary:logistic"`` or ``"reg:squarederror"``.
+    base_score : float or None
+        Initial prediction; ``None`` uses the label mean (a probability for the
+        logistic objective).
+    backend : str
+        Crypto backend name (see :func:`ray_vfl.crypto.available_backends`).
+    key_bits : int
+        Paillier modulus size; at least 1024, 2048 by default.
+    workers_per_party : int or None
+        Ray tasks a party fans its crypto out to; ``None``: the CPUs of the party's nodes, split
+        between passive parties that share nodes.
+    timeout_s : float
+        Longest a protocol phase may take before the driver raises
+        :class:`~ray_vfl.errors.PartyFailedError`.
+    precompute_masks : bool
+        Let the label party make the next tree's encryption randomness in the
+        background, at the lowest OS priority (:mod:`ray_vfl.crypto.mask_reserve`).
+    group_features : bool
+        Let each passive party sum its encrypted histograms through the joint
+        cells of groups of its features (:mod:`ray_vfl.trees.feature_groups`): the
+        same sums from fewer ciphertext products.
+    gradient_bound : float or None
+        Largest ``|gradient|`` the encrypted fixed-point encoding holds; it sizes
+        every slot and every party sees it. ``None``: 1 for the logistic
+        objective (a probability minus a label), 65,536 for squared error.
+        Training refuses squared-error labels further than half the bound from
+        the base score (residuals may grow a little while boosting): scale the
+        labels or raise the bound.
+
+    Example
+    -------
+    >>> cfg = BoostConfig(n_trees=10, max_depth=5)
+    >>> cfg.replace(max_depth=3).max_depth
+    3
+    """
+
+    n_trees: int = 10
+    max_depth: int = 5
+    learning_rate: float = 0.3
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    max_bin: int = 32
+    objective: str = "binary:logistic"
+    base_score: float | None = None
+    backend: str = "paillier"
+    key_bits: int = 2048
+    workers_per_party: int | None = None
+    timeout_s: float = 600.0
+    precompute_masks: bool = True
+    group_features: bool = True
+    gradient_bound: float | None = None
+
+    @property
+    def gradient_limit(self) -> float:
+        """The ``|gradient|`` bound in force (:attr:`gradient_bound` or the objective's default)."""
+        if self.gradient_bound is not None:
+            return float(self.gradient_bound)
+        return default_gradient_bound(self.objective)
+
+    def __post_init__(self) -> None:
+        check_int("n_trees", self.n_trees, 1, 10_000)
+        check_int("max_depth", self.max_depth, 1, 16)
+        check_float("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
+        check_float("reg_lambda", self.reg_lambda, 0.0, 1e12)
+        check_float("gamma", self.gamma, 0.0, 1e12)
+        check_float("min_child_weight", self.min_child_weight, 0.0, 1e12)
+        check_int("max_bin", self.max_bin, 2, 255)
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.base_score is not None:
+            if self.objective == "binary:logistic":
+                check_float("base_score", self.base_score, 0.0, 1.0, lo_open=True)
+                if self.base_score >= 1.0:
+                    raise ConfigError(f"base_score must be a probability in (0, 1), got {self.base_score!r}")
+            else:
+                check_float("base_score", self.base_score, -1e300, 1e300)
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ConfigError(f"backend must be a backend name such as 'paillier' or 'plain', got {self.backend!r}")
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or self.key_bits < MIN_KEY_BITS:
+            raise ConfigError(
+                f"key_bits must be an integer >= {MIN_KEY_BITS} (2048 recommended), got {self.key_bits!r}; "
+                "smaller Paillier keys are breakable"
+            )
+        if self.workers_per_party is not None:
+            check_int("workers_per_party", self.workers_per_party, 1, 4096)
+        check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+        if not isinstance(self.precompute_masks, bool):
+            raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
+        if not isinstance(self.group_features, bool):
+            raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")
+        if self.gradient_bound is not None:
+            check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)
+            if self.objective == "binary:logistic" and self.gradient_bound < 1.0:
+                raise ConfigError(f"gradient_bound must be at least 1 for binary:logistic (gradients reach +-1), "
+                                  f"got {self.gradient_bound!r}")
