@@ -31,7 +31,7 @@ from ray_vfl import (
     vertical_split,
 )
 from ray_vfl.data.bundled import NAMED_DATASETS, load_named
-from ray_vfl.data.dataset import read_table
+from ray_vfl.data.sources import read_table
 from ray_vfl.errors import VFLError
 from ray_vfl.metrics import auc
 from ray_vfl.trees.callbacks import TreeTimer

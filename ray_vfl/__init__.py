@@ -44,7 +44,7 @@ _EXPORTS = {
     "ConfigError": ".errors", "CryptoError": ".errors", "DataError": ".errors", "NotFittedError": ".errors",
     "PartyFailedError": ".errors", "VFLError": ".errors",
     "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
-    "VerticalDataset": ".data.dataset", "read_table": ".data.dataset", "vertical_split": ".data.dataset",
+    "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.dataset",
     "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",
     "PsiResult": ".psi.protocol", "private_set_intersection": ".psi.protocol",
     "BoostConfig": ".trees.config",

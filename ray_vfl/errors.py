@@ -54,7 +54,7 @@ class DataError(VFLError, ValueError):
     >>> read_table("no_such_file.csv")
     Traceback (most recent call last):
     ...
-    ray_vfl.errors.DataError: data file 'no_such_file.csv' does not exist
+    ray_vfl.errors.DataError: data file 'no_such_file.csv' does not exist on this node (...)
     """
 
 

@@ -32,15 +32,6 @@ def test_from_frames_accepts_pyarrow_tables():
     assert data.n_features("shop") == 2
 
 
-def test_from_files_reads_csv_and_parquet(tmp_path):
-    bank, shop = frames()
-    bank.to_csv(tmp_path / "bank.csv", index=False)
-    shop.to_parquet(tmp_path / "shop.parquet")
-    data = VerticalDataset.from_files({"bank": tmp_path / "bank.csv", "shop": tmp_path / "shop.parquet"},
-                                      id_column="id", label="y", categorical={"shop": ["city"]})
-    assert data.n_features() == 3
-
-
 @pytest.mark.parametrize(
     "mutate, message",
     [

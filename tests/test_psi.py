@@ -21,9 +21,9 @@ from ray_vfl import (
     VerticalDataset,
     VFLError,
 )
+from ray_vfl.data.alignment import AlignedDataset
 from ray_vfl.data.bundled import load_named
 from ray_vfl.psi.party import POINT_BYTES, blind, hash_and_blind
-from ray_vfl.data.alignment import AlignedDataset
 from ray_vfl.psi.protocol import private_set_intersection
 
 PARTIES = ["party0", "party1", "party2", "party3", "party4"]
@@ -139,9 +139,12 @@ def test_from_files_aligns_by_psi(runtime, tmp_path):
     pd.DataFrame({"id": [2, 4, 3], "z": [20.0, 40.0, 30.0]}).to_parquet(tmp_path / "shop.parquet")
     data = VerticalDataset.from_files({"party0": tmp_path / "bank.csv", "party1": tmp_path / "shop.parquet"},
                                       label="y", align="psi", runtime=runtime)
-    assert data.ids.tolist() == [2, 3] and data.label.tolist() == [1.0, 1.0]
-    assert data.features["party1"]["z"].tolist() == [20.0, 30.0]
-    assert data.unaligned["party0"]["id"].tolist() == [1] and data.unaligned["party1"]["id"].tolist() == [4]
+    # The driver holds a handle: sizes and schemas. What each party holds, fetched here as the party would:
+    assert data.n_rows == 2 and data.label_party == "party0" and data.unaligned == {"party0": 1, "party1": 1}
+    assert data.columns("party0") == ["x"] and data.columns("party1") == ["z"]
+    (bank, y), (shop, _) = (data.tables()[p].fetch() for p in ("party0", "party1"))
+    assert y.tolist() == [1.0, 1.0] and bank["x"].tolist() == [2.0, 3.0] and shop["z"].tolist() == [20.0, 30.0]
+    assert data.unaligned_table("party1").fetch_ids().tolist() == [4]
 
 
 def test_secureboost_after_psi_equals_prealigned(runtime):

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from ray_vfl.data.store import InlineRows
+
 torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, DataError, PartyFailedError  # noqa: E402
@@ -242,7 +244,7 @@ def test_bad_input_is_reported(runtime, fedads):
 
 def test_mismatched_batch_rows_are_refused(fedads):
     small = fedads.train.take(np.arange(200))
-    party = LabelParty(LABEL, small.features[LABEL], small.categorical[LABEL], small.label, FAST, [OTHER])
+    party = LabelParty(LABEL, InlineRows(small.features[LABEL], small.label), small.categorical[LABEL], FAST, [OTHER])
     wrong = Mailbox(OTHER).send("embedding", [LABEL], np.zeros((63, FAST.embedding_width), np.float32), tree=0)
     rows = party.schedule[0]
     with pytest.raises(DataError, match="disagree on the batch rows"):

@@ -8,7 +8,7 @@ quantile bins) and :mod:`.bundled` (the credit table shipped with the package, n
 from .. import _lazy_exports
 
 _EXPORTS = {
-    "VerticalDataset": ".dataset", "read_table": ".dataset", "vertical_split": ".dataset",
+    "VerticalDataset": ".dataset", "read_table": ".sources", "PartySource": ".sources", "vertical_split": ".dataset",
     "AlignedDataset": ".alignment", "align_frames": ".alignment",
     "PartyBinner": ".binning", "check_encodable": ".binning",
     "load_credit": ".bundled", "load_named": ".bundled", "credit_path": ".bundled", "NAMED_DATASETS": ".bundled",

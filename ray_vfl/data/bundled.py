@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError
-from .dataset import read_table
+from .sources import read_table
 
 __all__ = ["load_credit", "credit_path", "load_named", "NAMED_DATASETS"]
 

@@ -1,16 +1,24 @@
-"""Vertically partitioned data: per-party feature blocks over one row order.
+"""Vertically partitioned data held in this process: the simulation path.
 
 A :class:`VerticalDataset` holds, for every party, a pandas frame of that
 party's feature columns; all frames share one row order (row ``i`` of every
 party is the same customer, identified by ``ids[i]``). One party, the label
-owner, also holds the labels. In a simulation the whole object lives in the
-driver; the runtime hands each party actor only its own block.
+owner, also holds the labels. Here the data starts in one process (a
+simulation, a notebook, a test): :func:`vertical_split` and
+:meth:`VerticalDataset.from_frames` build it, and the first protocol run moves
+each party's block into that party's store actor once
+(:meth:`VerticalDataset.tables`); later runs on the same runtime reuse it.
+
+In a federation each party's data stays on its own nodes:
+:class:`~ray_vfl.data.party_held.PartyHeldDataset` (built by
+:meth:`VerticalDataset.from_sources` or :meth:`VerticalDataset.from_files`) is
+a handle the driver holds, with the same protocol-facing methods.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -18,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
+from .sources import read_table
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
 
@@ -25,30 +34,6 @@ if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
     from ..runtime.actors import Runtime
 
 log = logging.getLogger(__name__)
-
-
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a CSV (optionally gzip-compressed), TSV or Parquet file into a frame.
-
-    Raises :class:`~ray_vfl.errors.DataError` for a missing file or another extension.
-
-    Example
-    -------
-    >>> import os, tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = os.path.join(folder, "bank.csv")
-    ...     pd.DataFrame({"id": [1, 2], "income": [3.5, 4.0]}).to_csv(path, index=False)
-    ...     read_table(path).shape
-    (2, 2)
-    """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise DataError(f"data file {path!r} does not exist")
-    if path.endswith((".parquet", ".pq")):
-        return pd.read_parquet(path)
-    if path.endswith((".csv", ".csv.gz", ".txt", ".tsv")):
-        return pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",")
-    raise DataError(f"cannot read {path!r}: use a .csv, .csv.gz or .parquet file")
 
 
 def _as_frame(table, party: str) -> pd.DataFrame:
@@ -96,6 +81,8 @@ class VerticalDataset:
     label: np.ndarray | None = None
     label_party: str | None = None
     categorical: dict[str, list[str]] = field(default_factory=dict)
+    # runtime token -> (party -> (store handle, TableRef)): where this data was moved, once per runtime
+    _placed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.features) == 0:
@@ -119,8 +106,11 @@ class VerticalDataset:
 
     @staticmethod
     def ensure(data: object, role: str = "fit") -> "VerticalDataset":
-        """Return ``data`` if it is a :class:`VerticalDataset`; raise :class:`DataError` naming the fix otherwise."""
-        if not isinstance(data, VerticalDataset):
+        """Return ``data`` if it is a :class:`VerticalDataset` or a party-held one; raise
+        :class:`DataError` naming the fix otherwise."""
+        from .party_held import PartyHeldDataset
+
+        if not isinstance(data, (VerticalDataset, PartyHeldDataset)):
             raise DataError(f"{role} expects a VerticalDataset (see ray_vfl.vertical_split or "
                             f"VerticalDataset.from_frames), got {type(data).__name__}")
         return data
@@ -200,20 +190,55 @@ class VerticalDataset:
         return cls(features, np.asarray(ids), y, owner, cats)
 
     @classmethod
-    def from_files(
-        cls,
-        paths: Mapping[str, str | os.PathLike],
-        id_column: str = "id",
-        label: str | None = None,
-        label_party: str | None = None,
-        categorical: Mapping[str, Sequence[str]] | None = None,
-        align: str | None = None,
-        runtime: "Runtime | None" = None,
-    ) -> "VerticalDataset":
-        """Build from one CSV/Parquet file per party (see :meth:`from_frames`; ``align="psi"``
-        intersects differing ID sets privately)."""
-        frames = {party: read_table(path) for party, path in paths.items()}
-        return cls.from_frames(frames, id_column, label, label_party, categorical, align, runtime)
+    def from_sources(cls, sources, id_column: str | None = "id", label: str | None = None,
+                     categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
+                     runtime: "Runtime | None" = None):
+        """Open each party's table inside that party's own store actor; see
+        :meth:`PartyHeldDataset.open <ray_vfl.data.party_held.PartyHeldDataset.open>`. The driver
+        never reads a party's table, IDs or labels: it gets a handle (counts and column schemas)."""
+        from .party_held import PartyHeldDataset
+
+        return PartyHeldDataset.open(sources, id_column, label, categorical, align, runtime)
+
+    @classmethod
+    def from_files(cls, paths, id_column: str | None = "id", label: str | None = None,
+                   categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
+                   runtime: "Runtime | None" = None):
+        """One CSV/Parquet file (or Parquet folder) per party, each read by its own party's actor:
+        :meth:`from_sources` with paths."""
+        return cls.from_sources(paths, id_column, label, categorical, align, runtime)
+
+    # what protocols use (shared with PartyHeldDataset) -----------------------
+    def columns(self, party: str) -> list[str]:
+        """Feature column names of ``party``."""
+        return list(self.features[party].columns)
+
+    def tables(self, runtime: "Runtime") -> dict:
+        """Per party, a :class:`~ray_vfl.data.store.TableRef` to its block in its store actor.
+
+        The blocks move into the parties' stores on the first call for a runtime (one put per
+        party); later calls reuse them while those store actors live.
+        """
+        from .store import PartyStore, Table, TableRef
+
+        runtime.connect(self.party_names)
+        placed = self._placed.get(runtime._token, {})
+        refs = {}
+        for party, frame in self.features.items():
+            store = runtime.helper_if_alive(party, "data")
+            if party in placed and placed[party][0] is store:
+                refs[party] = placed[party][1]
+                continue
+            store = runtime.spawn_helper(party, "data", PartyStore, party, keep=True)
+            key = f"frames-{id(self):x}"
+            label = self.label if party == self.label_party else None
+            runtime.get([(party, store.put_table.remote(key, Table(frame, None, label), self.categorical.get(party, [])))],
+                        "move data into the party")
+            placed[party] = (store, TableRef(party, store, key, runtime.timeout_s))
+            weakref.finalize(self, _forget, store, key)  # the party drops the block with this dataset
+            refs[party] = placed[party][1]
+        self._placed[runtime._token] = placed
+        return refs
 
     # views ----------------------------------------------------------------
     @property
@@ -272,6 +297,14 @@ class VerticalDataset:
                     f"labels must be 0 or 1 for a binary objective; found {np.unique(self.label[bad])[:5].tolist()}; "
                     "map the classes to 0/1 (or use a regression objective)"
                 )
+
+
+def _forget(store, key: str) -> None:
+    """Ask a party's store to drop a simulation block (best effort: Ray may be gone already)."""
+    try:
+        store.drop.remote([key])
+    except Exception:  # noqa: BLE001 - at interpreter exit or after ray.shutdown there is nothing to drop
+        log.debug("store already gone; nothing to drop")
 
 
 def vertical_split(

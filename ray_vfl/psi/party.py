@@ -134,14 +134,29 @@ class PsiParty:
     the party also keeps every payload it receives, for privacy tests.
     """
 
-    def __init__(self, name: str, ids: np.ndarray, kind: str, pool: TaskPool, audit: bool = False) -> None:
-        self.reset(name, ids, kind, pool, audit)
+    def __init__(self, name: str, ids: Any, kind: str | None, pool: TaskPool, audit: bool = False,
+                 keep_rows: bool = False) -> None:
+        self.reset(name, ids, kind, pool, audit, keep_rows)
 
-    def reset(self, name: str, ids: np.ndarray, kind: str, pool: TaskPool, audit: bool = False) -> None:
-        """Start over with new IDs and a fresh secret scalar (from the OS RNG)."""
+    def reset(self, name: str, ids: Any, kind: str | None, pool: TaskPool, audit: bool = False,
+              keep_rows: bool = False) -> None:
+        """Start over with new IDs and a fresh secret scalar (from the OS RNG).
+
+        ``ids`` is an array (checked by the caller, ``kind`` given) or a reference to the party's own
+        table, read here (``kind=None``). With ``keep_rows`` the party keeps its aligned rows for its
+        own store (:meth:`result`) and tells the driver only their number.
+        """
         self.name = name
+        if kind is None:
+            from .protocol import (
+                normalize_ids,  # the checks every ID column passes, wherever it is read
+            )
+
+            ids, kind = normalize_ids(ids.fetch_ids(), name)
         self.ids = ids
         self.kind = kind
+        self.keep_rows = keep_rows
+        self._result: tuple[np.ndarray, np.ndarray] | None = None
         self.pool = pool
         self.mailbox = Mailbox(name)
         self.audit = audit
@@ -210,7 +225,7 @@ class PsiParty:
         rows = np.flatnonzero(member)
         rows = rows[np.argsort(self.ids[rows], kind="stable")]  # the common order: ascending ID
         messages = [self.mailbox.send("psi_result", [f], self._matches.pop(f)[rows]) for f in followers]
-        return (rows, np.flatnonzero(~member), *messages)
+        return (*self._keep(rows, np.flatnonzero(~member)), *messages)
 
     def apply_result(self, message: Message) -> tuple[np.ndarray, np.ndarray]:
         """Follower: own rows in the common order, and the rows outside the intersection."""
@@ -223,7 +238,25 @@ class PsiParty:
         rows = self._perm[positions]
         member = np.zeros(len(self.ids), dtype=bool)
         member[rows] = True
-        return rows, np.flatnonzero(~member)
+        return self._keep(rows, np.flatnonzero(~member))
+
+    def _keep(self, rows: np.ndarray, unaligned: np.ndarray) -> tuple:
+        """This party's result: returned as is, or kept for its store (then only the sizes go back)."""
+        if not self.keep_rows:
+            return rows, unaligned
+        self._result = (rows, unaligned)
+        return len(rows), len(unaligned)
+
+    def id_kind(self) -> str:
+        """``"int"`` or ``"str"``: the parties must agree on it (it reveals nothing about any ID)."""
+        return self.kind
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """The aligned rows (in the common order) and the rows outside the intersection, kept with
+        ``keep_rows``; asked for by this party's own store only."""
+        if self._result is None:
+            raise VFLError(f"party {self.name!r} holds no PSI result; run the intersection with keep_rows first")
+        return self._result
 
     # reporting -------------------------------------------------------------
     def comm_records(self) -> list[Record]:

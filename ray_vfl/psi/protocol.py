@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -70,7 +70,8 @@ class PsiResult:
         The party that coordinated the intersection.
     rows : dict[str, numpy.ndarray]
         Per party, positions of its input rows in the common aligned order:
-        ``ids[p][rows[p][i]]`` is the same ID for every party ``p``.
+        ``ids[p][rows[p][i]]`` is the same ID for every party ``p``. With ``keep_rows`` the parties
+        keep these themselves and ``rows`` / ``unaligned_rows`` hold their counts.
     unaligned_rows : dict[str, numpy.ndarray]
         Per party, positions (ascending) of its rows outside the intersection.
     comm_stats : CommStats
@@ -91,7 +92,8 @@ class PsiResult:
 
     @property
     def n_aligned(self) -> int:
-        return len(next(iter(self.rows.values())))
+        first = next(iter(self.rows.values()))
+        return int(first) if np.ndim(first) == 0 else len(first)
 
 
 def normalize_ids(values: Any, party: str, id_column: str = "id") -> tuple[np.ndarray, str]:
@@ -140,6 +142,7 @@ def private_set_intersection(
     workers: int | None = None,
     audit: bool = False,
     timeout_s: float | None = None,
+    keep_rows: bool = False,
 ) -> PsiResult:
     """Intersect the parties' ID sets by ECDH-PSI, one actor per party.
 
@@ -157,6 +160,10 @@ def private_set_intersection(
         Have every party keep the payloads it receives (``runtime.actor(p).received``).
     timeout_s : float, optional
         Longest wait for the whole protocol (default: the runtime's).
+    keep_rows : bool
+        Each party keeps its aligned rows for its own store (``runtime.actor(p).result()``), and
+        :attr:`PsiResult.rows` / ``unaligned_rows`` hold only their counts: the driver learns sizes.
+        ``ids`` may then be references each party reads in its own actor (``fetch_ids()``).
 
     Returns
     -------
@@ -172,19 +179,21 @@ def private_set_intersection(
     """
     if len(ids) < 2:
         raise ConfigError(f"PSI needs at least two parties, got {list(ids)}")
-    checked = {str(p): normalize_ids(v, str(p), str(getattr(v, "name", None) or "id")) for p, v in ids.items()}
-    kinds = {p: kind for p, (_, kind) in checked.items()}
-    if len(set(kinds.values())) > 1:
-        raise DataError(f"parties use different ID kinds {kinds}; convert the ID columns to one kind "
-                        "(for example frame[id_column].astype(str)) so equal customers get equal IDs")
+    # A party's IDs are an array here, or a reference its own actor reads (then checked there).
+    checked = {str(p): (v, None) if hasattr(v, "fetch_ids") else normalize_ids(v, str(p), str(getattr(v, "name", None) or "id"))
+               for p, v in ids.items()}
     names = list(checked)
     leader = names[0] if leader is None else leader
     if leader not in checked:
         raise ConfigError(f"leader {leader!r} is not one of the parties {names}")
-    followers = [p for p in names if p != leader]
     runtime.connect(names)
-    handles = {p: runtime.spawn(p, PsiParty, p, arr, kind, runtime.pool(p, workers), audit)
+    handles = {p: runtime.spawn(p, PsiParty, p, arr, kind, runtime.pool(p, workers), audit, keep_rows)
                for p, (arr, kind) in checked.items()}
+    kinds = dict(zip(names, runtime.get([(p, handles[p].id_kind.remote()) for p in names], "psi id kinds", timeout_s)))
+    if len(set(kinds.values())) > 1:
+        raise DataError(f"parties use different ID kinds {kinds}; convert the ID columns to one kind "
+                        "(for example frame[id_column].astype(str)) so equal customers get equal IDs")
+    followers = [p for p in names if p != leader]
     lead = handles[leader]
 
     # The protocol of the module docstring, submitted without waiting: Ray chains the calls by reference.
@@ -203,10 +212,10 @@ def private_set_intersection(
     unaligned = {leader: got[1]} | {f: r[1] for (f, _), r in zip(results, got[2:])}
     records = runtime.get([(p, handles[p].comm_records.remote()) for p in names], "psi statistics", timeout_s)
     stats = CommStats(r for party_records in records for r in party_records)
-    if len(rows[leader]) == 0:
-        sizes = {p: len(arr) for p, (arr, _) in checked.items()}
+    n_common = rows[leader] if keep_rows else len(rows[leader])
+    if n_common == 0:
+        sizes = {p: (rows[p] + unaligned[p]) if keep_rows else len(checked[p][0]) for p in names}
         raise DataError(f"the parties' ID sets have no common ID (sizes {sizes}); check that every party's ID "
                         "column holds the same customer IDs in the same format")
-    log.info("PSI: %d common rows of %s; %.3f MB exchanged", len(rows[leader]),
-             {p: len(a) for p, (a, _) in checked.items()}, stats.total_mb)
+    log.info("PSI: %d common rows; %.3f MB exchanged", n_common, stats.total_mb)
     return PsiResult(leader, {p: rows[p] for p in names}, {p: unaligned[p] for p in names}, stats)

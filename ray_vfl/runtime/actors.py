@@ -233,9 +233,20 @@ class Runtime:
         """
         return self._spawn(party, party, cls, args, kwargs)
 
-    def spawn_helper(self, party: str, role: str, cls: type, *args: Any):
-        """A second actor of ``party`` (named ``"<party>:<role>"``), pinned to the party's nodes like its main actor."""
-        return self._spawn(f"{party}:{role}", party, cls, args, {})
+    def spawn_helper(self, party: str, role: str, cls: type, *args: Any, keep: bool = False):
+        """A second actor of ``party`` (named ``"<party>:<role>"``), pinned to the party's nodes like its main actor.
+
+        ``keep=True`` returns the live helper of that role and class as it is (a party's data
+        store, say), without re-initialising it.
+        """
+        key = f"{party}:{role}"
+        if keep and self._classes.get(key) is cls:
+            return self._actors[key]
+        return self._spawn(key, party, cls, args, {})
+
+    def helper_if_alive(self, party: str, role: str):
+        """The helper actor ``"<party>:<role>"`` of this runtime, or None."""
+        return self._actors.get(f"{party}:{role}")
 
     def _spawn(self, key: str, party: str, cls: type, args: tuple, kwargs: dict):
         handle = self._actors.get(key)
@@ -368,6 +379,10 @@ def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_
         detail = "actor died"
         if getattr(exc, "actor_init_failed", False):  # Ray keeps only the text of a constructor's error
             errors = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception): .+)$", getattr(exc, "error_msg", "") or "", re.M)
+            user_error = re.match(r"(DataError|ConfigError): (.+)", errors[-1]) if errors else None
+            if user_error:  # the party refused its input while starting: the user's error, as it was raised
+                kind = DataError if user_error.group(1) == "DataError" else ConfigError
+                return kind(user_error.group(2))
             detail = f"actor failed to start: {errors[-1] if errors else 'see the Ray logs'}"
         return PartyFailedError(failed if failed != "?" else party, phase, detail)
     if isinstance(exc, ray.exceptions.GetTimeoutError):

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
+from ..data.store import check_labels
 from ..errors import VFLError
 from ..runtime.actors import TaskPool, gather
 from ..trees.config import BoostConfig
@@ -24,6 +25,7 @@ from ..trees.kernels import (
 from . import rounds
 from .label_crypto import (
     backend_options,
+    check_gradient_bound,
     decrypt_task,
     encrypt_task,
     encryption_pieces,
@@ -45,11 +47,15 @@ class ActiveParty(PredictionRouter, Party):
     the (feature index, bin index) of each split they win, never a threshold.
     """
 
-    def __init__(self, name, frame, categorical, config: BoostConfig, pool: TaskPool, label, party_order) -> None:
-        self.reset(name, frame, categorical, config, pool, label, party_order)
+    def __init__(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order) -> None:
+        self.reset(name, table, categorical, config, pool, party_order)
 
-    def reset(self, name, frame, categorical, config: BoostConfig, pool: TaskPool, label, party_order) -> None:
-        super().reset(name, frame, categorical, config, pool)
+    def reset(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order) -> None:
+        super().reset(name, table, categorical, config, pool)
+        label = self.own_label
+        if table is not None:  # the labels are checked here, where they are: nowhere else sees them
+            check_labels(label, config.objective)
+            check_gradient_bound(label, config)
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
@@ -107,7 +113,9 @@ class ActiveParty(PredictionRouter, Party):
             self.layouts[message.sender] = (int(layout["n_features"]), np.asarray(layout["cells"], dtype=np.int64),
                                             np.asarray(layout["derived"], dtype=np.int64))
 
-    def set_eval_labels(self, key: str, label: np.ndarray) -> None:
+    def set_eval_labels(self, key: str) -> None:
+        """Evaluate every tree on data set ``key`` (loaded with its labels from this party's store)."""
+        label = self.labels[key]
         self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
         self.history[key] = []
 

@@ -6,15 +6,18 @@ when one worker is enough); they never see another party's data.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import ray
 
 from ..crypto import get_backend
-from ..trees.config import default_gradient_bound
+from ..errors import ConfigError
+from ..trees.config import BoostConfig, default_gradient_bound
+from ..trees.kernels import base_score_of
 
-__all__ = ["backend_options", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
+__all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
 
 GUARD_BITS = 2  # per packed slot, above the bound every honest bin sum stays under (see backend_options)
 FRAC_BITS = 32  # fractional bits of each gradient and hessian (see backend_options)
@@ -108,3 +111,20 @@ def backend_options(objective: str, n_rows: int | None = None, gradient_bound: f
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
     return options
+
+
+def check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
+    """Squared-error gradients start as ``base - y``: refuse labels whose encrypted gradients could
+    overflow the shared encoding (with 2x headroom for residuals that grow while boosting)."""
+    if config.objective != "reg:squarederror" or not get_backend(config.backend).is_encrypted:
+        return
+    y = np.asarray(y, dtype=np.float64)
+    base = base_score_of(config.objective, y, config.base_score)
+    spread = float(np.max(np.abs(y - base)))
+    if 2 * spread > config.gradient_limit:
+        needed = 2.0 ** math.ceil(math.log2(2 * spread))
+        raise ConfigError(
+            f"labels lie up to {spread:.6g} from the base score {base:.6g}, so encrypted gradients could exceed "
+            f"gradient_bound={config.gradient_limit:g} (twice the spread is needed for headroom): set "
+            f"gradient_bound={needed:.0f} (every party sees it) or scale the labels down"
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -10,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ..crypto import get_backend
-from ..data.binning import PartyBinner
+from ..data.binning import PartyBinner, check_encodable
 from ..runtime.actors import TaskPool
-from ..runtime.comm import Mailbox, Record
+from ..runtime.party import PartyActor, resolve_rows
 from ..trees.config import BoostConfig
 from ..trees.kernels import feature_keys
 from .tree import LookupTable
@@ -25,32 +24,32 @@ def _prepare_task(_, spec: tuple, key, encrypt: bool) -> None:
     get_backend(spec[0], **spec[1]).prepare(key, encrypt)
 
 
-class Party:
+class Party(PartyActor):
     """Holds one party's features (binned on its own), its lookup table and mailbox.
 
-    Data sets are kept by key (``"train"``, an eval set, a prediction batch);
-    only this party's columns ever reach it.
+    Data sets are kept by key (``"train"``, an eval set, a prediction batch) as bins; only this
+    party's columns ever reach it, fetched from its own store (:mod:`ray_vfl.data.store`).
     """
 
-    def __init__(self, name: str, frame: pd.DataFrame | None, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
-        self.reset(name, frame, categorical, config, pool)
+    def __init__(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
+        self.reset(name, table, categorical, config, pool)
 
-    def reset(self, name: str, frame: pd.DataFrame | None, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
-        """(Re)start from a fresh training set (or, with ``frame=None``, wait for
-        :meth:`restore`); drops every earlier model and data set."""
-        self.name = name
+    def reset(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
+        """(Re)start from a fresh training set, a reference to this party's rows (or, with ``table=None``,
+        wait for :meth:`restore`); drops every earlier model and data set."""
+        self._start_party(name)
         self.config = config
         self.pool = pool
-        self.mailbox = Mailbox(name)
+        frame, self.own_label = resolve_rows(table)
         self.lookup = LookupTable()
         self.binner = PartyBinner(config.max_bin)
         self.missing_bin = config.max_bin
         self.n_bins = config.max_bin + 1
-        self.bins: dict[str, np.ndarray] = {}
         # Homomorphic operations performed, for the benchmarks' crypto floor.
         self.ops: Counter[str] = Counter()
         self.fkeys: np.ndarray | None = None
         if frame is not None:
+            check_encodable(frame, categorical, name)
             self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
             self.fkeys = feature_keys(self.bins["train"], self.n_bins)
 
@@ -59,21 +58,18 @@ class Party:
         (the private key stays on this party's nodes); ``encrypt=False``: only the masks' tables."""
         self.pool.map(_prepare_task, list(range(self.pool.workers)), spec, key, encrypt)
 
-    def load_rows(self, key: str, frame: pd.DataFrame) -> int:
-        """Bin a new data set (eval or prediction rows) with the training cuts."""
-        self.bins[key] = self.binner.transform(frame, party=self.name)
-        return len(frame)
+    @property
+    def bins(self) -> dict[str, np.ndarray]:
+        """Each data set's rows as this party's bins, by key."""
+        return self.rows
 
-    def drop_rows(self, key: str) -> None:
-        self.bins.pop(key, None)
+    def encode_rows(self, frame: pd.DataFrame) -> np.ndarray:
+        """Bin a new data set (eval or prediction rows) with the training cuts."""
+        return self.binner.transform(frame, party=self.name)
 
     @property
     def n_features(self) -> int:
         return len(self.binner.feature_names)
-
-    def comm_records(self) -> list[Record]:
-        """Hand over (and forget) what this party's send path recorded."""
-        return self.mailbox.drain()
 
     def op_counts(self) -> dict[str, int]:
         """Crypto operations this party performed since training started."""
@@ -89,15 +85,4 @@ class Party:
         self.lookup = LookupTable.from_dict(part["lookup"])
         self.missing_bin = self.binner.max_bin
         self.n_bins = self.binner.max_bin + 1
-        self.bins = {}
-
-    def save_part(self, path: str) -> str:
-        """Write this party's model part to ``path`` on this party's own machine."""
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.model_part(), fh)
-        return path
-
-    def load_part(self, path: str) -> None:
-        """Read a model part written by :meth:`save_part` (on this party's machine)."""
-        with open(path, encoding="utf-8") as fh:
-            self.restore(json.load(fh))
+        self.rows = {}

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import uuid
 from collections import Counter
@@ -62,14 +61,13 @@ import numpy as np
 
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskReserve
-from ..data.binning import check_encodable
 from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.config import BoostConfig
-from ..trees.kernels import base_score_of, transform_margin
+from ..trees.kernels import transform_margin
 from .active import ActiveParty
 from .passive import PassiveParty
 
@@ -120,7 +118,8 @@ class FederatedModel:
             raise DataError(f"prediction data must hold the parties {self.order}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
         try:
-            calls = [(p, self._handle(p).load_rows.remote(key, data.features[p])) for p in self.order]
+            tables = data.tables(self.runtime)
+            calls = [(p, self._handle(p).load_rows.remote(key, tables[p])) for p in self.order]
             self.runtime.get(calls, "load prediction rows")
             active = self._handle(self.label_party)
             margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
@@ -169,7 +168,7 @@ class FederatedModel:
         for p in meta["order"]:
             pool = runtime.pool(p, config.workers_per_party)
             if p == meta["label_party"]:
-                handle = runtime.spawn(p, ActiveParty, p, None, [], config, pool, None, meta["order"])
+                handle = runtime.spawn(p, ActiveParty, p, None, [], config, pool, meta["order"])
             else:
                 handle = runtime.spawn(p, PassiveParty, p, None, [], config, pool)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.json"))))
@@ -219,9 +218,10 @@ def train(
     pools = {p: runtime.pool(p, config.workers_per_party or _default_workers(runtime, p, passive_names)) for p in order}
     warm = [(p, ref) for p in order for ref in pools[p].warm_up(_TASK_MODULES)] if config.backend != "plain" else []
     cats = data.categorical
-    active = runtime.spawn(active_name, ActiveParty, active_name, data.features[active_name], cats.get(active_name, []),
-                           config, pools[active_name], data.label, order)
-    passives = [(p, runtime.spawn(p, PassiveParty, p, data.features[p], cats.get(p, []), config, pools[p])) for p in passive_names]
+    tables = data.tables(runtime)  # references: each party's actor fetches its rows from its own store
+    active = runtime.spawn(active_name, ActiveParty, active_name, tables[active_name], cats.get(active_name, []),
+                           config, pools[active_name], order)
+    passives = [(p, runtime.spawn(p, PassiveParty, p, tables[p], cats.get(p, []), config, pools[p])) for p in passive_names]
     key_msg = active.public_key_message.remote()
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
@@ -231,8 +231,9 @@ def train(
         setup.append((active_name, active.set_mask_reserve.remote(runtime.spawn_helper(active_name, "masks", MaskReserve))))
     model = FederatedModel(runtime, order, active_name, config, 0)
     for key, eval_data in (eval_sets or {}).items():
-        setup += [(p, runtime.actor(p).load_rows.remote(key, eval_data.features[p])) for p in order]
-        setup.append((active_name, active.set_eval_labels.remote(key, eval_data.label)))
+        eval_tables = eval_data.tables(runtime)
+        setup += [(p, runtime.actor(p).load_rows.remote(key, eval_tables[p])) for p in order]
+        setup.append((active_name, active.set_eval_labels.remote(key)))
     runtime.get(setup, "setup", config.timeout_s)
 
     cb = CallbackList(callbacks)
@@ -275,34 +276,14 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
         raise ConfigError(f"config must be a BoostConfig, got {type(config).__name__}")
     if data.label_party is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
-    data.check_labels(config.objective)
-    _check_gradient_bound(data.label, config)
+    data.check_labels(config.objective)  # at the label party for party-held data; the bound is checked there too
     if len(data.party_names) < 2:
         raise DataError("SecureBoost needs the label party and at least one passive party; got one party")
-    for party, frame in data.features.items():
-        check_encodable(frame, data.categorical.get(party, []), party)
     for key, eval_data in eval_sets.items():
         if eval_data.party_names != data.party_names or eval_data.label_party != data.label_party:
             raise DataError(f"eval set {key!r} must have the training parties {data.party_names} and the same label party")
         eval_data.check_labels(config.objective)
         for p in data.party_names:
-            if list(eval_data.features[p].columns) != list(data.features[p].columns):
-                raise DataError(f"eval set {key!r}: party {p!r} has columns {list(eval_data.features[p].columns)}, "
-                                f"training had {list(data.features[p].columns)}")
-
-
-def _check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
-    """Squared-error gradients start as ``base - y``: refuse labels whose encrypted gradients could
-    overflow the shared encoding (with 2x headroom for residuals that grow while boosting)."""
-    if config.objective != "reg:squarederror" or not get_backend(config.backend).is_encrypted:
-        return
-    y = np.asarray(y, dtype=np.float64)
-    base = base_score_of(config.objective, y, config.base_score)
-    spread = float(np.max(np.abs(y - base)))
-    if 2 * spread > config.gradient_limit:
-        needed = 2.0 ** math.ceil(math.log2(2 * spread))
-        raise ConfigError(
-            f"labels lie up to {spread:.6g} from the base score {base:.6g}, so encrypted gradients could exceed "
-            f"gradient_bound={config.gradient_limit:g} (twice the spread is needed for headroom): set "
-            f"gradient_bound={needed:.0f} (every party sees it) or scale the labels down"
-        )
+            if eval_data.columns(p) != data.columns(p):
+                raise DataError(f"eval set {key!r}: party {p!r} has columns {eval_data.columns(p)}, "
+                                f"training had {data.columns(p)}")

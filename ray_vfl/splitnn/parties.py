@@ -17,9 +17,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..data.binning import check_encodable
 from ..errors import DataError
 from ..runtime.actors import gather
 from ..runtime.comm import Mailbox, Message, Record
+from ..runtime.party import resolve_rows
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
@@ -56,6 +58,8 @@ class _SplitParty:
 
     def _setup(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig) -> None:
         """``frame=None``: no training rows; the models come from :meth:`load_part`."""
+        if frame is not None:
+            check_encodable(frame, categorical, name)
         torch.set_num_threads(1)  # two cores shared by every party: one thread each, no oversubscription
         self.name = name
         self.config = config
@@ -69,8 +73,9 @@ class _SplitParty:
             self.ids["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
             self.schedule = batch_schedule(len(frame), config.batch_size, config.epochs, config.seed)
 
-    def load_rows(self, key: str, frame: pd.DataFrame) -> int:
-        """Encode a new data set (test or prediction rows) with the training encoder."""
+    def load_rows(self, key: str, table: Any) -> int:
+        """Fetch a data set (test or prediction rows) from this party's store; encode it with the training encoder."""
+        frame, _ = resolve_rows(table)
         self.ids[key] = torch.from_numpy(self.encoder.transform(frame, party=self.name))
         return len(frame)
 
@@ -131,12 +136,13 @@ class NonLabelParty(_SplitParty):
     trained bottom model's output for its training rows.
     """
 
-    def __init__(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig,
+    def __init__(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
                  label_party: str, index: int = 0) -> None:
-        self.reset(name, frame, categorical, config, label_party, index)
+        self.reset(name, table, categorical, config, label_party, index)
 
-    def reset(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig,
+    def reset(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
               label_party: str, index: int = 0) -> None:
+        frame, _ = resolve_rows(table)
         self._setup(name, frame, categorical, config)
         self.label_party = label_party
         self.index = index
@@ -204,12 +210,13 @@ class NonLabelParty(_SplitParty):
 class LabelParty(_SplitParty):
     """The label holder: own bottom model, the top model, the loss, and the defense on what it sends."""
 
-    def __init__(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], labels: np.ndarray | None,
-                 config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
-        self.reset(name, frame, categorical, labels, config, nonlabel, defense)
+    def __init__(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
+                 nonlabel: Sequence[str], defense: Defense | None = None) -> None:
+        self.reset(name, table, categorical, config, nonlabel, defense)
 
-    def reset(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], labels: np.ndarray | None,
-              config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None = None) -> None:
+    def reset(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
+              nonlabel: Sequence[str], defense: Defense | None = None) -> None:
+        frame, labels = resolve_rows(table)  # from this party's own store
         y = None
         if frame is not None:
             y = check_binary_labels(labels)

@@ -35,7 +35,6 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.binning import check_encodable
 from ..data.dataset import VerticalDataset
 from ..errors import DataError
 from ..metrics import auc, logloss
@@ -80,7 +79,8 @@ class SplitNNModel:
             raise DataError(f"prediction data must hold the parties {parties}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
         rt = self.runtime
-        rt.get([(p, rt.actor(p).load_rows.remote(key, data.features[p])) for p in parties], "load prediction rows")
+        tables = data.tables(rt)
+        rt.get([(p, rt.actor(p).load_rows.remote(key, tables[p])) for p in parties], "load prediction rows")
         embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
         proba = rt.get([(self.label_party, rt.actor(self.label_party).predict.remote(key, *embs))], "prediction")[0]
         rt.get([(p, rt.actor(p).drop_rows.remote(key)) for p in parties], "cleanup")
@@ -88,7 +88,10 @@ class SplitNNModel:
         return proba
 
     def evaluate(self, data: VerticalDataset) -> dict[str, float]:
-        """Test AUC and NLL (log loss) on labelled rows."""
+        """Test AUC and NLL (log loss) on labelled rows held in this process (a simulation's data)."""
+        if not hasattr(data, "label"):
+            raise DataError("evaluate computes the metrics here, from labels in this process; with party-held "
+                            "data the label party keeps its labels: score predict_proba there")
         y = check_binary_labels(data.label)
         p = self.predict_proba(data)
         return {"auc": auc(y, p), "nll": logloss(y, p)}
@@ -134,7 +137,7 @@ class SplitNNModel:
             raise DataError(f"{meta_path!r} is not a split-NN federation file ({type(exc).__name__}: {exc})") from exc
         runtime = runtime or Runtime(timeout_s=config.timeout_s)
         runtime.connect([label_name] + nonlabel)
-        label = runtime.spawn(label_name, LabelParty, label_name, None, [], None, config, nonlabel, defense)
+        label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
         calls = [(label_name, label.load_part.remote(os.path.join(directory, f"{label_name}.pt")))]
         for i, p in enumerate(nonlabel):
             handle = runtime.spawn(p, NonLabelParty, p, None, [], config, label_name, i)
@@ -154,15 +157,13 @@ def _check_input(data: VerticalDataset, config: SplitNNConfig, defense: Defense)
         raise DataError(f"config must be a SplitNNConfig, got {type(config).__name__}")
     if not isinstance(defense, Defense):
         raise DataError(f"defense must be a ray_vfl.splitnn Defense (NoDefense, GaussianDP, Marvell, MixPro), got {type(defense).__name__}")
-    if data.label is None or data.label_party is None:
+    if data.label_party is None:
         raise DataError("split-NN training needs labels; build the dataset with label= naming the label column")
-    check_binary_labels(data.label)
+    data.check_labels("binary:logistic")  # at the label party for party-held data
     if len(data.party_names) < 2:
         raise DataError(f"split-NN training needs a label party and at least one non-label party, got {data.party_names}")
     if data.n_rows < 1:
         raise DataError("no training rows")
-    for party in data.party_names:  # cheap (dtypes only): fail here, not inside an actor
-        check_encodable(data.features[party], data.categorical.get(party, []), party)
 
 
 def train(
@@ -208,9 +209,10 @@ def train(
     nonlabel = [p for p in data.party_names if p != label_name]
     runtime.connect(data.party_names)
     cats = data.categorical
-    label = runtime.spawn(label_name, LabelParty, label_name, data.features[label_name], cats.get(label_name, []),
-                          data.label, config, nonlabel, defense)
-    handles = [runtime.spawn(p, NonLabelParty, p, data.features[p], cats.get(p, []), config, label_name, i)
+    tables = data.tables(runtime)  # references: each party's actor fetches its rows from its own store
+    label = runtime.spawn(label_name, LabelParty, label_name, tables[label_name], cats.get(label_name, []),
+                          config, nonlabel, defense)
+    handles = [runtime.spawn(p, NonLabelParty, p, tables[p], cats.get(p, []), config, label_name, i)
                for i, p in enumerate(nonlabel)]
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", config.timeout_s)
 

@@ -1,0 +1,241 @@
+"""The driver's handle to data that each party holds on its own nodes.
+
+:meth:`PartyHeldDataset.open` has every party's store actor read that party's source (a file, a
+Parquet folder, an SQL query: :class:`~ray_vfl.data.sources.PartySource`) on the party's own
+nodes. The driver keeps only what the parties consent to share: party names, row counts, column
+names and dtypes, which party holds labels. Rows are aligned either by the parties' own ID order
+(checked by comparing digests of their ID columns) or by private set intersection run among the
+parties' PSI actors (:mod:`ray_vfl.psi`), whose result each party hands to its own store: the
+aligned order reaches each party as positions into its own table, and the driver learns sizes.
+
+Protocols use the same methods as on the in-process
+:class:`~ray_vfl.data.dataset.VerticalDataset`: ``party_names``, ``label_party``, ``n_rows``,
+``columns``, ``categorical``, ``tables(runtime)``, ``check_labels``, ``train_test_split``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from .sources import PartySource
+from .store import PartyStore, TableRef
+
+if TYPE_CHECKING:
+    from ..runtime.actors import Runtime
+
+__all__ = ["PartyHeldDataset"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class PartyHeldDataset:
+    """Rows held by the parties' store actors; the driver holds names, counts and schemas.
+
+    Attributes
+    ----------
+    schemas : dict[str, dict]
+        Per party: ``n_rows``, ``columns``, ``dtypes``, ``has_label``, ``categorical``.
+    label_party : str or None
+        The party that holds the labels.
+    unaligned : dict[str, int]
+        After alignment by PSI: per party, how many of its rows lie outside the intersection (kept
+        in its store as ``unaligned_table(party)``).
+
+    Example
+    -------
+    >>> data = VerticalDataset.from_files({"bank": "bank.parquet", "shop": "shop.csv"},   # doctest: +SKIP
+    ...                                   id_column="customer", label="default", align="psi")
+    >>> data.n_rows, data.columns("shop")                                                  # doctest: +SKIP
+    (24812, ['spend', 'visits'])
+    >>> train, test = data.train_test_split(0.2, seed=0)                                   # doctest: +SKIP
+    >>> SecureBoostClassifier().fit(train).predict_proba(test)                             # doctest: +SKIP
+    """
+
+    runtime: Any
+    stores: dict[str, Any]
+    keys: dict[str, str]
+    schemas: dict[str, dict]
+    label_party: str | None
+    unaligned: dict[str, int] = field(default_factory=dict)
+    unaligned_keys: dict[str, str] = field(default_factory=dict)
+    psi_stats: Any = None
+
+    # construction -------------------------------------------------------------
+    @classmethod
+    def open(cls, sources: Mapping[str, PartySource | str | os.PathLike], id_column: str | None = "id",
+             label: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None,
+             align: str | None = None, runtime: "Runtime | None" = None, workers: int | None = None
+             ) -> "PartyHeldDataset":
+        """Have each party open its own source and align the rows.
+
+        Parameters
+        ----------
+        sources : mapping of party name to PartySource or path
+            A path (file or Parquet folder, as the party's nodes see it) takes ``id_column``,
+            ``label`` and ``categorical`` from the arguments below; a :class:`PartySource` names
+            its own columns (each party may name its ID column differently).
+        id_column : str or None
+            ID column of path sources (``None``: rows align by position).
+        label : str or None
+            Label column of path sources; the party whose table holds it is the label owner.
+        categorical : mapping of party to column names, optional
+            Categorical columns of path sources.
+        align : None or "psi"
+            ``None``: every party must hold the same IDs in the same order (checked by digest);
+            ``"psi"``: intersect the ID sets by ECDH-PSI among the parties.
+        runtime : Runtime, optional
+            Where the store actors run (default: a new :class:`~ray_vfl.runtime.actors.Runtime`).
+        """
+        from ..runtime.actors import Runtime
+
+        if not isinstance(sources, Mapping) or not sources:
+            raise DataError("give one source per party: {party: path or PartySource}; got none")
+        if align not in (None, "psi"):
+            raise ConfigError(f"align must be None or 'psi', got {align!r}")
+        categorical = dict(categorical or {})
+        unknown = sorted(set(categorical) - set(map(str, sources)))
+        if unknown:
+            raise DataError(f"categorical columns given for unknown part(y/ies) {unknown}; parties are {list(sources)}")
+        specs = {str(p): PartySource.of(s, id_column, None, categorical.get(str(p), ())) for p, s in sources.items()}
+        runtime = runtime or Runtime()
+        runtime.connect(list(specs))
+        stores = {p: runtime.spawn_helper(p, "data", PartyStore, p, keep=True) for p in specs}
+        base = f"source-{uuid.uuid4().hex[:8]}"
+        # A path source takes the common label name if its table has that column (only its party can tell).
+        calls = [(p, stores[p].open.remote(base, spec, label)) for p, spec in specs.items()]
+        schemas = dict(zip(specs, runtime.get(calls, "open party data")))
+        owners = [p for p, s in schemas.items() if s["has_label"]]
+        if label is not None and not owners:
+            raise DataError(f"no party holds the label column {label!r}; add it to the label owner's table")
+        if len(owners) > 1:
+            raise DataError(f"several parties hold the label column ({owners}); keep it at one party only")
+        data = cls(runtime, stores, {p: base for p in specs}, schemas, owners[0] if owners else None)
+        return data._aligned_by_psi(workers) if align == "psi" else data._check_row_order()
+
+    def _check_row_order(self) -> "PartyHeldDataset":
+        counts = {p: s["n_rows"] for p, s in self.schemas.items()}
+        if len(set(counts.values())) > 1:
+            raise DataError(f"the parties hold different numbers of rows {counts}; pass align='psi' to intersect "
+                            "their IDs by private set intersection (each party keeps its other rows)")
+        digests = {p: s["id_digest"] for p, s in self.schemas.items() if s["id_digest"] is not None}
+        if len(set(digests.values())) > 1:
+            raise DataError(f"the parties' ID columns differ in content or order ({sorted(digests)}): sort every "
+                            "table by ID, or pass align='psi' to intersect them privately")
+        return self
+
+    def _aligned_by_psi(self, workers: int | None) -> "PartyHeldDataset":
+        from ..psi.protocol import private_set_intersection
+
+        ids = {p: self._ref(p) for p in self.party_names}
+        result = private_set_intersection(self.runtime, ids, self.label_party, workers, keep_rows=True)
+        aligned = f"aligned-{uuid.uuid4().hex[:8]}"
+        outside = f"unaligned-{uuid.uuid4().hex[:8]}"
+        calls = [(p, self.stores[p].align.remote(aligned, outside, self.keys[p], self.runtime.actor(p)))
+                 for p in self.party_names]
+        sizes = dict(zip(self.party_names, self.runtime.get(calls, "keep the aligned rows")))
+        self._drop(self.keys)
+        keys = {p: aligned for p in self.party_names}
+        schemas = self._schemas(keys)
+        return PartyHeldDataset(self.runtime, self.stores, keys, schemas, self.label_party,
+                                {p: s[1] for p, s in sizes.items()}, {p: outside for p in self.party_names},
+                                result.comm_stats)
+
+    # what protocols use -----------------------------------------------------------
+    @property
+    def party_names(self) -> list[str]:
+        return list(self.schemas)
+
+    @property
+    def n_rows(self) -> int:
+        return int(next(iter(self.schemas.values()))["n_rows"])
+
+    @property
+    def categorical(self) -> dict[str, list[str]]:
+        return {p: list(s["categorical"]) for p, s in self.schemas.items() if s["categorical"]}
+
+    def columns(self, party: str) -> list[str]:
+        """Feature column names of ``party`` (which it shares as part of the schema)."""
+        return list(self.schemas[party]["columns"])
+
+    def n_features(self, party: str | None = None) -> int:
+        if party is not None:
+            return len(self.schemas[party]["columns"])
+        return sum(len(s["columns"]) for s in self.schemas.values())
+
+    def _ref(self, party: str, key: str | None = None) -> TableRef:
+        return TableRef(party, self.stores[party], key or self.keys[party], self.runtime.timeout_s)
+
+    def tables(self, runtime: "Runtime | None" = None) -> dict[str, TableRef]:
+        """Per party, a reference to its rows that its own actors resolve."""
+        if runtime is not None:
+            runtime.connect(self.party_names)
+        return {p: self._ref(p) for p in self.party_names}
+
+    def unaligned_table(self, party: str) -> TableRef:
+        """A reference to ``party``'s rows outside the PSI intersection (for the party's own use)."""
+        if party not in self.unaligned_keys:
+            raise DataError(f"party {party!r} has no unaligned rows here; they exist after align='psi'")
+        return self._ref(party, self.unaligned_keys[party])
+
+    def check_labels(self, objective: str) -> None:
+        """Have the label party check that its labels suit ``objective`` (it raises DataError if not)."""
+        if self.label_party is None:
+            raise DataError("no party holds labels; build the dataset with label= naming the label column")
+        p = self.label_party
+        self.runtime.get([(p, self.stores[p].check_labels.remote(self.keys[p], objective))], "check labels")
+
+    def source_reads(self) -> dict[str, list[dict]]:
+        """Per party, where its store read its source (host, node, process)."""
+        calls = [(p, self.stores[p].source_reads.remote()) for p in self.party_names]
+        return dict(zip(self.party_names, self.runtime.get(calls, "source reads")))
+
+    # selections -------------------------------------------------------------------
+    def _schemas(self, keys: Mapping[str, str]) -> dict[str, dict]:
+        calls = [(p, self.stores[p].schema.remote(keys[p])) for p in self.party_names]
+        return dict(zip(self.party_names, self.runtime.get(calls, "schemas")))
+
+    def _derived(self, keys: dict[str, str]) -> "PartyHeldDataset":
+        return PartyHeldDataset(self.runtime, self.stores, keys, self._schemas(keys), self.label_party)
+
+    def take(self, rows: np.ndarray) -> "PartyHeldDataset":
+        """The rows at positions ``rows`` (of this aligned order), selected by every party in its store."""
+        rows = np.asarray(rows, dtype=np.int64)
+        key = f"take-{uuid.uuid4().hex[:8]}"
+        self.runtime.get([(p, self.stores[p].select.remote(key, self.keys[p], rows)) for p in self.party_names],
+                         "select rows")
+        return self._derived({p: key for p in self.party_names})
+
+    def train_test_split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = False):
+        """Seeded random split into ``(train, test)``; every party applies it to its own rows.
+
+        The driver draws an unstratified split from the row count and ``seed`` alone. With
+        ``stratify=True`` the label party draws it (keeping the class balance) and sends the test
+        positions to the other parties through the metered send path: the driver learns sizes.
+        """
+        if not 0.0 < test_size < 1.0:
+            raise DataError(f"test_size must be in (0, 1), got {test_size!r}")
+        tag = uuid.uuid4().hex[:8]
+        keys = (f"train-{tag}", f"test-{tag}")
+        if stratify and self.label_party is not None:
+            lp = self.label_party
+            peers = {p: self.stores[p] for p in self.party_names if p != lp}
+            self.runtime.get([(lp, self.stores[lp].split_by_label.remote(self.keys[lp], keys, test_size, seed, peers))],
+                             "stratified split")
+        else:
+            rng = np.random.default_rng(seed)
+            test = np.sort(rng.choice(self.n_rows, int(round(test_size * self.n_rows)), replace=False))
+            calls = [(p, self.stores[p].apply_split.remote(None, self.keys[p], keys, test)) for p in self.party_names]
+            self.runtime.get(calls, "split rows")
+        return (self._derived({p: keys[0] for p in self.party_names}),
+                self._derived({p: keys[1] for p in self.party_names}))
+
+    def _drop(self, keys: Mapping[str, str]) -> None:
+        self.runtime.get([(p, self.stores[p].drop.remote([keys[p]])) for p in self.party_names], "drop rows")

@@ -1,0 +1,288 @@
+"""A party's data held on its own nodes: the store actor, the tables it holds, references to them.
+
+Each party has one :class:`PartyStore` actor per runtime (``"<party>:data"``), pinned to the
+party's resource like every other actor of the party. It opens the party's source itself
+(:class:`~ray_vfl.data.sources.PartySource`: a file, a Parquet folder, an SQL query), keeps the
+table in memory by key, and hands rows to the party's protocol actors, which resolve a
+:class:`TableRef` inside their own process. The driver sees only what :meth:`PartyStore.schema`
+reports: row counts, column names and dtypes, and which party holds labels.
+
+Row selections (train/test splits) are positions into the party's own table. A seeded split is
+drawn by the driver from the row count alone; a split stratified by label is drawn by the label
+party's store, which sends the positions to the other stores through the metered send path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataError
+from ..runtime.comm import Mailbox, Message, Record
+from .sources import PartySource
+
+__all__ = ["Table", "PartyStore", "TableRef", "InlineRows", "split_table", "stratified_test_rows"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """One data set of one party: its feature columns, its row IDs (or None) and its labels (or None)."""
+
+    features: pd.DataFrame
+    ids: np.ndarray | None
+    label: np.ndarray | None
+
+    def take(self, rows: np.ndarray) -> "Table":
+        return Table(self.features.iloc[rows].reset_index(drop=True),
+                     None if self.ids is None else self.ids[rows],
+                     None if self.label is None else self.label[rows])
+
+
+def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: str | None) -> Table:
+    """Split one party's table into features, IDs and labels, checking each.
+
+    Example
+    -------
+    >>> t = split_table(pd.DataFrame({"id": [1, 2], "x": [0.5, 0.1], "y": [0, 1]}), "bank", "id", "y")
+    >>> list(t.features.columns), t.ids.tolist(), t.label.tolist()
+    (['x'], [1, 2], [0.0, 1.0])
+    """
+    ids = None
+    if id_column is not None:
+        if id_column not in frame.columns:
+            raise DataError(f"party {party!r} has no ID column {id_column!r}; its columns are {list(frame.columns)}")
+        ids = frame[id_column].to_numpy()
+        dup = pd.Index(ids).duplicated()
+        if dup.any():
+            raise DataError(f"party {party!r} has {int(dup.sum())} duplicate ID(s) in {id_column!r}, e.g. "
+                            f"{ids[dup][:3].tolist()}; IDs must be unique within a party")
+    y = None
+    if label is not None:
+        col = frame[label]
+        if not pd.api.types.is_numeric_dtype(col):
+            raise DataError(f"party {party!r}: label column {label!r} is not numeric (dtype {col.dtype}); "
+                            "map it to 0/1 or numbers first")
+        y = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        if not np.all(np.isfinite(y)):
+            raise DataError(f"party {party!r}: {int(np.sum(~np.isfinite(y)))} label(s) are NaN or inf; "
+                            "drop or impute those rows before training")
+    features = frame.drop(columns=[c for c in (id_column, label) if c is not None]).reset_index(drop=True)
+    if features.shape[1] == 0:
+        raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
+    return Table(features, ids, y)
+
+
+def stratified_test_rows(label: np.ndarray, test_size: float, seed: int) -> np.ndarray:
+    """Test rows (ascending) drawn per class with ``seed``, keeping the class balance."""
+    rng = np.random.default_rng(seed)
+    test = [rng.choice(members, int(round(test_size * len(members))), replace=False)
+            for members in (np.flatnonzero(label == c) for c in np.unique(label))]
+    return np.sort(np.concatenate(test)) if test else np.zeros(0, dtype=np.int64)
+
+
+def id_digest(ids: np.ndarray | None) -> str | None:
+    """SHA-256 of a party's ID column in row order: equal digests mean the same IDs in the same order,
+    which parties can check through the driver without showing it any ID."""
+    if ids is None:
+        return None
+    h = hashlib.sha256()
+    for v in ids.tolist():
+        h.update(f"{type(v).__name__}:{v}\x00".encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A reference to one of a party's tables, resolved inside that party's own actors.
+
+    The store and the key are all it carries: passing it through the driver moves no row.
+    """
+
+    party: str
+    store: Any  # the party's PartyStore actor handle
+    key: str
+    timeout_s: float = 600.0
+
+    def fetch(self) -> tuple[pd.DataFrame, np.ndarray | None]:
+        """``(features, labels or None)``; call it inside one of the party's own actors."""
+        import ray
+
+        return ray.get(self.store.rows.remote(self.key), timeout=self.timeout_s)
+
+    def fetch_ids(self) -> np.ndarray:
+        """The table's row IDs (for private set intersection, inside the party's PSI actor)."""
+        import ray
+
+        return ray.get(self.store.ids.remote(self.key), timeout=self.timeout_s)
+
+
+@dataclass(frozen=True)
+class InlineRows:
+    """Rows carried by value, for a role object run in this very process (unit tests, baselines):
+    the same ``fetch`` as :class:`TableRef`, without a store."""
+
+    features: pd.DataFrame
+    label: np.ndarray | None = None
+
+    def fetch(self) -> tuple[pd.DataFrame, np.ndarray | None]:
+        return self.features, self.label
+
+
+class PartyStore:
+    """The tables of one party, kept in its own actor (see the module docstring).
+
+    Example
+    -------
+    >>> store = PartyStore("bank")
+    >>> frame = pd.DataFrame({"id": [3, 1], "income": [1.0, 2.0], "y": [0, 1]})
+    >>> store.put("all", frame, "id", "y", [])["n_rows"]
+    2
+    >>> store.select("first", "all", np.array([0]))
+    1
+    >>> store.rows("first")[0]["income"].tolist()
+    [1.0]
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.mailbox = Mailbox(name)
+        self.tables: dict[str, Table] = {}
+        self.categorical: dict[str, list[str]] = {}
+        self.reads: list[dict[str, Any]] = []  # where each source was read (node, process): for audits
+
+    def _table(self, key: str) -> Table:
+        if key not in self.tables:
+            raise DataError(f"party {self.name!r} holds no data set {key!r}; it may have been dropped "
+                            "or its store restarted: open the dataset again")
+        return self.tables[key]
+
+    def schema(self, key: str) -> dict[str, Any]:
+        """What the party shares about a table: row count, column names and dtypes, whether it holds
+        labels, its categorical columns and the digest of its ID order (not the IDs)."""
+        t = self._table(key)
+        return {"n_rows": len(t.features), "columns": list(t.features.columns),
+                "dtypes": [str(d) for d in t.features.dtypes], "has_label": t.label is not None,
+                "has_ids": t.ids is not None, "categorical": list(self.categorical.get(key, [])),
+                "id_digest": id_digest(t.ids)}
+
+    # opening ------------------------------------------------------------------
+    def open(self, key: str, source: PartySource, label: str | None = None) -> dict[str, Any]:
+        """Read ``source`` here, on this party's node, and keep it as ``key``; ``label`` names a
+        label column that this party holds if its table has it (a source's own label must exist)."""
+        import os
+        import socket
+
+        frame = source.read()
+        self.reads.append({"location": source.location, "pid": os.getpid(), "host": socket.gethostname(),
+                           "node_id": _node_id()})
+        label = source.label or (label if label in frame.columns else None)
+        return self.put(key, frame, source.id_column, label, list(source.categorical))
+
+    def put(self, key: str, frame: pd.DataFrame, id_column: str | None, label: str | None,
+            categorical: Sequence[str]) -> dict[str, Any]:
+        """Keep a table given as a frame (a simulation's data, moved into the party once)."""
+        self.tables[key] = split_table(frame, self.name, id_column, label)
+        self.categorical[key] = [c for c in categorical if c in self.tables[key].features.columns]
+        return self.schema(key)
+
+    def put_table(self, key: str, table: Table, categorical: Sequence[str]) -> dict[str, Any]:
+        self.tables[key] = table
+        self.categorical[key] = list(categorical)
+        return self.schema(key)
+
+    # selections ---------------------------------------------------------------
+    def select(self, key: str, base: str, rows: np.ndarray) -> int:
+        """Keep rows ``rows`` (positions into ``base``) of a table as ``key``."""
+        table = self._table(base)
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(table.features)):
+            raise DataError(f"party {self.name!r}: row positions outside its {len(table.features)} rows")
+        self.tables[key] = table.take(rows)
+        self.categorical[key] = list(self.categorical.get(base, []))
+        return len(rows)
+
+    def split_by_label(self, base: str, keys: tuple[str, str], test_size: float, seed: int,
+                       peers: dict[str, Any]) -> tuple[int, int]:
+        """Label party: draw a stratified split of ``base``, keep it, and send the test positions to
+        the other parties' stores (metered); returns the train and test sizes."""
+        import ray
+
+        table = self._table(base)
+        if table.label is None:
+            raise DataError(f"party {self.name!r} holds no labels to stratify by")
+        test = stratified_test_rows(table.label, test_size, seed)
+        message = self.mailbox.send("split_rows", list(peers), test)
+        ray.get([h.apply_split.remote(message, base, keys) for h in peers.values()], timeout=600)
+        return self.apply_split(message, base, keys, own=test)
+
+    def apply_split(self, message: Message | None, base: str, keys: tuple[str, str],
+                    own: np.ndarray | None = None) -> tuple[int, int]:
+        """Keep the train and test parts of ``base`` named by a split message (test positions)."""
+        test = own if own is not None else self.mailbox.open(message, "split_rows")
+        n = len(self._table(base).features)
+        mask = np.zeros(n, dtype=bool)
+        mask[np.asarray(test, dtype=np.int64)] = True
+        if mask.all() or not mask.any():
+            raise DataError(f"the split leaves an empty part for {n} rows; change test_size")
+        return self.select(keys[0], base, np.flatnonzero(~mask)), self.select(keys[1], base, np.flatnonzero(mask))
+
+    def align(self, key: str, unaligned_key: str, base: str, psi: Any) -> tuple[int, int]:
+        """Keep the rows a private set intersection aligned (``psi``: this party's PSI actor, which
+        hands its result here, not to the driver) as ``key``, the others as ``unaligned_key``."""
+        import ray
+
+        rows, unaligned = ray.get(psi.result.remote(), timeout=600)
+        return self.select(key, base, rows), self.select(unaligned_key, base, unaligned)
+
+    # serving the party's own actors ---------------------------------------------
+    def rows(self, key: str) -> tuple[pd.DataFrame, np.ndarray | None]:
+        table = self._table(key)
+        return table.features, table.label
+
+    def ids(self, key: str) -> np.ndarray:
+        table = self._table(key)
+        if table.ids is None:
+            raise DataError(f"party {self.name!r} has no ID column; name it (id_column=) to align by PSI")
+        return table.ids
+
+    def check_labels(self, key: str, objective: str) -> None:
+        """Raise :class:`DataError` unless the labels suit ``objective`` (at the label party)."""
+        check_labels(self._table(key).label, objective)
+
+    def drop(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.tables.pop(key, None)
+            self.categorical.pop(key, None)
+
+    def source_reads(self) -> list[dict[str, Any]]:
+        """Where this store read its sources (node, process): what a deployment audit checks."""
+        return list(self.reads)
+
+    def comm_records(self) -> list[Record]:
+        return self.mailbox.drain()
+
+
+def check_labels(label: np.ndarray | None, objective: str) -> None:
+    """Raise :class:`DataError` unless ``label`` exists and suits ``objective``."""
+    if label is None:
+        raise DataError("no party holds labels; build the dataset with label= naming the label column")
+    if objective == "binary:logistic":
+        bad = ~np.isin(label, (0.0, 1.0))
+        if bad.any():
+            raise DataError(
+                f"labels must be 0 or 1 for a binary objective; found {np.unique(label[bad])[:5].tolist()}; "
+                "map the classes to 0/1 (or use a regression objective)"
+            )
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # outside Ray (unit tests of the class itself)
+        return None
