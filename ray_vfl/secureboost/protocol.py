@@ -299,10 +299,10 @@ def _check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
     y = np.asarray(y, dtype=np.float64)
     base = base_score_of(config.objective, y, config.base_score)
     spread = float(np.max(np.abs(y - base)))
-    if 2 * spread > config.gradient_limit:
+    if 2 * spread > config.gradient_bound:
         needed = 2.0 ** math.ceil(math.log2(2 * spread))
         raise ConfigError(
             f"labels lie up to {spread:.6g} from the base score {base:.6g}, so encrypted gradients could exceed "
-            f"gradient_bound={config.gradient_limit:g} (twice the spread is needed for headroom): set "
+            f"gradient_bound={config.gradient_bound:g} (twice the spread is needed for headroom): set "
             f"gradient_bound={needed:.0f} (every party sees it) or scale the labels down"
         )
