@@ -2,8 +2,8 @@
 
 :mod:`.actors` (the :class:`Runtime`, task pools, waiting with blame), :mod:`.comm` (messages and
 their byte counts), :mod:`.local_ray` (a Ray started on this machine), :mod:`.payload_shapes`
-(what a message carries, for the records), :mod:`.party` (what every party actor shares) and
-:mod:`.estimator` (what every scikit-learn style estimator shares). Names load on first use, so a
+(what a message carries, for the records) and :mod:`.estimator` (what every scikit-learn style
+estimator shares). Names load on first use, so a
 crypto task that needs only :mod:`.payload_shapes` does not import Ray.
 """
 
