@@ -60,7 +60,7 @@ def op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
 
 
 def _op_costs(backend_name: str, bits: int, n_rows: int) -> dict[str, float]:
-    be = get_backend(backend_name, **backend_options("binary:logistic", n_rows))
+    be = get_backend(backend_name, **backend_options(BoostConfig().gradient_bound, n_rows))
     pk, sk = be.generate_keys(bits)
     rng = np.random.default_rng(0)
     n = 1000 if be.is_encrypted else 100_000

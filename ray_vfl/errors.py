@@ -93,7 +93,7 @@ class NotFittedError(VFLError, AttributeError):
 
 
 class PartyFailedError(VFLError, RuntimeError):
-    """A party (or server) raised, died or timed out during a protocol phase.
+    """A party raised, died or timed out during a protocol phase.
 
     Parameters
     ----------

@@ -140,7 +140,7 @@ def test_gh_round_trip(name, case, data):
 
 @pytest.mark.parametrize("name", ENCRYPTED)
 def test_gh_packing_exact_at_edges_and_overflow_raises(name):
-    be = get_backend(name, max_rows=4, gh_max_abs=1.0)
+    be = get_backend(name, max_rows=4, gradient_bound=1.0)
     pk, sk = keys(name)
     g = np.array([1.0, -1.0, 1.0, 1.0, 1.0, 1.0])
     h = np.array([-1.0, -1.0, -1.0, -1.0, 2.0**-40, 1.0])
@@ -350,7 +350,7 @@ gh_values = st.one_of(st.sampled_from(EDGE), st.floats(-1, 1, allow_nan=False))
 
 def small(name: str):
     """Backend with narrow slots (max_rows=8, |g|, |h| <= 1): several slots per ciphertext even for OU-1024."""
-    return get_backend(name, max_rows=8, gh_max_abs=1.0)
+    return get_backend(name, max_rows=8, gradient_bound=1.0)
 
 
 @st.composite
@@ -546,7 +546,7 @@ def test_fixed_point_round_trip_and_negatives(x, frac_bits):
 @settings(max_examples=50, deadline=None)
 @given(g=st.lists(st.floats(-4, 4), min_size=1, max_size=10), data=st.data())
 def test_gh_packing_is_linear(g, data):
-    packing = GHPacking(FixedPoint(40), max_abs=4.0, max_rows=16)
+    packing = GHPacking(FixedPoint(40), gradient_bound=4.0, max_rows=16)
     g = np.array(g)
     h = np.array(data.draw(st.lists(st.floats(-4, 4), min_size=len(g), max_size=len(g))))
     k = data.draw(st.lists(st.integers(-1, 1), min_size=len(g), max_size=len(g)))

@@ -9,14 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
+from conftest import data_file
 
 from ray_vfl import BoostConfig, SecureBoostClassifier, VerticalDataset
 from ray_vfl.data.party_held import PartyHeldDataset
 from ray_vfl.data.sources import PartySource
 from ray_vfl.errors import DataError
 from ray_vfl.secureboost import train
-
-from conftest import data_file
 
 N = 1500
 

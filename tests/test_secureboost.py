@@ -201,6 +201,24 @@ def test_encrypted_regression_is_lossless_with_a_gradient_bound(runtime):
     assert_lossless(model, train_data, test_data, config)
 
 
+def test_config_gradient_bound_is_the_bound_in_force():
+    """The attribute holds the bound used; a default one follows the objective, a given one stays,
+    and a saved config loads equal (even one saved before the bound was resolved)."""
+    logistic = BoostConfig()
+    assert logistic.gradient_bound == 1.0
+    squared = logistic.replace(objective="reg:squarederror")
+    assert squared.gradient_bound == 2.0**16
+    assert squared.replace(objective="binary:logistic").gradient_bound == 1.0
+    given = BoostConfig(objective="reg:squarederror", gradient_bound=2**21)
+    assert given.gradient_bound == 2.0**21
+    assert given.replace(objective="binary:logistic").gradient_bound == 2.0**21
+    for config in (logistic, squared, given):
+        assert BoostConfig.from_dict(config.to_dict()) == config
+    assert BoostConfig.from_dict({**squared.to_dict(), "gradient_bound": None}) == squared
+    with pytest.raises(ConfigError, match="unknown BoostConfig parameter"):
+        BoostConfig.from_dict({**logistic.to_dict(), "_derived_gradient_bound": True})
+
+
 def test_paillier_privacy_audit(runtime, small_credit):
     """A passive party receives only ciphertexts, node row sets and its own split decisions."""
     train_data, test_data = small_credit

@@ -121,7 +121,7 @@ def get_backend(name: str, **options) -> Backend:
         One of ``"plain"``, ``"phe"``, ``"paillier"``, ``"ou"`` or a registered name.
     **options
         Backend options: ``frac_bits`` (default 40), ``max_rows`` (default
-        2**20), ``gh_max_abs`` (default 2**16), ``guard_bits`` (default 8).
+        2**20), ``gradient_bound`` (largest ``|g|``, ``|h|``; default 2**16), ``guard_bits`` (default 8).
         Every party must use the same options: they are part of each
         ciphertext's tag.
 
@@ -136,7 +136,7 @@ def get_backend(name: str, **options) -> Backend:
     >>> get_backend("plain").is_encrypted
     False
     """
-    allowed = {"frac_bits", "max_rows", "gh_max_abs", "guard_bits"}
+    allowed = {"frac_bits", "max_rows", "gradient_bound", "guard_bits"}
     unknown = sorted(set(options) - allowed)
     if name in _CUSTOM:
         return _CUSTOM[name](**options)

@@ -148,7 +148,7 @@ class Backend(ABC):
         Fixed-point precision of encrypted backends (ignored by ``plain``).
     max_rows : int, default 2**20
         GH packing stays exact for sums of up to this many rows.
-    gh_max_abs : float, default 2**16
+    gradient_bound : float, default 2**16
         Largest ``|g|``, ``|h|`` accepted by :meth:`encrypt_gh`.
     guard_bits : int, default 8
         Bits per packed slot above the sum bound, where an overflow is detected (see
@@ -169,10 +169,10 @@ class Backend(ABC):
     is_encrypted: ClassVar[bool]
     public_key_type: ClassVar[type]
 
-    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gh_max_abs: float = 2.0**16,
+    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gradient_bound: float = 2.0**16,
                  guard_bits: int = 8) -> None:
         self.fixed_point = FixedPoint(frac_bits)
-        self.packing = GHPacking(self.fixed_point, max_abs=gh_max_abs, max_rows=max_rows, guard_bits=guard_bits)
+        self.packing = GHPacking(self.fixed_point, gradient_bound=gradient_bound, max_rows=max_rows, guard_bits=guard_bits)
         self.num_tag = f"num:f{self.fixed_point.frac_bits}"
 
     def __repr__(self) -> str:

@@ -185,7 +185,7 @@ class ModularBackend(Backend):
             if self.supports_masks:
                 self.make_masks(key, 1)
             return
-        top = self.packing.max_abs
+        top = self.packing.gradient_bound
         self.encrypt_gh(key, np.array([top]), np.array([top]))
 
     supports_masks = True

@@ -14,9 +14,9 @@ summed into it. Unpacking reads the low slot as a *signed* digit::
     G = ((P + 2**(s-1)) mod 2**s) - 2**(s-1),   H = (P - G) / 2**s
 
 Slot width: ``s = 1 (sign) + value_bits + count_bits + guard_bits`` where
-``2**value_bits >= max_abs * 2**frac_bits`` and ``2**count_bits >= max_rows``.
+``2**value_bits >= gradient_bound * 2**frac_bits`` and ``2**count_bits >= max_rows``.
 A legitimate sum of at most ``max_rows`` encoded values has
-``|G|, |H| <= bound = max_abs_int * max_rows``; a decoded slot in the guard
+``|G|, |H| <= bound = value_bound * max_rows``; a decoded slot in the guard
 band ``(bound, 2**(s-1))`` can only come from an overflow and raises
 :class:`OverflowEncodingError`. (Sums more than ``2**guard_bits`` times past
 the bound can wrap undetected; ``max_rows`` is the contract.)
@@ -52,7 +52,7 @@ class GHPacking:
     ----------
     fixed_point : FixedPoint
         Encoding of each slot.
-    max_abs : float, default 2**16
+    gradient_bound : float, default 2**16
         Largest ``|g|`` or ``|h|`` accepted by :meth:`pack`.
     max_rows : int, default 2**20
         Largest number of rows whose sum must unpack exactly.
@@ -70,25 +70,25 @@ class GHPacking:
     def __init__(
         self,
         fixed_point: FixedPoint,
-        max_abs: float = 2.0**16,
+        gradient_bound: float = 2.0**16,
         max_rows: int = 2**20,
         guard_bits: int = 8,
     ) -> None:
-        if not (isinstance(max_abs, (int, float)) and math.isfinite(max_abs) and max_abs > 0):
-            raise ConfigError(f"gh_max_abs must be a positive finite number, got {max_abs!r}")
+        if not (isinstance(gradient_bound, (int, float)) and math.isfinite(gradient_bound) and gradient_bound > 0):
+            raise ConfigError(f"gradient_bound must be a positive finite number, got {gradient_bound!r}")
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ConfigError(f"max_rows must be a positive int, got {max_rows!r}")
         if isinstance(guard_bits, bool) or not isinstance(guard_bits, int) or not 1 <= guard_bits <= 64:
             raise ConfigError(f"guard_bits must be an int in [1, 64], got {guard_bits!r}")
         self.fixed_point = fixed_point
-        self.max_abs = float(max_abs)
+        self.gradient_bound = float(gradient_bound)
         self.max_rows = max_rows
         self.guard_bits = guard_bits
-        self.max_abs_int = int(math.floor(self.max_abs * fixed_point.scale))
-        self.value_bits = max(self.max_abs_int.bit_length(), 1)
+        self.value_bound = int(math.floor(self.gradient_bound * fixed_point.scale))  # as a fixed-point integer
+        self.value_bits = max(self.value_bound.bit_length(), 1)
         self.count_bits = (max_rows - 1).bit_length()
         self.slot_bits = 1 + self.value_bits + self.count_bits + guard_bits
-        self.bound = self.max_abs_int * max_rows
+        self.bound = self.value_bound * max_rows
         self.total_bits = 2 * self.slot_bits + 1
         self.tag = (
             f"gh:f{fixed_point.frac_bits}:v{self.value_bits}:r{self.count_bits}:g{guard_bits}"
@@ -96,7 +96,7 @@ class GHPacking:
 
     def __repr__(self) -> str:
         return (
-            f"GHPacking(frac_bits={self.fixed_point.frac_bits}, max_abs={self.max_abs}, "
+            f"GHPacking(frac_bits={self.fixed_point.frac_bits}, gradient_bound={self.gradient_bound}, "
             f"max_rows={self.max_rows}, slot_bits={self.slot_bits})"
         )
 
@@ -105,7 +105,7 @@ class GHPacking:
         if self.total_bits >= (modulus // 3).bit_length():
             raise ConfigError(
                 f"GH packing needs {self.total_bits} bits but the plaintext modulus has "
-                f"{modulus.bit_length()}: lower max_rows / gh_max_abs / frac_bits or use larger keys"
+                f"{modulus.bit_length()}: lower max_rows / gradient_bound / frac_bits or use larger keys"
             )
 
     def max_entries(self, modulus: int) -> int:
@@ -126,14 +126,14 @@ class GHPacking:
         DataError
             If ``g`` and ``h`` differ in length.
         OverflowEncodingError
-            If ``|g|`` or ``|h|`` exceeds ``max_abs``.
+            If ``|g|`` or ``|h|`` exceeds ``gradient_bound``.
         """
         g = as_float_vector(g, "g")
         h = as_float_vector(h, "h")
         if g.shape != h.shape:
             raise DataError(f"g and h must have the same length, got {len(g)} and {len(h)}")
-        gi = self.fixed_point.to_ints(g, max_abs_int=self.max_abs_int)
-        hi = self.fixed_point.to_ints(h, max_abs_int=self.max_abs_int)
+        gi = self.fixed_point.to_ints(g, max_abs_int=self.value_bound)
+        hi = self.fixed_point.to_ints(h, max_abs_int=self.value_bound)
         s = self.slot_bits
         return [a + (b << s) for a, b in zip(gi, hi)]
 
@@ -144,7 +144,7 @@ class GHPacking:
         ------
         OverflowEncodingError
             If a slot exceeds the sum bound (a sum of more than ``max_rows``
-            rows or values larger than ``max_abs``).
+            rows or values larger than ``gradient_bound``).
         """
         s = self.slot_bits
         half = 1 << (s - 1)
@@ -157,7 +157,7 @@ class GHPacking:
             if not (-bound <= lo <= bound and -bound <= hi <= bound):
                 raise OverflowEncodingError(
                     "packed gradient/hessian slot overflowed: more than max_rows="
-                    f"{self.max_rows} rows of |value| <= {self.max_abs:g} were summed"
+                    f"{self.max_rows} rows of |value| <= {self.gradient_bound:g} were summed"
                 )
             gs.append(lo)
             hs.append(hi)
@@ -210,7 +210,7 @@ class GHPacking:
         if digits and max(max(digits), -min(digits)) > self.bound:
             raise OverflowEncodingError(
                 "packed gradient/hessian slot overflowed: more than max_rows="
-                f"{self.max_rows} rows of |value| <= {self.max_abs:g} were summed"
+                f"{self.max_rows} rows of |value| <= {self.gradient_bound:g} were summed"
             )
         fp = self.fixed_point
         return fp.from_ints(digits[0::2]), fp.from_ints(digits[1::2])

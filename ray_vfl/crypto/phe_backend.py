@@ -153,9 +153,9 @@ class PheBackend(ModularBackend):
     name = "phe"
     public_key_type = PaillierPublicKey
 
-    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gh_max_abs: float = 2.0**16,
+    def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gradient_bound: float = 2.0**16,
                  guard_bits: int = 8) -> None:
-        super().__init__(frac_bits=frac_bits, max_rows=max_rows, gh_max_abs=gh_max_abs, guard_bits=guard_bits)
+        super().__init__(frac_bits=frac_bits, max_rows=max_rows, gradient_bound=gradient_bound, guard_bits=guard_bits)
         self._exp = _exponent(self.fixed_point.frac_bits)
 
     def _generate_keys(self, key_bits: int) -> tuple[PaillierPublicKey, PaillierPrivateKey]:

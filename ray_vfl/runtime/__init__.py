@@ -2,9 +2,10 @@
 
 :mod:`.actors` (the :class:`Runtime`, task pools, waiting with blame), :mod:`.comm` (messages and
 their byte counts), :mod:`.local_ray` (a Ray started on this machine), :mod:`.payload_shapes`
-(what a message carries, for the records), :mod:`.party` (what every party actor shares) and
-:mod:`.estimator` (what every scikit-learn style estimator shares). Names load on first use, so a
-crypto task that needs only :mod:`.payload_shapes` does not import Ray.
+(what a message carries, for the records), :mod:`.party` (what every party actor shares: rows
+by key, records, its saved part) and :mod:`.estimator` (what every scikit-learn style estimator
+shares). Names load on first use, so a crypto task that needs only :mod:`.payload_shapes` does
+not import Ray.
 """
 
 from .. import _lazy_exports
@@ -13,7 +14,7 @@ _EXPORTS = {
     "Runtime": ".actors", "TaskPool": ".actors", "gather": ".actors", "as_ref_list": ".actors",
     "party_resource": ".local_ray", "RESOURCE_UNITS": ".local_ray",
     "CommStats": ".comm", "Mailbox": ".comm", "Message": ".comm", "Record": ".comm",
-    "FederatedEstimator": ".estimator",
+    "FederatedEstimator": ".estimator", "PartyActor": ".party",
 }
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """The Ray runtime: one object owns the Ray connection and the party actors.
 
-Each party (and later each server) runs as a named Ray actor bound to a custom
+Each party runs as a named Ray actor bound to a custom
 Ray resource of its own, ``vfl_<party>``: the actor and every task it fans out
 can only be placed on nodes that declare that resource, so a party's data and
 keys never leave its machines. On a laptop the runtime starts Ray itself and

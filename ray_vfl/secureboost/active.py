@@ -59,8 +59,8 @@ class ActiveParty(PredictionRouter, Party):
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
-        self.backend_spec = (config.backend, backend_options(config.objective, None if label is None else len(label),
-                                                             config.gradient_limit))
+        self.backend_spec = (config.backend, backend_options(config.gradient_bound,
+                                                             None if label is None else len(label)))
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
         self.plain = get_backend("plain")

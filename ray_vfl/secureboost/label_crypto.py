@@ -14,7 +14,7 @@ import ray
 
 from ..crypto import get_backend
 from ..errors import ConfigError
-from ..trees.config import BoostConfig, default_gradient_bound
+from ..trees.config import BoostConfig
 from ..trees.kernels import base_score_of
 
 __all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
@@ -76,10 +76,10 @@ def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
     return int(np.count_nonzero((piece[1:] == piece[:-1]) & (gs[1:] == gs[:-1]) & (hs[1:] == hs[:-1])))
 
 
-def backend_options(objective: str, n_rows: int | None = None, gradient_bound: float | None = None) -> dict:
-    """Encoding options every party must share: the gradient bound (1 for logistic gradients,
-    :attr:`~ray_vfl.trees.config.BoostConfig.gradient_limit` otherwise), and no bin sum covers more than the training
-    rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
+def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
+    """Encoding options every party must share: the gradient bound
+    (:attr:`~ray_vfl.trees.config.BoostConfig.gradient_bound`, 1 for logistic gradients), and no
+    bin sum covers more than the training rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
     compression shift shorter.
 
     Two guard bits instead of the backend's default 8: no bin sum can pass the bound (it covers
@@ -100,14 +100,12 @@ def backend_options(objective: str, n_rows: int | None = None, gradient_bound: f
 
     Example
     -------
-    >>> backend_options("binary:logistic", 24_000)
-    {'gh_max_abs': 1.0, 'guard_bits': 2, 'frac_bits': 32, 'max_rows': 32768}
-    >>> backend_options("reg:squarederror", gradient_bound=1e6)
-    {'gh_max_abs': 1000000.0, 'guard_bits': 2, 'frac_bits': 32}
+    >>> backend_options(1.0, 24_000)
+    {'gradient_bound': 1.0, 'guard_bits': 2, 'frac_bits': 32, 'max_rows': 32768}
+    >>> backend_options(1e6)
+    {'gradient_bound': 1000000.0, 'guard_bits': 2, 'frac_bits': 32}
     """
-    if gradient_bound is None:
-        gradient_bound = default_gradient_bound(objective)
-    options: dict = {"gh_max_abs": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": FRAC_BITS}
+    options: dict = {"gradient_bound": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": FRAC_BITS}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
     return options
@@ -121,10 +119,10 @@ def check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:
     y = np.asarray(y, dtype=np.float64)
     base = base_score_of(config.objective, y, config.base_score)
     spread = float(np.max(np.abs(y - base)))
-    if 2 * spread > config.gradient_limit:
+    if 2 * spread > config.gradient_bound:
         needed = 2.0 ** math.ceil(math.log2(2 * spread))
         raise ConfigError(
             f"labels lie up to {spread:.6g} from the base score {base:.6g}, so encrypted gradients could exceed "
-            f"gradient_bound={config.gradient_limit:g} (twice the spread is needed for headroom): set "
+            f"gradient_bound={config.gradient_bound:g} (twice the spread is needed for headroom): set "
             f"gradient_bound={needed:.0f} (every party sees it) or scale the labels down"
         )

@@ -14,11 +14,11 @@ with the next level's encrypted histograms back. With several passive
 parties, those that won splits first send their partitions (every passive
 party needs them to move its rows): two round trips.
 
-Other shapes of these rounds were measured and not kept (a second,
-pipelined call per level; Ray compiled graphs, whose readers spin at 100%
-CPU while they wait; asking for the next tree before the last one's logs;
-partitions handed between passive parties as Ray arguments): the figures are
-in ``benchmarks/RESULTS.md``, "Round shapes measured and not kept".
+Why not other shapes of these rounds (a second, pipelined call per level;
+Ray compiled graphs, whose readers spin at 100% CPU while they wait; asking
+for the next tree before the last one's logs; partitions handed between
+passive parties as Ray arguments): none was faster, see
+``benchmarks/RESULTS.md``, "Round shapes measured and not kept".
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError
@@ -31,7 +32,6 @@ def default_gradient_bound(objective: str) -> float:
     (1.0, 65536.0)
     """
     return 1.0 if objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
-
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,26 @@ class BoostConfig(ValidatedConfig):
         cells of groups of its features (:mod:`ray_vfl.trees.feature_groups`): the
         same sums from fewer ciphertext products.
     gradient_bound : float or None
-        Largest ``|gradient|`` the encrypted fixed-point encoding holds; it sizes
-        every slot and every party sees it. ``None``: 1 for the logistic
-        objective (a probability minus a label), 65,536 for squared error.
-        Training refuses squared-error labels further than half the bound from
-        the base score (residuals may grow a little while boosting): scale the
-        labels or raise the bound.
+        Largest ``|gradient|`` (and ``|hessian|``) the encrypted fixed-point
+        encoding holds; it sizes every slot and every party sees it. ``None``
+        (the default) resolves on construction to the objective's bound
+        (:func:`default_gradient_bound`: 1 for the logistic objective, a
+        probability minus a label; 65,536 for squared error), so the attribute
+        always holds the bound in force, and :meth:`replace` with another
+        objective derives it again unless it was given. Training refuses
+        squared-error labels further than half the bound from the base score
+        (residuals may grow a little while boosting): scale the labels or raise
+        the bound.
 
     Example
     -------
     >>> cfg = BoostConfig(n_trees=10, max_depth=5)
     >>> cfg.replace(max_depth=3).max_depth
     3
+    >>> cfg.gradient_bound, cfg.replace(objective="reg:squarederror").gradient_bound
+    (1.0, 65536.0)
+    >>> BoostConfig.from_dict(cfg.to_dict()) == cfg
+    True
     """
 
     n_trees: int = 10
@@ -107,13 +115,6 @@ class BoostConfig(ValidatedConfig):
     precompute_masks: bool = True
     group_features: bool = True
     gradient_bound: float | None = None
-
-    @property
-    def gradient_limit(self) -> float:
-        """The ``|gradient|`` bound in force (:attr:`gradient_bound` or the objective's default)."""
-        if self.gradient_bound is not None:
-            return float(self.gradient_bound)
-        return default_gradient_bound(self.objective)
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -146,8 +147,20 @@ class BoostConfig(ValidatedConfig):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
         if not isinstance(self.group_features, bool):
             raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")
-        if self.gradient_bound is not None:
+        given = self.gradient_bound is not None
+        if given:
             check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)
             if self.objective == "binary:logistic" and self.gradient_bound < 1.0:
                 raise ConfigError(f"gradient_bound must be at least 1 for binary:logistic (gradients reach +-1), "
                                   f"got {self.gradient_bound!r}")
+        bound = float(self.gradient_bound) if given else default_gradient_bound(self.objective)
+        object.__setattr__(self, "gradient_bound", bound)
+        # Not a field: to_dict saves the resolved bound, and replace() derives a default one again.
+        object.__setattr__(self, "_derived_gradient_bound", not given)
+
+    def replace(self, **changes: Any) -> "BoostConfig":
+        """Return a copy with some fields changed (validated again); a gradient bound the user
+        never gave follows the new objective."""
+        if self._derived_gradient_bound:
+            changes.setdefault("gradient_bound", None)
+        return super().replace(**changes)

@@ -1,7 +1,7 @@
 """Pure, party-agnostic numpy kernels of histogram gradient boosting.
 
-Every protocol (SecureBoost, later PIVODL and SSXGB) and the centralized
-reference call these functions; none of them knows about parties or Ray.
+The tree protocols (SecureBoost) and the centralized reference call these
+functions; none of them knows about parties or Ray.
 Histograms are laid out as ``(slots, features, n_bins)`` with the last bin of
 every feature reserved for missing values, so that one flat ``bucket_sum`` key
 
