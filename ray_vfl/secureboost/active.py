@@ -9,7 +9,7 @@ import numpy as np
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
 from ..data.store import check_labels
-from ..errors import VFLError
+from ..errors import DataError, VFLError
 from ..runtime.actors import TaskPool, gather
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
@@ -400,6 +400,13 @@ class ActiveParty(PredictionRouter, Party):
         metrics = evaluate_margin(self.config.objective, state["y"], state["margin"])
         self.history[key].append(metrics)
         return metrics
+
+    def evaluate(self, key: str, n_trees: int) -> dict[str, float]:
+        """Metrics of the first ``n_trees`` trees on data set ``key``, from this party's own labels."""
+        if key not in self.labels:
+            raise DataError("the evaluation data holds no labels at the label party; build it with label=")
+        margin = self.predict_margin(key, 0, n_trees) + self.base_margin
+        return evaluate_margin(self.config.objective, self.labels[key], margin)
 
     # model ----------------------------------------------------------------------
     def get_base_margin(self) -> float:

@@ -112,8 +112,21 @@ class FederatedModel:
     def _handle(self, party: str):
         return self.runtime.actor(party)
 
+    def evaluate(self, data: VerticalDataset, n_trees: int | None = None) -> dict[str, float]:
+        """Test metrics (logloss and AUC, or RMSE) computed by the label party from its own labels:
+        the driver receives the figures only, which suits party-held data."""
+        return self._with_rows(data, lambda key, active: active.evaluate.remote(key, n_trees or self.n_trees))
+
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Raw margins of federated prediction for every row of ``data``."""
+        def margins(key, active):
+            return active.predict_margin.remote(key, 0, n_trees or self.n_trees)
+
+        return self._with_rows(data, margins) + self.runtime.get(
+            [(self.label_party, self._handle(self.label_party).get_base_margin.remote())], "prediction")[0]
+
+    def _with_rows(self, data: VerticalDataset, call) -> Any:
+        """Have every party load its rows of ``data``, run ``call(key, label party)`` and drop the rows."""
         if sorted(data.party_names) != sorted(self.order):
             raise DataError(f"prediction data must hold the parties {self.order}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
@@ -121,14 +134,12 @@ class FederatedModel:
             tables = data.tables(self.runtime)
             calls = [(p, self._handle(p).load_rows.remote(key, tables[p])) for p in self.order]
             self.runtime.get(calls, "load prediction rows")
-            active = self._handle(self.label_party)
-            margin, base = self.runtime.get([(self.label_party, active.predict_margin.remote(key, 0, n_trees or self.n_trees)),
-                                             (self.label_party, active.get_base_margin.remote())], "prediction")
+            result = self.runtime.get([(self.label_party, call(key, self._handle(self.label_party)))], "prediction")[0]
         except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
             self._drop_rows(key)
             raise
         self._drop_rows(key)
-        return margin + base
+        return result
 
     def _drop_rows(self, key: str) -> None:
         self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
