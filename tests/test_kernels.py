@@ -4,9 +4,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ray_vfl.crypto.fixed_point import FixedPoint
 from ray_vfl.trees.kernels import (
+    GRADIENT_FRAC_BITS,
     best_splits,
     bucket_sum,
+    encoded_gradients,
     feature_keys,
     gradients,
     histogram_keys,
@@ -97,3 +100,28 @@ def test_best_splits_float_ties_go_to_the_first_candidate():
     for scale, expect in ((1 + 1e-14, 0), (1 + 1e-6, 1)):
         G = np.stack([base, base * scale])[None]
         assert int(best_splits(G, H, reg_lambda=1.0, min_child_weight=0.0).feature[0]) == expect
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 500), st.integers(0, 2**31 - 1))
+def test_encoded_gradient_sums_are_exact_in_any_order(n, seed):
+    """Encoded pairs are the fixed-point encoding's own values, so their float sums are the exact
+    integer sums in any order: directly, reversed, or as a total minus the other rows."""
+    rng = np.random.default_rng(seed)
+    y, margin = rng.integers(0, 2, n).astype(float), rng.normal(0.0, 4.0, n)
+    fp = FixedPoint(GRADIENT_FRAC_BITS)
+    for v in encoded_gradients("binary:logistic", y, margin):
+        np.testing.assert_array_equal(fp.from_ints(fp.to_ints(v)), v)  # decode(encode(v)) == v
+        part = rng.random(n) < 0.5
+        exact = fp.from_ints([sum(fp.to_ints(v[part]))])[0]  # Python ints: no rounding
+        assert np.sum(v[part]) == np.sum(v[part][::-1]) == np.sum(v) - np.sum(v[~part]) == exact
+
+
+def test_encoded_gradients_round_to_the_grid_half_to_even():
+    step = 2.0**-GRADIENT_FRAC_BITS
+    y = -np.array([0.5 * step, 1.5 * step, 1 + 0.49 * step, -(2 + 0.51 * step)])  # margin 0: g = -y
+    g, h = encoded_gradients("reg:squarederror", y, np.zeros(4))
+    assert g.tolist() == [0.0, 2 * step, 1.0, -(2 + step)]
+    assert h.tolist() == [1.0] * 4
+    raw_g, _ = gradients("reg:squarederror", y, np.zeros(4))
+    assert not np.array_equal(raw_g, g)

@@ -3,7 +3,9 @@
 Used to prove SecureBoost lossless (federated == centralized on the same bins,
 split for split) and as the in-process baseline of the benchmarks. It shares
 only the pure kernels with the protocol: histograms here are plain
-``np.bincount`` over every row of a node, without subtraction or crypto.
+``np.bincount`` over every row of a node, without subtraction or crypto, of
+the same encoded gradient pairs (:func:`~ray_vfl.trees.kernels.encoded_gradients`)
+every party sums, so its bin sums are the federated ones bit for bit.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from .kernels import (
     base_margin,
     best_splits,
     bucket_sum,
+    encoded_gradients,
     feature_keys,
     goes_left,
-    gradients,
     histogram_keys,
     leaf_weights,
 )
@@ -88,7 +90,7 @@ def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_sco
     margin = np.full(len(y), base_margin(config.objective, base_score))
     trees = []
     for _ in range(config.n_trees):
-        g, h = gradients(config.objective, y, margin)
+        g, h = encoded_gradients(config.objective, y, margin)
         tree, delta = _grow(bins, g, h, config, config.max_bin + 1)
         trees.append(tree)
         margin = margin + delta
