@@ -1,4 +1,5 @@
-"""Laws of the pure kernels: bucket sums, split gains, leaf weights."""
+"""Laws of the pure kernels (bucket sums, split gains, leaf weights), checked against an independent
+brute-force loop over raw rows."""
 
 import numpy as np
 from hypothesis import given, settings
@@ -35,41 +36,71 @@ def test_bucket_sum_is_bincount_per_feature(n, n_features, n_bins, seed):
             np.testing.assert_allclose(hist[s, f], expect, atol=1e-12)
 
 
-def _brute_force_best(G, H, lam, mcw):
-    """Every (feature, missing direction, threshold) tried one by one."""
-    best = (-np.inf, None)
-    n_features, n_bins = G.shape
-    g_tot, h_tot = G[0].sum(), H[0].sum()
-    for f in range(n_features):
-        for direction, missing_left in enumerate((True, False)):
-            for b in range(n_bins - 1):
-                gl = G[f, : b + 1].sum() + (G[f, -1] if missing_left else 0.0)
-                hl = H[f, : b + 1].sum() + (H[f, -1] if missing_left else 0.0)
-                gr, hr = g_tot - gl, h_tot - hl
-                if hl < mcw or hr < mcw or hl <= 0 or hr <= 0:
-                    continue
-                gain = gl**2 / (hl + lam) + gr**2 / (hr + lam) - g_tot**2 / (h_tot + lam)
-                if gain > best[0] + 1e-12:
-                    best = (gain, (f, b, missing_left))
-    return best
+def _brute_force_from_rows(x, node, g, h, n_nodes, max_bin, lam, gamma, mcw):
+    """Per node, every (feature, missing direction, threshold) tried on the raw rows.
+
+    First principles (Chen & Guestrin 2016, eq. 7): a split's score is
+    ``1/2 [G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - G^2/(H+lambda)] - gamma_paper``, where
+    ``gamma`` (XGBoost's ``min_split_loss``, ours) is compared with the bracket, un-halved:
+    ``gamma_paper = gamma / 2``. A row goes left iff ``x <= t``, or ``x`` is missing and the
+    missing values go left; both children need a hessian sum >= ``min_child_weight`` (and > 0).
+    Candidates are listed in the kernel's order: feature, missing left then right, ``t`` ascending.
+    Returns per node the candidates as ``(bracket, score, (feature, t, missing_left))``.
+    """
+    out = []
+    for s in range(n_nodes):
+        rows = node == s
+        G, H = float(np.sum(g[rows])), float(np.sum(h[rows]))
+        candidates = []
+        for f in range(x.shape[1]):
+            col = x[rows, f]
+            for missing_left in (True, False):
+                for t in range(max_bin):
+                    left = (col <= t) | (np.isnan(col) & missing_left)
+                    gl, hl = float(np.sum(g[rows][left])), float(np.sum(h[rows][left]))
+                    gr, hr = float(np.sum(g[rows][~left])), float(np.sum(h[rows][~left]))
+                    if hl < mcw or hr < mcw or hl <= 0 or hr <= 0:
+                        continue
+                    bracket = gl**2 / (hl + lam) + gr**2 / (hr + lam) - G**2 / (H + lam)
+                    candidates.append((bracket, 0.5 * bracket - gamma / 2, (f, t, missing_left)))
+        out.append(candidates)
+    return out
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 4), st.integers(3, 7), st.integers(0, 2**31 - 1), st.sampled_from([0.0, 1.0]), st.sampled_from([0.0, 0.5]))
-def test_best_split_matches_brute_force(n_features, n_bins, seed, lam, mcw):
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 5), st.integers(0, 2**31 - 1), st.sampled_from([0.0, 1.0, 2.5]),
+       st.sampled_from([0.0, 0.5, 3.0]), st.sampled_from([0.0, 0.05]), st.sampled_from([0.0, 0.2]), st.booleans())
+def test_best_splits_equal_brute_force_on_raw_rows(n_features, n_values, seed, lam, mcw, gamma, missing, coarse):
+    """``best_splits`` on histograms equals an independent loop over the rows of two nodes: the best
+    split, its gain and whether it is made, with missing values and empty bins (ties) in play.
+    Coarse gradient pairs (multiples of 1/8 and 1/4) make exact ties between different partitions
+    and children whose hessian sum is exactly ``min_child_weight``."""
     rng = np.random.default_rng(seed)
-    n = 50
-    bins = rng.integers(0, n_bins, (n, n_features))
-    g, h = rng.normal(size=n), rng.uniform(0.05, 0.3, n)
-    G = np.stack([np.bincount(bins[:, f], weights=g, minlength=n_bins) for f in range(n_features)])
-    H = np.stack([np.bincount(bins[:, f], weights=h, minlength=n_bins) for f in range(n_features)])
-    choice = best_splits(G[None], H[None], lam, mcw)
-    gain, where = _brute_force_best(G, H, lam, mcw)
-    if where is None:
-        assert choice.gain[0] == -np.inf
-        return
-    np.testing.assert_allclose(choice.gain[0], gain, rtol=1e-9)
-    assert (int(choice.feature[0]), int(choice.bin[0]), bool(choice.default_left[0])) == where
+    n, max_bin = 60, n_values + 1  # the top bin stays empty: thresholds t and t + 1 part the rows alike
+    x = rng.integers(0, n_values, (n, n_features)).astype(float)
+    x[rng.random(x.shape) < missing] = np.nan
+    node = rng.integers(0, 2, n)
+    if coarse:
+        g, h = rng.integers(-8, 9, n) / 8, rng.choice([0.25, 0.5, 1.0], n)
+    else:
+        g, h = rng.normal(size=n), rng.uniform(0.05, 1.0, n)
+    bins = np.where(np.isnan(x), max_bin, np.nan_to_num(x)).astype(np.int64)
+    G, H = np.zeros((2, n_features, max_bin + 1)), np.zeros((2, n_features, max_bin + 1))
+    for f in range(n_features):  # histograms by np.add.at, not by the module's bucket_sum
+        np.add.at(G[:, f], (node, bins[:, f]), g)
+        np.add.at(H[:, f], (node, bins[:, f]), h)
+    choice = best_splits(G, H, lam, mcw)
+    splittable = choice.splittable(gamma)
+    for s, candidates in enumerate(_brute_force_from_rows(x, node, g, h, 2, max_bin, lam, gamma, mcw)):
+        if not candidates:
+            assert choice.gain[s] == -np.inf and not splittable[s]
+            continue
+        top = max(c[0] for c in candidates)
+        # the kernel's tie rule: the first candidate within a relative 1e-9 of the best
+        bracket, score, where = next(c for c in candidates if c[0] >= top - 1e-9 * abs(top))
+        assert (int(choice.feature[s]), int(choice.bin[s]), bool(choice.default_left[s])) == where
+        np.testing.assert_allclose(choice.gain[s], bracket, rtol=1e-9, atol=1e-12)
+        assert bool(splittable[s]) == (score > 0 and bracket > 1e-10)
 
 
 def test_histogram_subtraction_equals_direct_build():
@@ -100,6 +131,13 @@ def test_best_splits_float_ties_go_to_the_first_candidate():
     for scale, expect in ((1 + 1e-14, 0), (1 + 1e-6, 1)):
         G = np.stack([base, base * scale])[None]
         assert int(best_splits(G, H, reg_lambda=1.0, min_child_weight=0.0).feature[0]) == expect
+
+
+def test_min_child_weight_admits_a_child_at_exactly_the_bound():
+    """XGBoost's rule: a child whose hessian sum equals ``min_child_weight`` is allowed."""
+    G, H = np.array([[[-1.0, 1.0, 0.0]]]), np.array([[[1.0, 1.0, 0.0]]])
+    assert best_splits(G, H, reg_lambda=1.0, min_child_weight=1.0).gain[0] == 1.0
+    assert best_splits(G, H, reg_lambda=1.0, min_child_weight=1.0 + 1e-12).gain[0] == -np.inf
 
 
 @settings(max_examples=40, deadline=None)

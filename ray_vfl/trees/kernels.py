@@ -273,6 +273,17 @@ class SplitChoice:
         return (self.gain > gamma) & (self.gain > _GAIN_EPS)
 
 
+def _children_sums(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right sums of every candidate, ``(slots, F, 2, n_bins-1)`` each, missing values
+    [left, right]. The right sums run down from the top bin instead of being the total minus the
+    left: a child without rows sums to exactly 0 (and is refused), even where float sums round."""
+    below = np.cumsum(X[:, :, :-1], axis=2)
+    above = np.zeros_like(below)
+    above[:, :, :-1] = np.cumsum(X[:, :, -2:0:-1], axis=2)[:, :, ::-1]  # bins b+1 .. n_bins-2
+    missing = X[:, :, -1:]
+    return np.stack([below + missing, below], axis=2), np.stack([above, above + missing], axis=2)
+
+
 def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
     """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms.
 
@@ -295,11 +306,7 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
         return SplitChoice(empty, zeros, zeros, np.zeros(slots, dtype=bool))
     g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
     h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
-    cg = np.cumsum(G[:, :, :-1], axis=2)
-    ch = np.cumsum(H[:, :, :-1], axis=2)
-    gl = np.stack([cg + G[:, :, -1:], cg], axis=2)  # (slots, F, 2, n_bins-1): [missing left, missing right]
-    hl = np.stack([ch + H[:, :, -1:], ch], axis=2)
-    gr, hr = g_tot - gl, h_tot - hl
+    (gl, gr), (hl, hr) = _children_sums(G), _children_sums(H)
     with np.errstate(divide="ignore", invalid="ignore"):
         gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
     valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)

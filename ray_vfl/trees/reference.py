@@ -80,7 +80,8 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
     totals_g = np.bincount(node_of_row, weights=g, minlength=size)
     totals_h = np.bincount(node_of_row, weights=h, minlength=size)
     is_leaf = np.asarray(left) < 0
-    w = np.where(is_leaf, leaf_weights(totals_g, totals_h, config.reg_lambda, config.learning_rate), 0.0)
+    w = np.zeros(size)  # internal nodes hold no rows: their 0 / (0 + lambda) is never computed
+    w[is_leaf] = leaf_weights(totals_g[is_leaf], totals_h[is_leaf], config.reg_lambda, config.learning_rate)
     tree = ReferenceTree(np.asarray(left), np.asarray(right), np.asarray(feature), np.asarray(split_bin), np.asarray(dleft), w)
     return tree, w[node_of_row]
 
