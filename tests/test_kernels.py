@@ -1,11 +1,15 @@
-"""Laws of the pure kernels (bucket sums, split gains, leaf weights), checked against an independent
-brute-force loop over raw rows."""
+"""Laws of the pure kernels (bucket sums, split gains, leaf weights), checked against independent
+implementations: a brute-force loop over raw rows, and XGBoost's own trees."""
+
+import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_vfl.crypto.fixed_point import FixedPoint
+from ray_vfl.trees.config import BoostConfig
 from ray_vfl.trees.kernels import (
     GRADIENT_FRAC_BITS,
     best_splits,
@@ -17,6 +21,7 @@ from ray_vfl.trees.kernels import (
     leaf_weights,
     slot_of_rows,
 )
+from ray_vfl.trees.reference import fit_reference
 
 
 @settings(max_examples=40, deadline=None)
@@ -163,3 +168,111 @@ def test_encoded_gradients_round_to_the_grid_half_to_even():
     assert h.tolist() == [1.0] * 4
     raw_g, _ = gradients("reg:squarederror", y, np.zeros(4))
     assert not np.array_equal(raw_g, g)
+
+
+# --- XGBoost's own first tree ------------------------------------------------------------------
+
+
+def xgboost_comparable_data(seed: int, n: int = 800, n_features: int = 6, n_values: int = 7):
+    """Integer features ``0 .. n_values - 1`` (every value present; 8% missing) and labels in
+    eighths: XGBoost's cut points are the distinct values, our bins are those values, and every
+    gradient is exact in float32 (XGBoost's) and on our grid, so both sum the same numbers."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, n_values, (n, n_features)).astype(float)
+    x[:n_values] = np.arange(n_values)[:, None]
+    x[n_values:][rng.random((n - n_values, n_features)) < 0.08] = np.nan
+    signal = 1.5 * (np.nan_to_num(x[:, 0], nan=3.0) > 2) - 1.0 * (np.nan_to_num(x[:, 1], nan=0.0) < 2) + 0.5 * (x[:, 2] == 4)
+    y = signal + rng.integers(-6, 7, n) / 8
+    return x, y
+
+
+def xgboost_first_tree(x: np.ndarray, y: np.ndarray, config: BoostConfig, base_score: float) -> dict:
+    """XGBoost's first tree on ``x`` (hist, cut points at the distinct values), as
+    ``{path: ("split", feature, threshold, default_left) or ("leaf", weight)}``, with our threshold
+    convention (left iff ``x <= threshold``): XGBoost's ``x < c`` on integers is ``x <= c - 1``."""
+    xgb = pytest.importorskip("xgboost")
+    params = {"tree_method": "hist", "max_bin": 256, "max_depth": config.max_depth, "eta": config.learning_rate,
+              "reg_lambda": config.reg_lambda, "gamma": config.gamma, "min_child_weight": config.min_child_weight,
+              "base_score": base_score, "objective": config.objective, "nthread": 1}
+    booster = xgb.train(params, xgb.DMatrix(x, label=y, missing=np.nan), num_boost_round=1)
+    out = {}
+
+    def walk(node: dict, path: str) -> None:
+        if "leaf" in node:
+            out[path] = ("leaf", node["leaf"])
+            return
+        out[path] = ("split", int(node["split"][1:]), node["split_condition"] - 1, node["missing"] == node["yes"])
+        children = {c["nodeid"]: c for c in node["children"]}
+        walk(children[node["yes"]], path + "L")
+        walk(children[node["no"]], path + "R")
+
+    walk(json.loads(booster.get_dump(dump_format="json")[0]), "")
+    return out
+
+
+def tree_by_path(left, right, weight, split_of) -> dict:
+    """A tree in :func:`xgboost_first_tree`'s form, from its node arrays; ``split_of(node)`` gives
+    an internal node's ``(feature, threshold, default_left)``."""
+    out = {}
+
+    def walk(node: int, path: str) -> None:
+        if left[node] < 0:
+            out[path] = ("leaf", float(weight[node]))
+            return
+        out[path] = ("split", *split_of(node))
+        walk(int(left[node]), path + "L")
+        walk(int(right[node]), path + "R")
+
+    walk(0, "")
+    return out
+
+
+def reference_tree_by_path(tree) -> dict:
+    """A :class:`~ray_vfl.trees.reference.ReferenceTree` on integer-valued bins (bin = value) in
+    :func:`xgboost_first_tree`'s form."""
+    return tree_by_path(tree.left, tree.right, tree.weight,
+                        lambda n: (int(tree.feature[n]), int(tree.bin[n]), bool(tree.default_left[n])))
+
+
+def assert_same_tree(ours: dict, theirs: dict) -> None:
+    """Same splits (feature, threshold, missing direction) at the same places; leaf weights equal
+    to XGBoost's float32 ones."""
+    assert sorted(ours) == sorted(theirs)
+    for path, node in ours.items():
+        if node[0] == "leaf":
+            assert theirs[path][0] == "leaf", path
+            np.testing.assert_allclose(node[1], theirs[path][1], rtol=1e-6, atol=1e-7, err_msg=path)
+        else:
+            assert node == theirs[path], path
+
+
+@pytest.mark.parametrize("objective, seed, depth, reg_lambda, gamma, min_child_weight, eta", [
+    ("reg:squarederror", 0, 3, 1.0, 0.0, 1.0, 0.3),
+    ("reg:squarederror", 1, 3, 5.0, 2.0, 10.0, 1.0),
+    ("reg:squarederror", 2, 2, 0.0, 0.0, 0.0, 0.5),
+    ("binary:logistic", 3, 3, 1.0, 0.0, 1.0, 0.3),
+    ("binary:logistic", 4, 3, 2.0, 0.5, 5.0, 0.7),
+])
+def test_reference_first_tree_equals_xgboost(objective, seed, depth, reg_lambda, gamma, min_child_weight, eta):
+    """Our centralized reference grows XGBoost's first tree on data where the cut points agree:
+    the same split features, thresholds and missing directions, the same leaf weights."""
+    x, y = xgboost_comparable_data(seed)
+    if objective == "binary:logistic":
+        y = (y > np.median(y)).astype(float)
+    base = 0.5 if objective == "binary:logistic" else 0.25
+    config = BoostConfig(n_trees=1, max_depth=depth, learning_rate=eta, reg_lambda=reg_lambda, gamma=gamma,
+                         min_child_weight=min_child_weight, objective=objective, max_bin=32)
+    bins = np.where(np.isnan(x), config.max_bin, np.nan_to_num(x)).astype(np.uint8)
+    ours = reference_tree_by_path(fit_reference(bins, y, config, base)[0])
+    theirs = xgboost_first_tree(x, y, config, base)
+    assert sum(kind == "split" for kind, *_ in ours.values()) >= depth
+    assert_same_tree(ours, theirs)
+
+
+def test_a_child_without_rows_is_never_a_candidate():
+    """The right child of the top threshold (missing values right, none missing) has no rows: its
+    sums are exactly 0, not the float residue of total minus left (here 1.1e-16), so it is refused
+    even when every real split has a negative gain."""
+    G = np.append(np.full(8, 0.1), 0.0)[None, None]  # 8 bins of 0.1, no missing value
+    choice = best_splits(G, G.copy(), reg_lambda=1.0, min_child_weight=0.0)
+    assert int(choice.bin[0]) < 7 and choice.gain[0] < -0.05

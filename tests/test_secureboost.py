@@ -23,7 +23,14 @@ from ray_vfl import (
 )
 from ray_vfl.data.binning import PartyBinner
 from ray_vfl.data.bundled import load_named
-from ray_vfl.trees.kernels import base_margin, best_splits, bucket_sum, encoded_gradients, feature_keys, gradients
+from ray_vfl.trees.kernels import (
+    base_margin,
+    best_splits,
+    bucket_sum,
+    encoded_gradients,
+    feature_keys,
+    gradients,
+)
 from ray_vfl.trees.reference import fit_reference, predict_reference
 
 
@@ -182,6 +189,37 @@ def test_near_tie_resolves_alike_at_every_party_and_in_the_reference(runtime):
         model = train(runtime, data, config)
         assert_lossless(model, data, data, config)
         assert model.trees()[0].owner[0] == 0, backend  # the root split is on the label party's feature
+
+
+def test_federated_first_tree_equals_xgboost(runtime):
+    """The federated plain run grows XGBoost's first tree where the cut points agree (integer
+    features, fewer values than bins): the same split features, thresholds (each party's own cut
+    values) and missing directions, the same leaf weights; and it is the centralized reference."""
+    from test_kernels import (
+        assert_same_tree,
+        tree_by_path,
+        xgboost_comparable_data,
+        xgboost_first_tree,
+    )
+
+    x, y = xgboost_comparable_data(seed=5)
+    frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(target=y)
+    data = vertical_split(frame, 2, label="target", seed=0)
+    config = BoostConfig(n_trees=1, max_depth=3, learning_rate=0.3, objective="reg:squarederror", base_score=0.25,
+                         backend="plain", max_bin=32)
+    model = train(runtime, data, config)
+    assert_lossless(model, data, data, config)
+    fed, tables = model.trees()[0], model.lookup_tables()
+    offsets = np.cumsum([0] + [data.n_features(p) for p in model.order])
+
+    def split_of(node):
+        feature, _, threshold, default_left = tables[model.order[fed.owner[node]]]["rows"][fed.record[node]]
+        return offsets[fed.owner[node]] + feature, threshold, default_left
+
+    stacked = pd.concat([data.features[p] for p in model.order], axis=1).to_numpy()
+    ours = tree_by_path(fed.left, fed.right, fed.weight, split_of)
+    assert sum(kind == "split" for kind, *_ in ours.values()) >= 3
+    assert_same_tree(ours, xgboost_first_tree(stacked, data.label, config, 0.25))
 
 
 def test_moving_the_label_party_between_fits(runtime, small_credit):
