@@ -504,7 +504,7 @@ def test_the_scratch_home_of_a_local_ray_is_removed_at_exit(tmp_path):
 def test_a_local_ray_pins_new_parties_to_spare_slots(ray_session, monkeypatch):
     """Ray cannot add resources to a running node: when ray_vfl started the local Ray, parties of a
     later federation (new names) get spare slots; when they run out, the error says what to do."""
-    from ray_vfl import local_ray
+    from ray_vfl.runtime import local_ray
 
     monkeypatch.setattr(local_ray, "_started", True)
     monkeypatch.setattr(local_ray, "_aliases", {})
