@@ -23,7 +23,14 @@ from ray_vfl import (
 )
 from ray_vfl.data.binning import PartyBinner
 from ray_vfl.data.bundled import load_named
-from ray_vfl.trees.kernels import base_margin
+from ray_vfl.trees.kernels import (
+    base_margin,
+    best_splits,
+    bucket_sum,
+    encoded_gradients,
+    feature_keys,
+    gradients,
+)
 from ray_vfl.trees.reference import fit_reference, predict_reference
 
 
@@ -38,7 +45,8 @@ def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDatas
 
 
 def assert_lossless(model, train_data, test_data, config):
-    """Every tree equals the centralized reference on the same bins, split for split."""
+    """Every tree equals the centralized reference on the same bins, split for split, its leaf weights
+    bit for bit (every party and the reference sum the same encoded gradients)."""
     y = train_data.label
     if config.base_score is not None:
         base = config.base_score
@@ -52,7 +60,7 @@ def assert_lossless(model, train_data, test_data, config):
     for fed, r in zip(fed_trees, ref):
         np.testing.assert_array_equal(fed.left, r.left)
         np.testing.assert_array_equal(fed.right, r.right)
-        np.testing.assert_allclose(fed.weight, r.weight, rtol=1e-7, atol=1e-10)
+        np.testing.assert_array_equal(fed.weight, r.weight)
         for node in np.flatnonzero(fed.left >= 0):
             owner = model.order[fed.owner[node]]
             feature, bin_index, _, default_left = tables[owner]["rows"][fed.record[node]]
@@ -141,6 +149,77 @@ def test_lossless_with_more_parties(runtime, n_parties):
     model = train(runtime, train_data, config)
     assert model.order == [f"party{i}" for i in range(n_parties)]
     assert_lossless(model, train_data, test_data, config)
+
+
+def near_tie_data(m: int = 50) -> VerticalDataset:
+    """Two binary features, ``a`` at the label party and ``b`` at the passive one, whose root splits
+    tie exactly on the encoded gradients but not on the float ones.
+
+    Squared error with base score 0: each row's gradient is minus its label. Four cells of ``m`` rows,
+    ``(a, b)``: gradients ``-c - d, d, 0, c`` with ``c = 2**-8`` and ``d = 2**-34``, a quarter of
+    the ``2**-32`` step, so that encoding rounds the cells to ``-c, 0, 0, c``: the two splits then
+    part the gradient sums alike (an exact tie, won by ``a``, the first candidate), while in floats
+    ``d`` leaves ``a``'s children unchanged and widens ``b``'s (``b`` wins by 3e-8 of the gain, far
+    past the 1e-9 tie margin). Float sums at the label party next to encoded ones at the passive
+    party picked ``a`` where a float reference picked ``b``.
+    """
+    c, d = 2.0**-8, 2.0**-34
+    a, b = np.repeat([0, 0, 1, 1], m), np.repeat([0, 1, 0, 1], m)
+    gradient = np.repeat([-c - d, d, 0.0, c], m)
+    frame = pd.DataFrame({"a": a, "b": b, "target": -gradient})
+    return vertical_split(frame, {"party0": ["a"], "party1": ["b"]}, label="target")
+
+
+def test_near_tie_resolves_alike_at_every_party_and_in_the_reference(runtime):
+    """Root splits whose gains differ by less than the gradients' encoding error: rounded and float
+    sums pick different splits, and every backend's federated tree is the centralized one, split for
+    split, since every party and the reference sum the same encoded gradients."""
+    data = near_tie_data()
+    bins = reference_bins(data, 16)
+    fkeys, n_bins = feature_keys(bins, 17), 17
+    picks = {}
+    for name, grad in (("float", gradients), ("encoded", encoded_gradients)):
+        g, h = grad("reg:squarederror", data.label, np.zeros(len(data.label)))
+        G, H = (bucket_sum(v, fkeys, 2 * n_bins).reshape(1, 2, n_bins) for v in (g, h))
+        picks[name] = int(best_splits(G, H, reg_lambda=1.0, min_child_weight=1.0).feature[0])
+    assert picks == {"float": 1, "encoded": 0}
+    for backend in ("plain", "paillier"):
+        config = BoostConfig(n_trees=2, max_depth=2, max_bin=16, objective="reg:squarederror", base_score=0.0,
+                             backend=backend, key_bits=1024)
+        model = train(runtime, data, config)
+        assert_lossless(model, data, data, config)
+        assert model.trees()[0].owner[0] == 0, backend  # the root split is on the label party's feature
+
+
+def test_federated_first_tree_equals_xgboost(runtime):
+    """The federated plain run grows XGBoost's first tree where the cut points agree (integer
+    features, fewer values than bins): the same split features, thresholds (each party's own cut
+    values) and missing directions, the same leaf weights; and it is the centralized reference."""
+    from test_kernels import (
+        assert_same_tree,
+        tree_by_path,
+        xgboost_comparable_data,
+        xgboost_first_tree,
+    )
+
+    x, y = xgboost_comparable_data(seed=5)
+    frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(target=y)
+    data = vertical_split(frame, 2, label="target", seed=0)
+    config = BoostConfig(n_trees=1, max_depth=3, learning_rate=0.3, objective="reg:squarederror", base_score=0.25,
+                         backend="plain", max_bin=32)
+    model = train(runtime, data, config)
+    assert_lossless(model, data, data, config)
+    fed, tables = model.trees()[0], model.lookup_tables()
+    offsets = np.cumsum([0] + [data.n_features(p) for p in model.order])
+
+    def split_of(node):
+        feature, _, threshold, default_left = tables[model.order[fed.owner[node]]]["rows"][fed.record[node]]
+        return offsets[fed.owner[node]] + feature, threshold, default_left
+
+    stacked = pd.concat([data.features[p] for p in model.order], axis=1).to_numpy()
+    ours = tree_by_path(fed.left, fed.right, fed.weight, split_of)
+    assert sum(kind == "split" for kind, *_ in ours.values()) >= 3
+    assert_same_tree(ours, xgboost_first_tree(stacked, data.label, config, 0.25))
 
 
 def test_moving_the_label_party_between_fits(runtime, small_credit):

@@ -17,9 +17,9 @@ from ..trees.kernels import (
     base_score_of,
     best_splits,
     build_histograms,
+    encoded_gradients,
     evaluate_margin,
     goes_left,
-    gradients,
     leaf_weights,
 )
 from . import rounds
@@ -133,11 +133,15 @@ class ActiveParty(PredictionRouter, Party):
         return rounds.route(self, key, first_tree, end_tree)
 
     def start_tree(self, tree: int):
-        """Gradients of the current model, encrypted for the passive parties."""
+        """Gradients of the current model, encrypted for the passive parties.
+
+        The pairs are rounded to the encoding once (:func:`~ray_vfl.trees.kernels.encoded_gradients`):
+        this party's own histograms, the passive parties' (encrypted or plain), the derived cells and
+        the leaf weights all sum these values, as the centralized reference does.
+        """
         self.tree = tree
-        g, h = gradients(self.config.objective, self.y, self.margin)
+        g, h = encoded_gradients(self.config.objective, self.y, self.margin)
         self.g, self.h = g, h
-        self._encoded_gh: tuple | None = None  # (g, h) as encrypted, once a level derives a cell
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
             chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
@@ -260,15 +264,12 @@ class ActiveParty(PredictionRouter, Party):
         return out
 
     def _built_totals(self) -> tuple[np.ndarray, np.ndarray]:
-        """The gradient and hessian sums of each node built at this level, of the values as encoded for
-        encryption (rounded to the backend's fixed point), so that a derived cell is the very sum its
-        decryption would give: float sums of such values are exact while they stay below ``2**(53 -
-        frac_bits)`` (credit: below 24,000, for 2**21)."""
-        if self._encoded_gh is None:  # once per tree
-            self._encoded_gh = tuple(self.backend.fixed_point.rounded(v) for v in (self.g, self.h))
+        """The gradient and hessian sums of each node built at this level. The pairs are the encoded
+        ones, so a derived cell is the very sum its decryption would give: float sums of such values
+        are exact while they stay below ``2**21`` (credit: below 24,000)."""
         build = self.levels.build
         return tuple(np.bincount(self.levels.node_of_row, weights=v, minlength=int(build.max()) + 1)[build]
-                     for v in self._encoded_gh)
+                     for v in (self.g, self.h))
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray,
                     totals: tuple[np.ndarray, np.ndarray] | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -15,12 +15,11 @@ import ray
 from ..crypto import get_backend
 from ..errors import ConfigError
 from ..trees.config import BoostConfig
-from ..trees.kernels import base_score_of
+from ..trees.kernels import GRADIENT_FRAC_BITS, base_score_of
 
 __all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
 
 GUARD_BITS = 2  # per packed slot, above the bound every honest bin sum stays under (see backend_options)
-FRAC_BITS = 32  # fractional bits of each gradient and hessian (see backend_options)
 
 
 def encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
@@ -86,12 +85,12 @@ def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
     at most the training rows, each bounded when it is encrypted), and a sum up to 8 times past it
     still raises.
 
-    32 fractional bits instead of the backend's default 40: each gradient and hessian is rounded
-    to a multiple of ``2**-32`` (2.3e-10), finer than the float32 gradient pairs xgboost itself
-    keeps for every row whenever ``|g| >= 2**-8`` (SecretFlow's SecureBoost keeps 20 bits). A bin
-    sum of 24,000 rows is then off its float value by about 1e-8, far inside the ``1e-9`` relative
-    tie margin of :func:`~ray_vfl.trees.kernels.best_splits`, so the trees stay the centralized ones
-    (28 bits flipped a near-tie in the tests; 32 did not).
+    :data:`~ray_vfl.trees.kernels.GRADIENT_FRAC_BITS` (32) fractional bits instead of the
+    backend's default 40: every gradient and hessian is on that grid before any party sums it
+    (:func:`~ray_vfl.trees.kernels.encoded_gradients`), so encryption adds no rounding of its own
+    and the trees equal the centralized ones. ``2**-32`` (2.3e-10) is finer than the float32
+    gradient pairs xgboost itself keeps for every row whenever ``|g| >= 2**-8`` (SecretFlow's
+    SecureBoost keeps 20 bits).
 
     Together, a packed slot is 51 bits instead of 65: an OU 2048 ciphertext holds 6 bin sums
     instead of 5 and compressing them takes 85 squarings per sum instead of 104; a Paillier 2048
@@ -105,7 +104,7 @@ def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
     >>> backend_options(1e6)
     {'gradient_bound': 1000000.0, 'guard_bits': 2, 'frac_bits': 32}
     """
-    options: dict = {"gradient_bound": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": FRAC_BITS}
+    options: dict = {"gradient_bound": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": GRADIENT_FRAC_BITS}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
     return options

@@ -16,7 +16,17 @@ The split gain follows XGBoost (Chen & Guestrin 2016, eq. 7, without the 1/2):
     gain = G_L^2 / (H_L + lambda) + G_R^2 / (H_R + lambda) - G^2 / (H + lambda)
 
 and a split is made only if ``gain > gamma`` and both children have a hessian
-sum of at least ``min_child_weight``.
+sum of at least ``min_child_weight``. Like XGBoost's implementation, ``gamma``
+is compared with this un-halved gain: it is twice the paper's ``gamma``.
+
+Every party and the centralized reference sum the same values: the gradient
+pairs of :func:`encoded_gradients`, rounded to multiples of
+``2**-GRADIENT_FRAC_BITS``, the very values the encrypted backends encode. A
+float64 sum of such values is exact while every partial sum stays below
+``2**(53 - GRADIENT_FRAC_BITS) = 2**21`` in magnitude, so plaintext, decrypted
+and derived (parent minus sibling) bin sums are equal bit for bit, and so are
+the gains and the trees: federated equals centralized by construction, not up
+to a tie margin.
 """
 
 from __future__ import annotations
@@ -26,12 +36,15 @@ from typing import Sequence
 
 import numpy as np
 
+from ..crypto.fixed_point import FixedPoint
 from ..errors import ConfigError
 from ..metrics import auc, logloss
 
 __all__ = [
     "evaluate_margin",
     "gradients",
+    "encoded_gradients",
+    "GRADIENT_FRAC_BITS",
     "base_margin",
     "transform_margin",
     "feature_keys",
@@ -47,10 +60,17 @@ __all__ = [
     "base_score_of",
 ]
 
+# Fractional bits of every gradient and hessian summed into a histogram, by every party and the
+# reference: 2**-32 (2.3e-10) is finer than the float32 gradient pairs XGBoost keeps whenever
+# |g| >= 2**-8, and leaves sums exact in float64 up to 2**21.
+GRADIENT_FRAC_BITS = 32
 _GAIN_EPS = 1e-10  # gains below this are float noise, never a real split
-# Gains this close (relative) to a node's best are ties: the first candidate wins. Bin sums decrypted
-# from fixed point differ from float sums in the last bits, so two candidates that split the rows
-# alike (gains equal but for ~1e-13 of float rounding) must not be told apart by that rounding.
+# Gains this close (relative) to a node's best are ties: the first candidate wins. While the bin sums
+# are exact (|sum| < 2**21, see the module docstring) every caller gets the same sums bit for bit,
+# candidates that part the rows alike tie exactly and this margin is not needed for losslessness.
+# It stays for sums past 2**21 (squared error with large gradients), where float sums depend on
+# their order (direct sums, parent minus sibling, decrypted integers), and it is deterministic:
+# the first candidate within it wins, as the first of exactly equal gains does.
 _TIE_RTOL = 1e-9
 
 
@@ -69,6 +89,29 @@ def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.nda
     if objective == "reg:squarederror":
         return margin - y, np.ones_like(margin)
     raise ConfigError(f"unknown objective {objective!r}")
+
+
+def encoded_gradients(objective: str, y: np.ndarray, margin: np.ndarray,
+                      frac_bits: int = GRADIENT_FRAC_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gradients` rounded to multiples of ``2**-frac_bits``: the values every party sums.
+
+    The rounding is the encrypted backends' fixed-point encoding (``FixedPoint.rounded``, half to
+    even), so encrypting these values loses nothing and every histogram, plaintext or decrypted,
+    holds the same sums. Hessians stay positive: one that rounds to 0 is raised to
+    ``2**-frac_bits``, the grid's counterpart of the ``1e-16`` floor of :func:`gradients`.
+
+    Example
+    -------
+    >>> g, h = encoded_gradients("reg:squarederror", np.array([0.0]), np.array([1 + 2.0**-40]))
+    >>> float(g[0]), float(h[0])
+    (1.0, 1.0)
+    >>> g, h = encoded_gradients("binary:logistic", np.array([1.0]), np.array([40.0]))
+    >>> float(g[0]), float(h[0]) == 2.0**-32
+    (0.0, True)
+    """
+    g, h = gradients(objective, y, margin)
+    grid = FixedPoint(frac_bits)
+    return grid.rounded(g), np.maximum(grid.rounded(h), 2.0**-frac_bits)
 
 
 def base_score_of(objective: str, y: np.ndarray, base_score: float | None = None) -> float:
@@ -230,14 +273,24 @@ class SplitChoice:
         return (self.gain > gamma) & (self.gain > _GAIN_EPS)
 
 
+def _children_sums(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right sums of every candidate, ``(slots, F, 2, n_bins-1)`` each, missing values
+    [left, right]. The right sums run down from the top bin instead of being the total minus the
+    left: a child without rows sums to exactly 0 (and is refused), even where float sums round."""
+    below = np.cumsum(X[:, :, :-1], axis=2)
+    above = np.zeros_like(below)
+    above[:, :, :-1] = np.cumsum(X[:, :, -2:0:-1], axis=2)[:, :, ::-1]  # bins b+1 .. n_bins-2
+    missing = X[:, :, -1:]
+    return np.stack([below + missing, below], axis=2), np.stack([above, above + missing], axis=2)
+
+
 def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
     """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms.
 
     Candidates are ordered feature by feature, missing-left before missing-right,
-    thresholds ascending; ties (gains within a relative ``1e-9`` of the best,
-    float rounding) go to the first candidate so every caller that lists
-    features in the same order picks the same split, from float or
-    fixed-point sums alike.
+    thresholds ascending; ties (gains within a relative ``1e-9`` of the best)
+    go to the first candidate, so every caller that lists features in the same
+    order picks the same split from the same sums.
 
     Example
     -------
@@ -253,11 +306,7 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
         return SplitChoice(empty, zeros, zeros, np.zeros(slots, dtype=bool))
     g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
     h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
-    cg = np.cumsum(G[:, :, :-1], axis=2)
-    ch = np.cumsum(H[:, :, :-1], axis=2)
-    gl = np.stack([cg + G[:, :, -1:], cg], axis=2)  # (slots, F, 2, n_bins-1): [missing left, missing right]
-    hl = np.stack([ch + H[:, :, -1:], ch], axis=2)
-    gr, hr = g_tot - gl, h_tot - hl
+    (gl, gr), (hl, hr) = _children_sums(G), _children_sums(H)
     with np.errstate(divide="ignore", invalid="ignore"):
         gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
     valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)

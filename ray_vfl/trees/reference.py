@@ -3,7 +3,9 @@
 Used to prove SecureBoost lossless (federated == centralized on the same bins,
 split for split) and as the in-process baseline of the benchmarks. It shares
 only the pure kernels with the protocol: histograms here are plain
-``np.bincount`` over every row of a node, without subtraction or crypto.
+``np.bincount`` over every row of a node, without subtraction or crypto, of
+the same encoded gradient pairs (:func:`~ray_vfl.trees.kernels.encoded_gradients`)
+every party sums, so its bin sums are the federated ones bit for bit.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from .kernels import (
     base_margin,
     best_splits,
     bucket_sum,
+    encoded_gradients,
     feature_keys,
     goes_left,
-    gradients,
     histogram_keys,
     leaf_weights,
 )
@@ -78,7 +80,8 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
     totals_g = np.bincount(node_of_row, weights=g, minlength=size)
     totals_h = np.bincount(node_of_row, weights=h, minlength=size)
     is_leaf = np.asarray(left) < 0
-    w = np.where(is_leaf, leaf_weights(totals_g, totals_h, config.reg_lambda, config.learning_rate), 0.0)
+    w = np.zeros(size)  # internal nodes hold no rows: their 0 / (0 + lambda) is never computed
+    w[is_leaf] = leaf_weights(totals_g[is_leaf], totals_h[is_leaf], config.reg_lambda, config.learning_rate)
     tree = ReferenceTree(np.asarray(left), np.asarray(right), np.asarray(feature), np.asarray(split_bin), np.asarray(dleft), w)
     return tree, w[node_of_row]
 
@@ -88,7 +91,7 @@ def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_sco
     margin = np.full(len(y), base_margin(config.objective, base_score))
     trees = []
     for _ in range(config.n_trees):
-        g, h = gradients(config.objective, y, margin)
+        g, h = encoded_gradients(config.objective, y, margin)
         tree, delta = _grow(bins, g, h, config, config.max_bin + 1)
         trees.append(tree)
         margin = margin + delta
