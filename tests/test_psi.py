@@ -1,7 +1,7 @@
 """ECDH-PSI on Ray actors: exact, deterministic, private, robust; SecureBoost after PSI is unchanged."""
 
+import hashlib
 import pickle
-import secrets
 import threading
 import time
 import uuid
@@ -9,11 +9,17 @@ import uuid
 import numpy as np
 import pandas as pd
 import pytest
+import rbcl
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ray_vfl import (
     ConfigError,
+    CryptoError,
     DataError,
     PartyFailedError,
     Runtime,
@@ -23,8 +29,20 @@ from ray_vfl import (
 )
 from ray_vfl.data.alignment import AlignedDataset
 from ray_vfl.data.bundled import load_named
-from ray_vfl.psi.party import POINT_BYTES, blind, hash_and_blind
+from ray_vfl.psi.party import (
+    DIGEST_BYTES,
+    DOMAIN,
+    POINT_BYTES,
+    PsiParty,
+    blind,
+    encode_ids,
+    hash_and_blind,
+    match_digests,
+    new_scalar,
+)
 from ray_vfl.psi.protocol import private_set_intersection
+from ray_vfl.runtime.actors import TaskPool
+from ray_vfl.runtime.comm import Mailbox
 
 PARTIES = ["party0", "party1", "party2", "party3", "party4"]
 
@@ -34,13 +52,159 @@ def aligned_ids(ids, result):
 
 
 def test_blinding_commutes_and_separates_types():
-    a, b = secrets.token_bytes(32), secrets.token_bytes(32)
+    a, b = new_scalar(), new_scalar()
     ints, strs = np.array([7, 8, 9]), np.array(["7", "8", "9"], dtype=object)
     ab = blind(hash_and_blind(ints, "int", a), b)
     assert (ab == blind(hash_and_blind(ints, "int", b), a)).all()
     assert len({row.tobytes() for row in ab}) == 3
     assert not (hash_and_blind(ints, "int", a) == hash_and_blind(strs, "str", a)).all(axis=1).any()
     assert hash_and_blind(ints, "int", a).shape == (3, POINT_BYTES)
+
+
+P = 2**255 - 19  # Curve25519's field
+OLD_DOMAIN = b"ray_vfl/psi/x25519-sha512/v1\x00"  # the hash-to-u-coordinate encoding ristretto255 replaced
+Z_MAX = 7.0  # |z| above this flags a bias; P(|N(0,1)| > 7) = 2.6e-12 per test, < 1e-6 over all tests below
+
+
+def _twist_bit(rows: np.ndarray) -> np.ndarray:
+    """1 where a row, read as an X25519 u-coordinate, lies on Curve25519's twist (what X25519 blinding kept)."""
+    u = [int.from_bytes(r.tobytes(), "little") & (2**255 - 1) for r in rows]
+    return np.array([pow((x * x * x + 486662 * x * x + x) % P, (P - 1) // 2, P) == P - 1 for x in u], np.uint8)
+
+
+def _features(rows: np.ndarray) -> np.ndarray:
+    """Every bit of each row (little-endian), then its twist bit."""
+    return np.column_stack([np.unpackbits(rows, axis=1, bitorder="little"), _twist_bit(rows)])
+
+
+def _max_abs_z(x: np.ndarray, y: np.ndarray) -> float:
+    """Largest |z| of the correlations between the columns of x and those of y (constant columns skipped)."""
+    x, y = x[:, x.std(axis=0) > 0].astype(float), y[:, y.std(axis=0) > 0].astype(float)
+    x, y = (x - x.mean(0)) / x.std(0), (y - y.mean(0)) / y.std(0)
+    return float(np.abs(x.T @ y).max() / np.sqrt(len(x)))  # correlation * sqrt(n) ~ N(0, 1) when independent
+
+
+def test_blinded_encoding_is_independent_of_the_id():
+    n = 4096
+    ids = np.array([f"cust-{i:09d}" for i in range(n)], dtype=object)
+    encoded = encode_ids(ids, "str")
+    old_u = np.frombuffer(b"".join(hashlib.sha512(OLD_DOMAIN + e).digest()[:32] for e in encoded), np.uint8)
+    new_h = np.frombuffer(b"".join(hashlib.sha512(DOMAIN + e).digest() for e in encoded), np.uint8)
+    id_features = np.column_stack([_features(old_u.reshape(n, 32)), np.unpackbits(new_h.reshape(n, 64), axis=1)])
+
+    points = hash_and_blind(ids, "str", new_scalar())
+    bits = np.unpackbits(points, axis=1, bitorder="little")
+    constant = np.flatnonzero(bits.min(0) == bits.max(0))
+    assert constant.tolist() == [0, 255]  # a canonical encoding is even and below 2**255, whatever the ID
+    z_balance = np.abs(bits.mean(0) - 0.5) * 2 * np.sqrt(n)  # binomial(n, 1/2), as a z-score
+    z_balance[constant] = 0
+    assert z_balance.max() < Z_MAX, f"bit {z_balance.argmax()} is biased (z = {z_balance.max():.1f})"
+    assert _max_abs_z(_features(points), id_features) < Z_MAX
+
+    # The same detector flags the old construction: X25519 keeps the twist bit of H(id) through blinding.
+    key = X25519PrivateKey.generate()
+    old = np.frombuffer(b"".join(key.exchange(X25519PublicKey.from_public_bytes(old_u[32 * i:32 * i + 32].tobytes()))
+                                 for i in range(n)), np.uint8).reshape(n, 32)
+    assert (_twist_bit(old) == _twist_bit(old_u.reshape(n, 32))).all()
+    assert _max_abs_z(_features(old), id_features) > 50
+
+
+@st.composite
+def one_kind_ids(draw):
+    values = st.integers(-2**70, 2**70) if draw(st.booleans()) else st.text(max_size=12)
+    mine = draw(st.lists(values, min_size=1, max_size=15, unique=True))
+    theirs = draw(st.lists(values, min_size=1, max_size=15, unique=True))
+    kind = "int" if isinstance(mine[0], int) else "str"
+    return np.array(mine, dtype=object), np.array(theirs, dtype=object), kind
+
+
+@settings(max_examples=40, deadline=None)
+@given(one_kind_ids())
+def test_double_blinded_digests_match_exactly_the_common_ids(case):
+    mine, theirs, kind = case
+    a, b = new_scalar(), new_scalar()
+    ab = blind(hash_and_blind(mine, kind, a), b, DIGEST_BYTES)
+    ba = blind(hash_and_blind(theirs, kind, b), a, DIGEST_BYTES)
+    found = match_digests(ab, ba)
+    expected = [list(theirs).index(v) if v in set(theirs) else -1 for v in mine]
+    assert found.tolist() == expected
+    assert (blind(hash_and_blind(mine, kind, b), a, DIGEST_BYTES) == ab).all()  # [b][a]H == [a][b]H
+
+
+def _valid_point(seed: bytes) -> bytes:
+    return rbcl.crypto_core_ristretto255_from_hash(hashlib.sha512(seed).digest())
+
+
+@st.composite
+def peer_points(draw):
+    """32 bytes a peer might send: arbitrary, a valid encoding, or a valid encoding with one bit flipped."""
+    choice = draw(st.integers(0, 2))
+    if choice == 0:
+        return draw(st.binary(min_size=32, max_size=32))
+    point = bytearray(_valid_point(draw(st.binary(max_size=8))))
+    if choice == 2:
+        bit = draw(st.integers(0, 255))
+        point[bit // 8] ^= 1 << (bit % 8)
+    return bytes(point)
+
+
+@settings(max_examples=200, deadline=None)
+@given(peer_points())
+@example(bytes(32))                                                  # the identity
+@example((2**255 - 19).to_bytes(32, "little"))                       # p: not canonical (equals 0)
+@example((2**255 - 1).to_bytes(32, "little"))                        # top bit set
+@example(bytes([_valid_point(b"x")[0] | 1]) + _valid_point(b"x")[1:])  # a "negative" (odd) encoding
+def test_blind_refuses_exactly_the_invalid_points(point):
+    a, b = new_scalar(), new_scalar()
+    rows = np.frombuffer(_valid_point(b"ok") + point, np.uint8).reshape(2, 32)
+    if rbcl.crypto_core_ristretto255_is_valid_point(point) and any(point):
+        assert (blind(blind(rows, a), b) == blind(blind(rows, b), a)).all()
+        assert all(rbcl.crypto_core_ristretto255_is_valid_point(r.tobytes()) for r in blind(rows, a))
+    else:
+        with pytest.raises(CryptoError, match=r"party 'shop' sent an invalid point \(" + point.hex()[:16]):
+            blind(rows, a, sender="shop")
+
+
+def test_bad_scalars_and_shapes_are_refused():
+    points = hash_and_blind(np.array([1, 2]), "int", new_scalar())
+    order = 2**252 + 27742317777372353535851937790883648493
+    for scalar in (bytes(32), order.to_bytes(32, "little"), b"short", "x" * 32):
+        with pytest.raises(CryptoError, match="new_scalar"):
+            blind(points, scalar)
+    with pytest.raises(CryptoError, match=r"party 'bank' sent points of shape \(2, 16\)"):
+        blind(points[:, :16], new_scalar(), sender="bank")
+
+
+def test_a_party_refuses_invalid_points_naming_the_sender():
+    pool = TaskPool(resource=None, workers=1)
+    leader = PsiParty("party0", np.arange(10), "int", pool)
+    follower = PsiParty("party1", np.arange(5, 15), "int", pool)
+    theirs = follower.blind_own(["party0"], shuffle=True).payload
+    assert leader.blind_theirs(Mailbox("party1").send("psi_points", ["party0"], theirs)) == 10
+    ours = leader.blind_own(["party1"], shuffle=False).payload.copy()
+    ours[3] = 0  # the identity
+    with pytest.raises(CryptoError, match="party 'party0' sent an invalid point"):
+        follower.reblind(Mailbox("party0").send("psi_points", ["party1"], ours))
+    theirs = theirs.copy()
+    theirs[7, 0] |= 1  # no longer canonical
+    with pytest.raises(CryptoError, match="party 'party1' sent an invalid point"):
+        leader.blind_theirs(Mailbox("party1").send("psi_points", ["party0"], theirs))
+
+
+def test_invalid_points_on_ray_fail_the_receiver_with_the_sender_named(ray_session):
+    rt = Runtime(timeout_s=60)
+    try:
+        rt.connect(["party1"])
+        handle = rt.spawn("party1", PsiParty, "party1", np.arange(3), "int", rt.pool("party1", 2))
+        points = hash_and_blind(np.arange(2048), "int", new_scalar())
+        points[1500] = 0  # in the second pool task's chunk
+        bad = Mailbox("party0").send("psi_points", ["party1"], points)
+        with pytest.raises(PartyFailedError) as err:
+            rt.get([("party1", handle.reblind.remote(bad))], "psi")
+        assert (err.value.party, err.value.phase) == ("party1", "psi/reblind")
+        assert err.value.cause.startswith("CryptoError: party 'party0' sent an invalid point (0000000000000000...)")
+    finally:
+        rt.kill_all()
 
 
 @st.composite

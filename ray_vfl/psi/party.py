@@ -1,49 +1,100 @@
-"""ECDH-PSI building blocks: the X25519 group kernels and the party role.
+"""ECDH-PSI building blocks: the ristretto255 group kernels and the party role.
 
 The protocol itself (who sends what to whom) is :func:`ray_vfl.psi.private_set_intersection`;
 this module holds what one party runs on its own machine.
 
-Group. Commutative blinding uses X25519 (RFC 7748) from ``cryptography``
-(OpenSSL): ``X(k, u)`` is the u-coordinate of ``[clamp(k)] P`` for a point
-``P`` with u-coordinate ``u``. Because x-only scalar multiplication commutes,
-``X(a, X(b, u)) == X(b, X(a, u))``. An ID is hashed to a u-coordinate as the
-first 32 bytes of ``SHA-512(DOMAIN || tag || ID)`` (X25519 ignores the top
-bit); the point lies on Curve25519 or on its twist, both of which resist
-discrete logarithms (Curve25519 is twist-secure), and the first blinding by
-a clamped scalar (a multiple of the cofactor 8) moves it into a prime-order
-subgroup. This is the "hash to u, then X25519" construction of SecretFlow's
-Curve25519 PSI cryptor. ristretto255 would give a prime-order group by
-construction, but PyNaCl 1.6 does not bind it, and libsodium's ed25519
-scalar multiplication (with its subgroup check) measured ~3x slower than
-OpenSSL's X25519 here (190 vs 62 microseconds per operation).
+Group. Blinding works in ristretto255 (RFC 9496), a group of prime order
+``L = 2**252 + 27742317777372353535851937790883648493`` built on Curve25519,
+through libsodium (bundled by ``rbcl``). ``[k]P`` is scalar multiplication;
+scalars are uniform in ``[1, L)``, drawn from ``secrets`` (OS entropy). An ID
+is hashed to the group as ``H(id) = from_hash(SHA-512(DOMAIN || tag || ID))``,
+RFC 9496's hash-to-group map (two Elligator 2 maps, added), which behaves as a
+random oracle into the group. Blinding commutes, ``[a][f]H(x) == [f][a]H(x)``,
+and in a prime-order group ``[k]P`` for a secret uniform ``k`` is a uniform
+element other than the identity whatever ``P`` is (``P`` not the identity):
+a blinded point's 32-byte encoding says nothing about the ID (DDH). Every
+point a peer sends is decoded strictly (the canonical encoding of a group
+element, not the identity) before it is multiplied; anything else raises
+:class:`~ray_vfl.errors.CryptoError` naming the sender.
+
+Cost. Per ID the protocol makes one ``from_hash`` and two scalar
+multiplications (one by the owner, one by the peer). On a 2-core development
+machine libsodium takes ~12 and ~37 microseconds for them and the loops below
+add about 1 per ID; ``benchmarks/psi.py`` measures both on the machine it runs on.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import secrets
+import sys
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import (
-    X25519PrivateKey,
-    X25519PublicKey,
-)
+import ray
+import rbcl
 
-from ..errors import VFLError
+from ..errors import CryptoError, VFLError
 from ..runtime.actors import TaskPool
 from ..runtime.comm import Mailbox, Message, Record
 
 __all__ = [
-    "DOMAIN", "POINT_BYTES", "DIGEST_BYTES", "encode_ids", "hash_and_blind", "blind", "match_digests", "PsiParty",
+    "DOMAIN", "POINT_BYTES", "DIGEST_BYTES", "SCALAR_BYTES", "new_scalar", "encode_ids", "hash_and_blind", "blind",
+    "match_digests", "PsiParty",
 ]
 
-DOMAIN = b"ray_vfl/psi/x25519-sha512/v1\x00"  # domain separation: these hashes serve this protocol only
+DOMAIN = b"ray_vfl/psi/ristretto255-sha512/v2\x00"  # domain separation: these hashes serve this protocol only
 POINT_BYTES = 32
-# Double-blinded values are only compared, so they travel truncated. With 16 bytes a false match among
-# n_a * n_b pairs has probability n_a * n_b / 2**128 (< 1e-26 for 10**6 x 10**6).
+SCALAR_BYTES = 32
+# Double-blinded values are only compared, so they travel truncated. A ristretto255 encoding's lowest bit is
+# always 0, so 16 bytes carry 127 free bits: a false match among n_a * n_b pairs has probability
+# n_a * n_b / 2**127 (< 1e-26 for 10**6 x 10**6).
 DIGEST_BYTES = 16
+
+
+def _libsodium() -> ctypes.CDLL:
+    # rbcl writes its bundled libsodium to a fresh temporary file at every import and never removes it
+    # (2.8 MB per process: per Ray worker). Once loaded the file is not needed (Linux keeps the mapping).
+    path = getattr(sys.modules.get("rbcl._sodium"), "lib_path", None)
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return rbcl._sodium
+
+
+_SODIUM = _libsodium()
+# Own function objects (``CDLL[name]`` makes a new one), called with bytes and ctypes buffers as rbcl does;
+# rbcl's wrappers add only argument checks, done here once per batch instead of once per point.
+_FROM_HASH = _SODIUM["crypto_core_ristretto255_from_hash"]  # 64 bytes -> point; never fails
+_SCALARMULT = _SODIUM["crypto_scalarmult_ristretto255"]  # 0, or -1 for an invalid point or an identity result
+
+
+def new_scalar() -> bytes:
+    """A secret scalar, uniform in ``[1, L)``, from OS entropy.
+
+    64 random bytes reduced modulo ``L`` are uniform to within ``2**-260``.
+
+    Example
+    -------
+    >>> k = new_scalar()
+    >>> len(k) == SCALAR_BYTES and k != new_scalar()
+    True
+    """
+    while True:
+        scalar = rbcl.crypto_core_ristretto255_scalar_reduce(secrets.token_bytes(64))
+        if any(scalar):  # zero (probability 2**-252) would map every point to the identity
+            return scalar
+
+
+def _check_scalar(scalar: bytes) -> None:
+    if not isinstance(scalar, bytes) or len(scalar) != SCALAR_BYTES or not any(scalar) \
+            or rbcl.crypto_core_ristretto255_scalar_reduce(scalar + bytes(32)) != scalar:
+        raise CryptoError(f"a PSI scalar must be {SCALAR_BYTES} bytes, reduced modulo the group order and not "
+                          "zero; make one with new_scalar()")
 
 
 def encode_ids(ids: np.ndarray, kind: str) -> list[bytes]:
@@ -63,41 +114,64 @@ def encode_ids(ids: np.ndarray, kind: str) -> list[bytes]:
     raise VFLError(f"unknown ID kind {kind!r}; expected 'int' or 'str'")
 
 
-def _exchange(key_raw: bytes):
-    key = X25519PrivateKey.from_private_bytes(key_raw)
-    return key.exchange, X25519PublicKey.from_public_bytes
-
-
-def hash_and_blind(ids: np.ndarray, kind: str, key_raw: bytes) -> np.ndarray:
-    """``X(k, H(id))`` for every ID, as an ``(n, 32)`` uint8 matrix (a pool task).
+def hash_and_blind(ids: np.ndarray, kind: str, scalar: bytes) -> np.ndarray:
+    """``[k]H(id)`` for every ID, as an ``(n, 32)`` uint8 matrix of ristretto255 encodings (a pool task).
 
     Example
     -------
-    >>> a, b = secrets.token_bytes(32), secrets.token_bytes(32)
+    >>> a, b = new_scalar(), new_scalar()
     >>> ids = np.array([1, 2, 3])
-    >>> ab = blind(hash_and_blind(ids, "int", a), b, POINT_BYTES)
-    >>> ba = blind(hash_and_blind(ids, "int", b), a, POINT_BYTES)
+    >>> ab = blind(hash_and_blind(ids, "int", a), b)
+    >>> ba = blind(hash_and_blind(ids, "int", b), a)
     >>> bool((ab == ba).all())
     True
     """
-    exchange, point = _exchange(key_raw)
-    sha512 = hashlib.sha512
-    out = b"".join(exchange(point(sha512(DOMAIN + e).digest()[:POINT_BYTES])) for e in encode_ids(ids, kind))
+    _check_scalar(scalar)
+    encoded = encode_ids(ids, kind)
+    out = (ctypes.c_char * (len(encoded) * POINT_BYTES))()
+    point = (ctypes.c_char * POINT_BYTES)()
+    sha512, from_hash, scalarmult, byref, domain = hashlib.sha512, _FROM_HASH, _SCALARMULT, ctypes.byref, DOMAIN
+    for i, e in enumerate(encoded):
+        from_hash(point, sha512(domain + e).digest())
+        if scalarmult(byref(out, i * POINT_BYTES), scalar, point):
+            # H(id) is the identity with probability about 2**-252 (a SHA-512 preimage of it)
+            raise CryptoError(f"ID number {i} of this batch hashes to the identity element; it cannot be blinded")
     return np.frombuffer(out, dtype=np.uint8).reshape(-1, POINT_BYTES)
 
 
-def blind(points: np.ndarray, key_raw: bytes, width: int = POINT_BYTES) -> np.ndarray:
-    """``X(k, u)`` for every row ``u`` of ``points``, keeping the first ``width`` bytes (a pool task).
+def blind(points: np.ndarray, scalar: bytes, width: int = POINT_BYTES, sender: str = "a peer") -> np.ndarray:
+    """``[k]P`` for every row ``P`` of ``points``, keeping the first ``width`` bytes (a pool task).
 
-    Raises ``ValueError`` (from X25519) on a low-order input point: a peer's malformed message.
+    ``points`` come from ``sender``: each row must be the canonical
+    ristretto255 encoding of a group element other than the identity, else
+    :class:`~ray_vfl.errors.CryptoError` names the sender.
+
+    Example
+    -------
+    >>> blind(np.zeros((1, POINT_BYTES), np.uint8), new_scalar(), sender="shop")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.CryptoError: party 'shop' sent an invalid point (0000000000000000...): not the canonical \
+ristretto255 encoding of a group element other than the identity; it was refused
     """
+    _check_scalar(scalar)
+    if not 1 <= width <= POINT_BYTES:
+        raise VFLError(f"width must be in [1, {POINT_BYTES}], got {width}")
     points = np.ascontiguousarray(points, dtype=np.uint8)
     if points.ndim != 2 or points.shape[1] != POINT_BYTES:
-        raise VFLError(f"expected an (n, {POINT_BYTES}) uint8 matrix of points, got shape {points.shape}")
-    exchange, point = _exchange(key_raw)
-    buf = points.tobytes()
-    out = b"".join(exchange(point(buf[i:i + POINT_BYTES]))[:width] for i in range(0, len(buf), POINT_BYTES))
-    return np.frombuffer(out, dtype=np.uint8).reshape(-1, width)
+        raise CryptoError(f"party {sender!r} sent points of shape {points.shape}; "
+                          f"expected an (n, {POINT_BYTES}) uint8 matrix")
+    n = len(points)
+    src = (ctypes.c_char * (n * POINT_BYTES)).from_buffer_copy(points)
+    out = (ctypes.c_char * (n * POINT_BYTES))()
+    scalarmult, byref = _SCALARMULT, ctypes.byref
+    for offset in range(0, n * POINT_BYTES, POINT_BYTES):
+        if scalarmult(byref(out, offset), scalar, byref(src, offset)):
+            bad = points[offset // POINT_BYTES].tobytes().hex()[:16]
+            raise CryptoError(f"party {sender!r} sent an invalid point ({bad}...): not the canonical ristretto255 "
+                              "encoding of a group element other than the identity; it was refused")
+    full = np.frombuffer(out, dtype=np.uint8).reshape(n, POINT_BYTES)
+    return full if width == POINT_BYTES else full[:, :width].copy()
 
 
 def _as_keys(digests: np.ndarray) -> np.ndarray:
@@ -140,7 +214,7 @@ class PsiParty:
 
     def reset(self, name: str, ids: Any, kind: str | None, pool: TaskPool, audit: bool = False,
               keep_rows: bool = False) -> None:
-        """Start over with new IDs and a fresh secret scalar (from the OS RNG).
+        """Start over with new IDs and a fresh secret scalar (:func:`new_scalar`, OS entropy).
 
         ``ids`` is an array (checked by the caller, ``kind`` given) or a reference to the party's own
         table, read here (``kind=None``). With ``keep_rows`` the party keeps its aligned rows for its
@@ -161,11 +235,9 @@ class PsiParty:
         self.mailbox = Mailbox(name)
         self.audit = audit
         self.inbox: list[Message] = []
-        key = X25519PrivateKey.generate()
-        self._key = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                      serialization.NoEncryption())
+        self._scalar = new_scalar()
         self._perm: np.ndarray | None = None  # follower: shuffled position -> own row
-        self._theirs: dict[str, np.ndarray] = {}  # leader: follower -> X(a, X(f, H(y))) digests
+        self._theirs: dict[str, np.ndarray] = {}  # leader: follower -> [a][f]H(y) digests
         self._matches: dict[str, np.ndarray] = {}  # leader: follower -> matching position per own row
 
     # helpers -------------------------------------------------------------
@@ -177,17 +249,22 @@ class PsiParty:
 
     def _map(self, fn, items: np.ndarray, *shared: Any) -> np.ndarray:
         # Each task gets a contiguous chunk; the secret scalar goes only to this party's own pinned tasks.
-        parts = self.pool.map(fn, [items[s] for s in self.pool.chunks(len(items), min_chunk=1024)], *shared)
+        try:
+            parts = self.pool.map(fn, [items[s] for s in self.pool.chunks(len(items), min_chunk=1024)], *shared)
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, VFLError):  # a kernel's own message (e.g. which peer sent a bad point)
+                raise exc.cause from None
+            raise
         return np.concatenate(parts) if parts else np.zeros((0, POINT_BYTES), np.uint8)
 
     # rounds ----------------------------------------------------------------
     def blind_own(self, receivers: list[str], shuffle: bool) -> Message:
-        """Round 1 / 2: send ``X(k, H(id))`` of every own ID.
+        """Round 1 / 2: send ``[k]H(id)`` of every own ID.
 
         A follower shuffles the list (with OS entropy) so the leader, who later
         names matching positions, learns nothing from the follower's row order.
         """
-        points = self._map(hash_and_blind, self.ids, self.kind, self._key)
+        points = self._map(hash_and_blind, self.ids, self.kind, self._scalar)
         if shuffle:
             self._perm = np.random.default_rng(secrets.randbits(128)).permutation(len(points))
             points = points[self._perm]
@@ -196,13 +273,13 @@ class PsiParty:
     def reblind(self, message: Message) -> Message:
         """Round 3 (follower): blind the leader's points again, same order, truncated to digests."""
         points = self._open(message, "psi_points")
-        digests = self._map(blind, points, self._key, DIGEST_BYTES)
+        digests = self._map(blind, points, self._scalar, DIGEST_BYTES, message.sender)
         return self.mailbox.send("psi_double_blinded", [message.sender], digests)
 
     def blind_theirs(self, message: Message) -> int:
         """Leader: blind a follower's shuffled points with the leader's scalar (kept locally)."""
         points = self._open(message, "psi_points")
-        self._theirs[message.sender] = self._map(blind, points, self._key, DIGEST_BYTES)
+        self._theirs[message.sender] = self._map(blind, points, self._scalar, DIGEST_BYTES, message.sender)
         return len(points)
 
     def match(self, message: Message) -> int:

@@ -2,27 +2,32 @@
 
 Protocol: Diffie-Hellman PSI (Meadows 1986; Huberman, Franklin and Hogg 1999),
 in a star around a *leader* (the label party when there is one). Every party
-``P`` draws a secret scalar ``k_P`` from the OS RNG and hashes each of its IDs
-to the group, ``H(id)`` (X25519, see :mod:`ray_vfl.psi.party`). Blinding
-commutes, ``X(a, X(f, H(x))) == X(f, X(a, H(x)))``, so the double-blinded
-values of the leader's and a follower's IDs are equal exactly on their common
-IDs. Each follower ``F`` (all in parallel) runs with the leader ``L``:
+``P`` draws a secret scalar ``k_P`` from OS entropy and hashes each of its IDs
+to the prime-order group ristretto255, ``H(id)`` (see :mod:`ray_vfl.psi.party`);
+``[k]P`` is scalar multiplication and every point travels as its 32-byte
+canonical encoding. Blinding commutes, ``[a][f]H(x) == [f][a]H(x)``, so the
+double-blinded values of the leader's and a follower's IDs are equal exactly
+on their common IDs. Each follower ``F`` (all in parallel) runs with the leader ``L``:
 
 =====  ===============  =====================================  ==============================================
 round  sender -> recv.  payload (bytes per ID)                 what the receiver learns
 =====  ===============  =====================================  ==============================================
-1      L -> F           ``X(a, H(x))`` for x in L, L's order   ``|L|``; nothing about any ID (DDH)
+1      L -> F           ``[a]H(x)`` for x in L, L's order      ``|L|``; nothing about any ID (DDH: each value
+                        (32)                                   is a uniform non-identity group element)
+2      F -> L           ``[f]H(y)`` for y in F, shuffled       ``|F|``; nothing about any ID (DDH)
                         (32)
-2      F -> L           ``X(f, H(y))`` for y in F, shuffled    ``|F|``; nothing about any ID (DDH)
-                        (32)
-3      F -> L           ``X(f, X(a, H(x)))`` for x in L, L's   which of L's own rows F also holds: the
+3      F -> L           ``[f][a]H(x)`` for x in L, L's         which of L's own rows F also holds: the
                         order, truncated (16)                  pairwise intersection ``L ∩ F`` (L compares
-                                                               it with ``X(a, X(f, H(y)))``, computed
-                                                               locally)
+                                                               it with ``[a][f]H(y)``, computed locally)
 4      L -> F           positions, in F's shuffled list, of    ``I`` = L ∩ F_1 ∩ ... ∩ F_{N-1}, as F's own
                         the rows of ``I`` in the common order  rows, in the common order; nothing about
                         (8 per row of ``I``)                   other followers or about ``L ∩ F`` beyond I
 =====  ===============  =====================================  ==============================================
+
+A point that is not the canonical encoding of a non-identity group element
+is refused by its receiver (rounds 1 and 2) with a
+:class:`~ray_vfl.errors.CryptoError` naming the sender; at the driver this
+surfaces as the receiving party's :class:`~ray_vfl.errors.PartyFailedError`.
 
 Who learns what, in sum: every party learns the final intersection ``I``
 (that is the point of alignment) and the set sizes of the parties it talks
