@@ -139,12 +139,12 @@ def hash_and_blind(ids: np.ndarray, kind: str, scalar: bytes) -> np.ndarray:
     return np.frombuffer(out, dtype=np.uint8).reshape(-1, POINT_BYTES)
 
 
-def blind(points: np.ndarray, scalar: bytes, width: int = POINT_BYTES, sender: str = "a peer") -> np.ndarray:
+def blind(points: np.ndarray, scalar: bytes, width: int = POINT_BYTES, sender: str | None = None) -> np.ndarray:
     """``[k]P`` for every row ``P`` of ``points``, keeping the first ``width`` bytes (a pool task).
 
-    ``points`` come from ``sender``: each row must be the canonical
-    ristretto255 encoding of a group element other than the identity, else
-    :class:`~ray_vfl.errors.CryptoError` names the sender.
+    ``points`` come from the party ``sender``: each row must be the
+    canonical ristretto255 encoding of a group element other than the
+    identity, else :class:`~ray_vfl.errors.CryptoError` names the sender.
 
     Example
     -------
@@ -157,9 +157,10 @@ ristretto255 encoding of a group element other than the identity; it was refused
     _check_scalar(scalar)
     if not 1 <= width <= POINT_BYTES:
         raise VFLError(f"width must be in [1, {POINT_BYTES}], got {width}")
+    who = "a peer" if sender is None else f"party {sender!r}"
     points = np.ascontiguousarray(points, dtype=np.uint8)
     if points.ndim != 2 or points.shape[1] != POINT_BYTES:
-        raise CryptoError(f"party {sender!r} sent points of shape {points.shape}; "
+        raise CryptoError(f"{who} sent points of shape {points.shape}; "
                           f"expected an (n, {POINT_BYTES}) uint8 matrix")
     n = len(points)
     src = (ctypes.c_char * (n * POINT_BYTES)).from_buffer_copy(points)
@@ -168,7 +169,7 @@ ristretto255 encoding of a group element other than the identity; it was refused
     for offset in range(0, n * POINT_BYTES, POINT_BYTES):
         if scalarmult(byref(out, offset), scalar, byref(src, offset)):
             bad = points[offset // POINT_BYTES].tobytes().hex()[:16]
-            raise CryptoError(f"party {sender!r} sent an invalid point ({bad}...): not the canonical ristretto255 "
+            raise CryptoError(f"{who} sent an invalid point ({bad}...): not the canonical ristretto255 "
                               "encoding of a group element other than the identity; it was refused")
     full = np.frombuffer(out, dtype=np.uint8).reshape(n, POINT_BYTES)
     return full if width == POINT_BYTES else full[:, :width].copy()
