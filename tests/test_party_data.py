@@ -199,3 +199,19 @@ def test_on_a_cluster_each_file_is_read_on_its_own_partys_node(tmp_path, credit_
         assert result["read_on"][party] == [result["party_node"][party]]
         assert result["party_node"][party] != result["head_node"]
     assert result["same_margins"]
+
+
+def test_split_nn_trains_and_is_scored_on_party_held_data(runtime, folder, credit_parts):
+    """The label party scores the test rows from its own labels: the same figures as the frames path."""
+    from ray_vfl.splitnn import SplitNNConfig
+    from ray_vfl.splitnn import train as train_split
+
+    bank, shop = credit_parts
+    shop_sql = PartySource.sql(f"sqlite:///{folder / 'shop.db'}", "SELECT * FROM shop", id_column="cid")
+    held = VerticalDataset.from_sources({"bank": bank_source(folder), "shop": shop_sql}, align="psi", runtime=runtime)
+    frames = {"bank": bank.rename(columns={"customer": "id"}), "shop": shop.rename(columns={"cid": "id"})}
+    local = VerticalDataset.from_frames(frames, label="default.payment.next.month")
+    local = local.take(np.argsort(local.ids))
+    config = SplitNNConfig(batch_size=128, epochs=1)
+    scores = [train_split(runtime, d, config).evaluate(d) for d in (held, local)]
+    assert scores[0] == scores[1] and 0.5 < scores[0]["auc"] <= 1.0

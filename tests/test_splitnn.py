@@ -248,7 +248,7 @@ def test_mismatched_batch_rows_are_refused(fedads):
     wrong = Mailbox(OTHER).send("embedding", [LABEL], np.zeros((63, FAST.embedding_width), np.float32), tree=0)
     rows = party.schedule[0]
     with pytest.raises(DataError, match="disagree on the batch rows"):
-        party._update(0, rows, party.bottom(party.ids["train"][rows]), [wrong])
+        party._update(0, rows, party.bottom(party.rows["train"][rows]), [wrong])
 
 
 # ---------------------------------------------------------------------------

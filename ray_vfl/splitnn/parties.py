@@ -19,9 +19,10 @@ import torch.nn.functional as F
 
 from ..data.binning import check_encodable
 from ..errors import DataError
+from ..metrics import auc, logloss
 from ..runtime.actors import gather
-from ..runtime.comm import Mailbox, Message, Record
-from ..runtime.party import resolve_rows
+from ..runtime.comm import Message
+from ..runtime.party import PartyActor, resolve_rows, write_atomically
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
@@ -53,7 +54,7 @@ def check_binary_labels(labels: Any) -> np.ndarray:
     return y
 
 
-class _SplitParty:
+class _SplitParty(PartyActor):
     """What both roles have: a feature block, its encoder, a bottom model, a mailbox."""
 
     def _setup(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig) -> None:
@@ -61,36 +62,25 @@ class _SplitParty:
         if frame is not None:
             check_encodable(frame, categorical, name)
         torch.set_num_threads(1)  # two cores shared by every party: one thread each, no oversubscription
-        self.name = name
+        self._start_party(name)
         self.config = config
-        self.mailbox = Mailbox(name)
         self.dtype = torch_dtype(config.dtype)
         self.encoder = FeatureEncoder(config.n_bins, config.max_categories)
-        self.ids: dict[str, torch.Tensor] = {}
         self.schedule: list[np.ndarray] = []
         if frame is not None:
             self.encoder.fit(frame, categorical, party=name)
-            self.ids["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
+            self.rows["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
             self.schedule = batch_schedule(len(frame), config.batch_size, config.epochs, config.seed)
 
-    def load_rows(self, key: str, table: Any) -> int:
-        """Fetch a data set (test or prediction rows) from this party's store; encode it with the training encoder."""
-        frame, _ = resolve_rows(table)
-        self.ids[key] = torch.from_numpy(self.encoder.transform(frame, party=self.name))
-        return len(frame)
-
-    def drop_rows(self, key: str) -> None:
-        self.ids.pop(key, None)
+    def encode_rows(self, frame: pd.DataFrame) -> torch.Tensor:
+        """A data set (test or prediction rows) encoded with the training encoder."""
+        return torch.from_numpy(self.encoder.transform(frame, party=self.name))
 
     def n_batches(self) -> int:
         return len(self.schedule)
 
     def vocab_sizes(self) -> list[int]:
         return list(self.encoder.vocab_sizes)
-
-    def comm_records(self) -> list[Record]:
-        """Hand over (and forget) what this party's send path recorded."""
-        return self.mailbox.drain()
 
     def param_grads(self) -> dict[str, np.ndarray]:
         """Gradients of this party's parameters from its latest backward pass."""
@@ -104,9 +94,9 @@ class _SplitParty:
 
     def save_part(self, path: str) -> str:
         """Write this party's own part (encoder and model weights) to ``path``; nothing else leaves the party."""
-        torch.save({"role": type(self).__name__, "party": self.name, "encoder": self.encoder.to_dict(),
-                    "state": {k: v.detach().clone() for k, v in self._modules().state_dict().items()}}, path)
-        return path
+        blob = {"role": type(self).__name__, "party": self.name, "encoder": self.encoder.to_dict(),
+                "state": {k: v.detach().clone() for k, v in self._modules().state_dict().items()}}
+        return write_atomically(path, lambda fh: torch.save(blob, fh), binary=True)
 
     def load_part(self, path: str) -> str:
         """Read a part written by :meth:`save_part` (tensors and plain values only: ``weights_only``)."""
@@ -167,13 +157,13 @@ class NonLabelParty(_SplitParty):
         if grad_message is not None:
             self._backward(grad_message)
         if batch is None:  # training is over: what the trained model outputs for every training row
-            ids = self.ids["train"]
+            ids = self.rows["train"]
             with torch.no_grad():  # in chunks: the hidden layers of every row at once could be large
                 self.view.final_embeddings = np.concatenate(
                     [self.bottom(ids[i : i + 65_536]).numpy() for i in range(0, len(ids), 65_536)])
             return None
         rows = self.schedule[batch]
-        emb = self.bottom(self.ids["train"][rows])
+        emb = self.bottom(self.rows["train"][rows])
         self._pending = (batch, emb)
         payload = emb.detach().numpy()
         self.view.rows.append(rows)
@@ -199,7 +189,7 @@ class NonLabelParty(_SplitParty):
     def embed(self, key: str) -> Message:
         """Embeddings of every row of a loaded data set, for prediction (no gradient comes back)."""
         with torch.no_grad():
-            payload = self.bottom(self.ids[key]).numpy()
+            payload = self.bottom(self.rows[key]).numpy()
         return self.mailbox.send("embedding", [self.label_party], payload)
 
     def recorded_view(self) -> NonLabelView:
@@ -223,7 +213,7 @@ class LabelParty(_SplitParty):
             if len(y) != len(frame):
                 raise DataError(f"party {name!r}: {len(y)} labels for {len(frame)} feature rows")
         self._setup(name, frame, categorical, config)
-        self.labels = None if y is None else torch.as_tensor(y, dtype=self.dtype)
+        self.y = None if y is None else torch.as_tensor(y, dtype=self.dtype)
         self.nonlabel = list(nonlabel)
         self.defense = defense if defense is not None else NoDefense()
         self.rng = np.random.default_rng([config.seed, 7919])  # the defense's noise
@@ -275,7 +265,7 @@ class LabelParty(_SplitParty):
         for batch in range(start, stop):
             pending = [(p, h.step.remote(g, batch)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
             rows = self.schedule[batch]
-            own = self.bottom(self.ids["train"][rows])
+            own = self.bottom(self.rows["train"][rows])
             messages = gather(pending, f"batch {batch}", timeout)
             grads = list(self._update(batch, rows, own, messages))
         self._carry = grads
@@ -292,12 +282,12 @@ class LabelParty(_SplitParty):
         """Top model, loss, backward and update given this party's bottom output ``own``; the defended gradients out."""
         embs = self._embeddings(messages, len(rows), batch)
         logits = self.top([own] + embs)
-        loss = F.binary_cross_entropy_with_logits(logits, self.labels[rows])
+        loss = F.binary_cross_entropy_with_logits(logits, self.y[rows])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         self.losses.append(float(loss.detach()))
-        y = self.labels[rows].numpy()
+        y = self.y[rows].numpy()
         # The defense wraps what leaves this party; the party's own models trained on the true gradients above.
         return tuple(
             self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.rng), tree=batch)
@@ -306,10 +296,18 @@ class LabelParty(_SplitParty):
 
     def predict(self, key: str, *messages: Message) -> np.ndarray:
         """Probabilities for every row of a loaded data set, from the non-label parties' embeddings."""
-        ids = self.ids[key]
+        ids = self.rows[key]
         with torch.no_grad():
             embs = [e.detach() for e in self._embeddings(messages, len(ids), -1)]
             return torch.sigmoid(self.top([self.bottom(ids)] + embs)).numpy().astype(np.float64)
+
+    def evaluate(self, key: str, *messages: Message) -> dict[str, float]:
+        """Test AUC and NLL of a loaded data set, from this party's own labels of it."""
+        if key not in self.labels:
+            raise DataError(f"party {self.name!r} holds no labels for these rows; evaluate needs labelled data")
+        y = check_binary_labels(self.labels[key])
+        p = self.predict(key, *messages)
+        return {"auc": auc(y, p), "nll": logloss(y, p)}
 
     def training_losses(self) -> list[float]:
         return list(self.losses)

@@ -36,15 +36,14 @@ from typing import Callable
 import numpy as np
 
 from ..data.dataset import VerticalDataset
-from ..errors import DataError
-from ..metrics import auc, logloss
+from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
 from .models import batch_schedule
-from .parties import LabelParty, NonLabelParty, check_binary_labels
+from .parties import LabelParty, NonLabelParty
 
 __all__ = ["train", "SplitNNModel"]
 
@@ -74,27 +73,37 @@ class SplitNNModel:
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """Federated prediction: probabilities of the positive class for every row of ``data``."""
+        return self._at_label_party(data, "predict")
+
+    def evaluate(self, data: VerticalDataset) -> dict[str, float]:
+        """Test AUC and NLL (log loss), computed by the label party from its own labels of ``data``
+        (the driver receives the figures only, so party-held data works as well as a simulation's)."""
+        return self._at_label_party(data, "evaluate")
+
+    def _at_label_party(self, data: VerticalDataset, method: str):
+        """Every party loads its rows of ``data``; the non-label parties send embeddings; the label
+        party runs ``method`` on them; every party drops the rows again."""
         parties = [self.label_party] + self.nonlabel
         if sorted(data.party_names) != sorted(parties):
             raise DataError(f"prediction data must hold the parties {parties}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
         rt = self.runtime
         tables = data.tables(rt)
-        rt.get([(p, rt.actor(p).load_rows.remote(key, tables[p])) for p in parties], "load prediction rows")
-        embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
-        proba = rt.get([(self.label_party, rt.actor(self.label_party).predict.remote(key, *embs))], "prediction")[0]
-        rt.get([(p, rt.actor(p).drop_rows.remote(key)) for p in parties], "cleanup")
-        self.comm_stats.extend(r for batch in rt.get([(p, rt.actor(p).comm_records.remote()) for p in self.nonlabel], "records") for r in batch)
-        return proba
+        def drop() -> None:
+            rt.get([(p, rt.actor(p).drop_rows.remote(key)) for p in parties], "cleanup")
 
-    def evaluate(self, data: VerticalDataset) -> dict[str, float]:
-        """Test AUC and NLL (log loss) on labelled rows held in this process (a simulation's data)."""
-        if not hasattr(data, "label"):
-            raise DataError("evaluate computes the metrics here, from labels in this process; with party-held "
-                            "data the label party keeps its labels: score predict_proba there")
-        y = check_binary_labels(data.label)
-        p = self.predict_proba(data)
-        return {"auc": auc(y, p), "nll": logloss(y, p)}
+        try:
+            rt.get([(p, rt.actor(p).load_rows.remote(key, tables[p])) for p in parties], "load prediction rows")
+            embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
+            label = rt.actor(self.label_party)
+            result = rt.get([(self.label_party, getattr(label, method).remote(key, *embs))], "prediction")[0]
+        except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
+            drop()
+            raise
+        drop()
+        records = rt.get([(p, rt.actor(p).comm_records.remote()) for p in self.nonlabel], "records")
+        self.comm_stats.extend(r for batch in records for r in batch)
+        return result
 
     def recorded_view(self, party: str | None = None) -> NonLabelView:
         """What a non-label party saw during training (default: the first one)."""
