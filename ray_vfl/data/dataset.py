@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 from .sources import read_table
+from .store import split_table
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
 
@@ -147,27 +148,6 @@ class VerticalDataset:
             from .alignment import align_frames  # alignment builds on this module
 
             return align_frames(frames, id_column, label, label_party, categorical, runtime=runtime)
-        ids = None
-        first = None
-        for party, frame in frames.items():
-            if id_column not in frame.columns:
-                raise DataError(f"party {party!r} has no ID column {id_column!r}; its columns are {list(frame.columns)}")
-            pid = frame[id_column].to_numpy()
-            dup = pd.Index(pid).duplicated()
-            if dup.any():
-                raise DataError(
-                    f"party {party!r} has {int(dup.sum())} duplicate ID(s) in {id_column!r}, e.g. {pid[dup][:3].tolist()}; "
-                    "IDs must be unique within a party"
-                )
-            if ids is None:
-                ids, first = pid, party
-                continue
-            if len(pid) != len(ids) or not np.array_equal(pid, ids):
-                same_set = len(pid) == len(ids) and set(pid.tolist()) == set(ids.tolist())
-                hint = ("they hold the same IDs in a different order: sort every table by ID, or pass align='psi'"
-                        if same_set else "their ID sets differ: pass align='psi' to intersect them by private set "
-                        "intersection (each party keeps its other rows)")
-                raise DataError(f"rows of parties {first!r} and {party!r} are misaligned; {hint}")
         owners = [p for p, f in frames.items() if label is not None and label in f.columns]
         if label is not None and not owners:
             raise DataError(f"no party holds the label column {label!r}; add it to the label owner's table")
@@ -176,16 +156,18 @@ class VerticalDataset:
         owner = label_party if label_party is not None else (owners[0] if owners else None)
         if owner is not None and owner not in owners:
             raise DataError(f"label_party {owner!r} does not hold the label column {label!r}")
-        y = None
-        features = {}
-        for party, frame in frames.items():
-            drop = [id_column] + ([label] if party == owner else [])
-            features[party] = frame.drop(columns=drop).reset_index(drop=True)
-        if owner is not None:
-            col = frames[owner][label]
-            if not pd.api.types.is_numeric_dtype(col):
-                raise DataError(f"label column {label!r} is not numeric (dtype {col.dtype}); map it to 0/1 or numbers first")
-            y = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        # The checks every party's table passes, here or in the party's own store.
+        tables = {p: split_table(f, p, id_column, label if p == owner else None) for p, f in frames.items()}
+        first, ids = next((p, t.ids) for p, t in tables.items())
+        for party, table in tables.items():
+            if len(table.ids) != len(ids) or not np.array_equal(table.ids, ids):
+                same_set = len(table.ids) == len(ids) and set(table.ids.tolist()) == set(ids.tolist())
+                hint = ("they hold the same IDs in a different order: sort every table by ID, or pass align='psi'"
+                        if same_set else "their ID sets differ: pass align='psi' to intersect them by private set "
+                        "intersection (each party keeps its other rows)")
+                raise DataError(f"rows of parties {first!r} and {party!r} are misaligned; {hint}")
+        features = {p: t.features for p, t in tables.items()}
+        y = tables[owner].label if owner is not None else None
         cats = {p: list(c) for p, c in (categorical or {}).items()}
         return cls(features, np.asarray(ids), y, owner, cats)
 
