@@ -49,7 +49,6 @@ actor round trip (two with several passive parties that won splits).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -65,6 +64,7 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
+from ..runtime.party import load_meta, save_parts
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.config import BoostConfig
 from ..trees.kernels import transform_margin
@@ -159,19 +159,13 @@ class FederatedModel:
 
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.json``, its own part only."""
-        os.makedirs(directory, exist_ok=True)
-        paths = {p: os.path.join(directory, f"{p}.json") for p in self.order}
-        self.runtime.get([(p, self._handle(p).save_part.remote(paths[p])) for p in self.order], "save")
         meta = {"order": self.order, "label_party": self.label_party, "n_trees": self.n_trees, "config": self.config.to_dict()}
-        with open(os.path.join(directory, "federation.json"), "w", encoding="utf-8") as fh:
-            json.dump(meta, fh)
-        return paths
+        return save_parts(self.runtime, self.order, directory, meta, ".json")
 
     @classmethod
     def load(cls, directory: str, runtime: Runtime | None = None) -> "FederatedModel":
         """Start one actor per party and have each read its own saved part."""
-        with open(os.path.join(directory, "federation.json"), encoding="utf-8") as fh:
-            meta = json.load(fh)
+        meta = load_meta(directory, "FederatedModel.save")
         config = BoostConfig.from_dict(meta["config"])
         runtime = runtime or Runtime(timeout_s=config.timeout_s)
         runtime.connect(meta["order"])

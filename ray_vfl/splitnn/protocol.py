@@ -25,7 +25,6 @@ non-label party applies the gradient of batch ``b - 1`` and embeds batch
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -39,6 +38,7 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
+from ..runtime.party import load_meta, save_parts
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
@@ -120,30 +120,20 @@ class SplitNNModel:
         >>> model.save("model_dir")                                   # doctest: +SKIP
         >>> SplitNNModel.load("model_dir").predict_proba(test)        # doctest: +SKIP
         """
-        parties = [self.label_party] + self.nonlabel
-        os.makedirs(directory, exist_ok=True)
-        paths = {p: os.path.join(directory, f"{p}.pt") for p in parties}
-        self.runtime.get([(p, self.runtime.actor(p).save_part.remote(paths[p])) for p in parties], "save")
         meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
                 "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
-        with open(os.path.join(directory, "federation.json"), "w", encoding="utf-8") as fh:
-            json.dump(meta, fh, indent=2)
-        return paths
+        return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt")
 
     @classmethod
     def load(cls, directory: str, runtime: Runtime | None = None) -> "SplitNNModel":
         """Start one actor per party and have each read its own saved part (for prediction)."""
-        meta_path = os.path.join(directory, "federation.json")
+        meta = load_meta(directory, "SplitNNModel.save")
         try:
-            with open(meta_path, encoding="utf-8") as fh:
-                meta = json.load(fh)
             config = SplitNNConfig.from_dict(meta["config"])
             label_name, nonlabel = meta["label_party"], list(meta["nonlabel"])
             defense = DEFENSES[meta["defense"]["name"]](**meta["defense"]["params"])
-        except FileNotFoundError as exc:
-            raise DataError(f"{meta_path!r} not found; pass the folder SplitNNModel.save wrote") from exc
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{meta_path!r} is not a split-NN federation file ({type(exc).__name__}: {exc})") from exc
+        except (KeyError, TypeError) as exc:
+            raise DataError(f"{directory!r} holds no split-NN federation file ({type(exc).__name__}: {exc})") from exc
         runtime = runtime or Runtime(timeout_s=config.timeout_s)
         runtime.connect([label_name] + nonlabel)
         label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
