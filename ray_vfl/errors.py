@@ -103,6 +103,10 @@ class PartyFailedError(VFLError, RuntimeError):
         Protocol phase during which it failed (for example ``"histograms"``).
     cause : str
         Short description of the underlying error.
+    reason : str
+        ``"died"`` (the actor is gone), ``"silent"`` (it answers nothing, not even a probe),
+        ``"timeout"`` (no reply within the timeout, though every party still answers probes: it is
+        busy; the runtime keeps the federation) or ``"error"`` (an unexpected exception inside it).
 
     Example
     -------
@@ -111,14 +115,15 @@ class PartyFailedError(VFLError, RuntimeError):
     ('passive_1', 'histograms')
     """
 
-    def __init__(self, party: str, phase: str, cause: str = "") -> None:
+    def __init__(self, party: str, phase: str, cause: str = "", reason: str = "error") -> None:
         self.party = party
         self.phase = phase
         self.cause = cause
+        self.reason = reason
         msg = f"party {party!r} failed during phase {phase!r}"
         if cause:
             msg += f": {cause}"
         super().__init__(msg)
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
-        return (PartyFailedError, (self.party, self.phase, self.cause))
+        return (PartyFailedError, (self.party, self.phase, self.cause, self.reason))

@@ -453,9 +453,11 @@ def test_killed_party_fails_fast_with_its_name(ray_session, credit):
 def test_phase_timeout_raises_party_failed(ray_session, credit):
     train_data, _ = credit
     runtime = Runtime(timeout_s=60)
-    with pytest.raises(PartyFailedError, match="no answer within"):
+    with pytest.raises(PartyFailedError, match="no answer within") as info:
         SecureBoostClassifier(n_estimators=2, backend="plain", timeout_s=1e-3, runtime=runtime).fit(train_data)
-    assert runtime._actors == {}
+    # Every party still answers probes: slow, not failed, so the federation is kept.
+    assert info.value.reason == "timeout" and "busy" in str(info.value) and runtime._actors != {}
+    runtime.kill_all()
 
 
 def test_mask_reserve_hands_out_each_chunk_once(runtime):

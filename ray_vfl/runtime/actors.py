@@ -135,23 +135,58 @@ class TaskPool:
 
 # ---------------------------------------------------------------------------
 # party actors
+PROBE_GROUP = "probe"  # a concurrency group of every party actor: a probe is answered while a method runs
+_PROBE_S = 3.0  # how long a probe may take before its party counts as silent
+
+
+def _named(exc: VFLError, party: str) -> VFLError:
+    """``exc`` with the party's name in front of its message (unless the message names it already)."""
+    text = str(exc)
+    if f"{party!r}" in text or party == "?":
+        return exc
+    try:
+        named = type(exc)(f"party {party!r}: {text}")
+    except TypeError:  # an error class with other constructor arguments keeps its own message
+        return exc
+    named.__cause__ = exc.__cause__
+    return named
+
+
 def _guarded(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
+        party = getattr(self, "name", "?")
         try:
             return fn(self, *args, **kwargs)
-        except (DataError, ConfigError, PartyFailedError):
-            raise  # the user's own input, reported as is
-        except Exception as exc:  # the party reports which of its steps failed
-            raise PartyFailedError(getattr(self, "name", "?"), name, f"{type(exc).__name__}: {exc}") from exc
+        except PartyFailedError:
+            raise  # a peer's failure, already named
+        except VFLError as exc:  # the user's input or a crypto bound: reported as such, naming the party
+            raise _named(exc, party) from exc
+        except OSError as exc:  # a path, a folder, a permission on this party's own machine
+            raise DataError(f"party {party!r}, {name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a fault: the party reports which of its steps failed
+            raise PartyFailedError(party, name, f"{type(exc).__name__}: {exc}") from exc
 
     return method
+
+
+def _alive(self) -> tuple[str, int]:
+    """Answer a probe (in its own concurrency group, so a busy party answers too): name and process id."""
+    return getattr(self, "name", "?"), os.getpid()
 
 
 @functools.lru_cache(maxsize=None)
 def _actor_class(cls: type) -> type:
     methods = {n: _guarded(n, f) for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
+    methods["alive"] = ray.method(concurrency_group=PROBE_GROUP)(_alive)
     return type(f"{cls.__name__}Actor", (cls,), methods)
+
+
+def _ray_options(cls: type) -> dict:
+    """The class's own actor options, with the probe's concurrency group added."""
+    options = dict(getattr(cls, "ray_options", None) or {})
+    options["concurrency_groups"] = {**options.get("concurrency_groups", {}), PROBE_GROUP: 1}
+    return options
 
 
 class Runtime:
@@ -258,8 +293,7 @@ class Runtime:
                 self._actors.pop(key, None)
         elif handle is not None:
             self.kill(key)
-        extra = getattr(cls, "ray_options", None)  # e.g. a class's concurrency groups
-        actor_cls = ray.remote(**extra)(_actor_class(cls)) if extra else ray.remote(_actor_class(cls))
+        actor_cls = ray.remote(**_ray_options(cls))(_actor_class(cls))
         handle = actor_cls.options(
             name=f"vfl-{self._token}-{key.replace(':', '-')}",
             num_cpus=0,
@@ -312,18 +346,48 @@ class Runtime:
     def get(self, calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float | None = None) -> list[Any]:
         """Wait for ``(party, ObjectRef)`` pairs; fail fast with the party's name.
 
-        The first error (an exception in a party, a dead actor) or the end of
-        the timeout raises :class:`PartyFailedError`; every actor of this
-        runtime is then killed. User errors found inside a party
-        (:class:`~ray_vfl.errors.DataError`, ``ConfigError``) are re-raised as
-        is and the actors stay: nothing failed but the input, so a trained
-        model still predicts after a bad prediction input.
+        - A dead party, or one that answers nothing (not even a probe, which every party actor
+          answers in its own concurrency group while it computes), raises
+          :class:`PartyFailedError` naming *that* party, whichever party was waiting for it and
+          however deeply the calls nest; every actor of this runtime is then killed.
+        - No reply within the timeout while every party still answers probes: the party waited
+          for is busy, not failed. :class:`PartyFailedError` (``reason="timeout"``) names it and
+          the actors stay, so a trained model survives a slow prediction.
+        - Errors a party raises because of the user's input (:class:`~ray_vfl.errors.DataError`,
+          ``ConfigError``, ``CryptoError``; a missing path or an unwritable folder on the party's
+          node becomes a ``DataError``) come back as they are, naming the party; the actors stay.
+        - Any other exception inside a party is a fault: :class:`PartyFailedError`, actors killed.
+
+        ``timeout_s`` defaults to the runtime's own.
         """
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return gather(calls, phase, self.timeout_s if timeout_s is None else timeout_s, self._party_of_actor)
-        except PartyFailedError:
+            return gather(calls, phase, timeout_s, self._party_of_actor)
+        except PartyFailedError as exc:
+            if exc.reason == "timeout":
+                silent = self.silent_parties()
+                if not silent:
+                    raise PartyFailedError(exc.party, exc.phase, f"{exc.cause}; every party still answers probes, so "
+                                           f"{exc.party!r} is busy, not failed: the federation is kept (raise timeout_s "
+                                           "to wait longer)", reason="timeout") from None
+                exc = PartyFailedError(silent[0], exc.phase, f"no answer within {timeout_s:g} s, not even to a probe "
+                                       f"(silent: {silent})", reason="silent")
             self.kill_all()
-            raise
+            raise exc from None
+
+    def silent_parties(self, wait_s: float = _PROBE_S) -> list[str]:
+        """Parties with an actor that is dead or does not answer a probe within ``wait_s`` seconds."""
+        probes: dict[Any, str] = {}
+        for key, handle in self._actors.items():
+            probes[handle.alive.remote()] = key.split(":")[0]
+        ready, pending = ray.wait(list(probes), num_returns=len(probes), timeout=wait_s) if probes else ([], [])
+        failed = {probes[ref] for ref in pending}
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # a dead actor answers its probe with an error
+                failed.add(probes[ref])
+        return sorted(failed)
 
 
 def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party_of_actor: Callable | None = None) -> list[Any]:
@@ -359,7 +423,7 @@ def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party
             except Exception as exc:
                 raise _failure(exc, party_of[ref], phase, timeout_s, party_of_actor) from None
         if pending and time.monotonic() >= deadline:
-            raise PartyFailedError(party_of[pending[0]], phase, f"no answer within {timeout_s:g} s")
+            raise PartyFailedError(party_of[pending[0]], phase, f"no answer within {timeout_s:g} s", reason="timeout")
     return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
 
 
@@ -370,8 +434,8 @@ def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_
         cause = cause.cause  # a party's own task failed: report the task's error, not Ray's wrappers
     if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
         if isinstance(cause, PartyFailedError):
-            return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause)
-        if isinstance(cause, (DataError, ConfigError)):
+            return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause, cause.reason)
+        if isinstance(cause, VFLError):
             return cause
         return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
     if isinstance(exc, ray.exceptions.RayActorError):
@@ -384,7 +448,7 @@ def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_
                 kind = DataError if user_error.group(1) == "DataError" else ConfigError
                 return kind(user_error.group(2))
             detail = f"actor failed to start: {errors[-1] if errors else 'see the Ray logs'}"
-        return PartyFailedError(failed if failed != "?" else party, phase, detail)
+        return PartyFailedError(failed if failed != "?" else party, phase, detail, reason="died")
     if isinstance(exc, ray.exceptions.GetTimeoutError):
-        return PartyFailedError(party, phase, f"no answer within {timeout_s:g} s")
+        return PartyFailedError(party, phase, f"no answer within {timeout_s:g} s", reason="timeout")
     return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")

@@ -19,9 +19,11 @@ class FederatedEstimator(BaseEstimator):
 
     runtime: Runtime | None
 
-    def _fit_runtime(self, timeout_s: float) -> Runtime:
-        """The runtime to train with (a new one unless given)."""
-        return self.runtime if self.runtime is not None else Runtime(timeout_s=timeout_s)
+    def _fit_runtime(self, timeout_s: float | None) -> Runtime:
+        """The runtime to train with: the one given, or a new one (with ``timeout_s`` if set)."""
+        if self.runtime is not None:
+            return self.runtime
+        return Runtime() if timeout_s is None else Runtime(timeout_s=timeout_s)
 
     def _check_fitted(self):
         model = getattr(self, "model_", None)

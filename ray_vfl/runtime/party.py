@@ -121,7 +121,10 @@ class PartyActor:
 def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[str, Any], suffix: str) -> dict[str, str]:
     """Have each party write ``<directory>/<party><suffix>`` (its own part only), then write the
     federation's ``federation.json`` (roles and config, nothing secret). Returns the part paths."""
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:  # a file in the way, a read-only place
+        raise DataError(f"cannot save into {directory!r}: {exc}; name a folder (new or existing)") from exc
     paths = {p: os.path.join(directory, f"{p}{suffix}") for p in parties}
     runtime.get([(p, runtime.actor(p).save_part.remote(paths[p])) for p in parties], "save")
     write_atomically(os.path.join(directory, META_FILE), lambda fh: json.dump(meta, fh, indent=2))

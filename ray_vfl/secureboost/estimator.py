@@ -45,7 +45,7 @@ class _SecureBoost(FederatedEstimator):
         backend: str = "paillier",
         key_bits: int = 2048,
         workers_per_party: int | None = None,
-        timeout_s: float = 600.0,
+        timeout_s: float | None = None,
         precompute_masks: bool = True,
         group_features: bool = True,
         gradient_bound: float | None = None,

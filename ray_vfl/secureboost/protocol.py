@@ -167,7 +167,7 @@ class FederatedModel:
         """Start one actor per party and have each read its own saved part."""
         meta = load_meta(directory, "FederatedModel.save")
         config = BoostConfig.from_dict(meta["config"])
-        runtime = runtime or Runtime(timeout_s=config.timeout_s)
+        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect(meta["order"])
         calls = []
         for p in meta["order"]:
@@ -216,6 +216,8 @@ def train(
     >>> model = train(Runtime(), data, BoostConfig(n_trees=3, backend="plain"))      # doctest: +SKIP
     """
     _check_training_input(data, config, eval_sets or {})
+    if config.timeout_s is None:  # the one timeout: the config's if set, else the runtime's
+        config = config.replace(timeout_s=runtime.timeout_s)
     order = data.party_names
     active_name = data.label_party
     passive_names = [p for p in order if p != active_name]
@@ -245,7 +247,7 @@ def train(
     cb.before_training(config)
     eval_keys = tuple(eval_sets or {})
     for t in range(config.n_trees):
-        logs = runtime.get([(active_name, active.grow_tree.remote(t, eval_keys))], f"tree {t}", config.timeout_s)[0]
+        logs = runtime.get([(active_name, active.grow_tree.remote(t, eval_keys))], f"tree {t + 1}", config.timeout_s)[0]
         model.n_trees = t + 1
         if cb.after_iteration(t, logs):
             break

@@ -68,8 +68,11 @@ class SplitNNConfig(ValidatedConfig):
         Batches the label party runs per driver call (the driver reports
         progress and checks for failures between calls; training stays
         exactly sequential).
-    timeout_s : float
-        Longest wait for one window of batches.
+    timeout_s : float or None
+        Longest wait for one protocol phase before the driver raises
+        :class:`~ray_vfl.errors.PartyFailedError`. Precedence: this value if set, else the
+        timeout of the :class:`~ray_vfl.runtime.actors.Runtime` the protocol runs on (600 s by
+        default). The parties' waits for each other use the same value.
 
     Example
     -------
@@ -92,7 +95,7 @@ class SplitNNConfig(ValidatedConfig):
     dtype: str = "float32"
     seed: int = 0
     pipeline_depth: int = 32
-    timeout_s: float = 600.0
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("nonlabel_hidden", "label_hidden"):
@@ -113,7 +116,8 @@ class SplitNNConfig(ValidatedConfig):
             raise ConfigError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         check_int("seed", self.seed, 0, 2**31 - 1)
         check_int("pipeline_depth", self.pipeline_depth, 1, 100_000)
-        _positive("timeout_s", self.timeout_s, 1e7)
+        if self.timeout_s is not None:
+            _positive("timeout_s", self.timeout_s, 1e7)
 
     @property
     def embedding_width(self) -> int:

@@ -53,7 +53,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         optimizer: str = "adam",
         defense: Defense | None = None,
         random_state: int = 0,
-        timeout_s: float = 600.0,
+        timeout_s: float | None = None,
         runtime: Runtime | None = None,
     ) -> None:
         self.embedding_dim = embedding_dim

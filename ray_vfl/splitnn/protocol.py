@@ -134,7 +134,7 @@ class SplitNNModel:
             defense = DEFENSES[meta["defense"]["name"]](**meta["defense"]["params"])
         except (KeyError, TypeError) as exc:
             raise DataError(f"{directory!r} holds no split-NN federation file ({type(exc).__name__}: {exc})") from exc
-        runtime = runtime or Runtime(timeout_s=config.timeout_s)
+        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect([label_name] + nonlabel)
         label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
         calls = [(label_name, label.load_part.remote(os.path.join(directory, f"{label_name}.pt")))]
@@ -203,6 +203,8 @@ def train(
     config = config or SplitNNConfig()
     defense = defense if defense is not None else NoDefense()
     _check_input(data, config, defense)
+    if config.timeout_s is None:  # the one timeout: the config's if set, else the runtime's
+        config = config.replace(timeout_s=runtime.timeout_s)
     defense = defense.for_releases(config.epochs)  # a DP budget covers every epoch's release of a row
     label_name = data.label_party
     nonlabel = [p for p in data.party_names if p != label_name]

@@ -66,9 +66,11 @@ class BoostConfig(ValidatedConfig):
     workers_per_party : int or None
         Ray tasks a party fans its crypto out to; ``None``: the CPUs of the party's nodes, split
         between passive parties that share nodes.
-    timeout_s : float
-        Longest a protocol phase may take before the driver raises
-        :class:`~ray_vfl.errors.PartyFailedError`.
+    timeout_s : float or None
+        Longest wait for one protocol phase before the driver raises
+        :class:`~ray_vfl.errors.PartyFailedError`. Precedence: this value if set, else the
+        timeout of the :class:`~ray_vfl.runtime.actors.Runtime` the protocol runs on (600 s by
+        default). The parties' waits for each other use the same value.
     precompute_masks : bool
         Let the label party make the next tree's encryption randomness in the
         background, at the lowest OS priority (:mod:`ray_vfl.crypto.mask_reserve`).
@@ -111,7 +113,7 @@ class BoostConfig(ValidatedConfig):
     backend: str = "paillier"
     key_bits: int = 2048
     workers_per_party: int | None = None
-    timeout_s: float = 600.0
+    timeout_s: float | None = None
     precompute_masks: bool = True
     group_features: bool = True
     gradient_bound: float | None = None
@@ -142,7 +144,8 @@ class BoostConfig(ValidatedConfig):
             )
         if self.workers_per_party is not None:
             check_int("workers_per_party", self.workers_per_party, 1, 4096)
-        check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+        if self.timeout_s is not None:
+            check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
         if not isinstance(self.precompute_masks, bool):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
         if not isinstance(self.group_features, bool):
