@@ -49,7 +49,7 @@ _EXPORTS = {
     "PsiResult": ".psi.protocol", "private_set_intersection": ".psi.protocol",
     "BoostConfig": ".trees.config",
     "EarlyStopping": ".trees.callbacks", "EvaluationLogger": ".trees.callbacks", "ProgressBar": ".trees.callbacks",
-    "TrainingCallback": ".trees.callbacks",
+    "TrainingCallback": ".trees.callbacks", "Checkpoint": ".trees.checkpoint",
     "SecureBoostClassifier": ".secureboost.estimator", "SecureBoostRegressor": ".secureboost.estimator",
     "FederatedModel": ".secureboost.protocol", "train": ".secureboost.protocol",
 }

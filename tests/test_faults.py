@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from ray_vfl import PartyFailedError, Runtime, SecureBoostClassifier, TrainingCallback
-from ray_vfl.errors import DataError
+from ray_vfl.errors import ConfigError, DataError
 
 
 def test_a_silent_passive_party_is_blamed_not_the_label_party_waiting_for_it(ray_session, credit):
@@ -76,3 +77,61 @@ def test_a_timeout_in_the_runtime_applies_when_the_estimator_sets_none(ray_sessi
     with pytest.raises(PartyFailedError, match=r"no answer within 0\.001 s"):
         SecureBoostClassifier(n_estimators=2, backend="plain", runtime=runtime).fit(train_data)
     runtime.kill_all()
+
+
+def _same_models(a, b):
+    """Split for split and leaf for leaf: every tree's structure and weights, every party's records."""
+    trees_a, trees_b = a.model_.trees(), b.model_.trees()
+    assert len(trees_a) == len(trees_b)
+    for ta, tb in zip(trees_a, trees_b):
+        for field in ("left", "right", "owner", "record", "weight"):
+            np.testing.assert_array_equal(getattr(ta, field), getattr(tb, field))
+    assert a.model_.lookup_tables() == b.model_.lookup_tables()
+
+
+def test_a_fit_killed_mid_training_resumes_from_its_checkpoint_to_the_same_model(ray_session, credit, tmp_path):
+    """Kill a passive party's actor during tree 6 of 10; the same fit again continues from the last tree
+    every party saved and ends with the model of an uninterrupted run."""
+    train_data, test_data = credit
+    params = {"n_estimators": 10, "max_depth": 3, "backend": "plain"}
+    runtime = Runtime(timeout_s=120)
+    whole = SecureBoostClassifier(**params, runtime=runtime).fit(train_data)
+    five_done = threading.Event()
+
+    class AfterFive(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            if iteration == 4:
+                five_done.set()
+                time.sleep(0.3)  # the checkpoint of tree 5 is written right after this callback
+            return False
+
+    def kill_party1():
+        if five_done.wait(timeout=120):
+            time.sleep(0.5)  # into tree 6
+            ray_session.kill(runtime.actor("party1"), no_restart=True)
+
+    folder = str(tmp_path / "ckpt")
+    killer = threading.Thread(target=kill_party1)
+    killer.start()
+    with pytest.raises(PartyFailedError) as info:
+        SecureBoostClassifier(**params, runtime=runtime, callbacks=[AfterFive()]).fit(
+            train_data, checkpoint_dir=folder, checkpoint_every=1)
+    killer.join()
+    assert info.value.party == "party1" and info.value.reason == "died"
+    done = json.load(open(os.path.join(folder, "checkpoint.json")))["trees"]
+    assert 5 <= done < 10
+    resumed = SecureBoostClassifier(**params, runtime=runtime).fit(train_data, checkpoint_dir=folder, checkpoint_every=1)
+    _same_models(resumed, whole)
+    np.testing.assert_array_equal(resumed.predict_margin(test_data), whole.predict_margin(test_data))
+    assert sorted(os.listdir(folder)) == ["checkpoint.json", "party0.tree-00010.json", "party1.tree-00010.json"], (done, os.listdir(folder))
+
+
+def test_a_checkpoint_of_another_run_is_refused(runtime, credit, tmp_path):
+    train_data, _ = credit
+    folder = str(tmp_path / "ckpt")
+    SecureBoostClassifier(n_estimators=2, max_depth=3, backend="plain", runtime=runtime).fit(train_data, checkpoint_dir=folder)
+    with pytest.raises(ConfigError, match="max_depth: 3 then, 4 now"):
+        SecureBoostClassifier(n_estimators=3, max_depth=4, backend="plain", runtime=runtime).fit(train_data, checkpoint_dir=folder)
+    with pytest.raises(ConfigError, match="checkpoint_every"):
+        SecureBoostClassifier(n_estimators=3, backend="plain", runtime=runtime).fit(train_data, checkpoint_dir=folder,
+                                                                                     checkpoint_every=0)

@@ -106,6 +106,44 @@ class PartyActor:
         part = self.model_part()
         return write_atomically(path, lambda fh: json.dump(part, fh))
 
+    # checkpoints -------------------------------------------------------------
+    def training_state(self) -> dict[str, Any]:
+        """What this party needs to continue training where it stopped (default: its model part)."""
+        return self.model_part()
+
+    def resume_training(self, state: dict[str, Any]) -> None:  # pragma: no cover - roles that checkpoint override it
+        raise NotImplementedError
+
+    def save_checkpoint(self, path: str, trees: int) -> str:
+        """Write this party's training state after ``trees`` trees to ``path`` on its own machine (atomically)."""
+        state = {"party": self.name, "trees": trees, "state": self.training_state()}
+        return write_atomically(path, lambda fh: json.dump(state, fh))
+
+    def resume_from(self, path: str) -> int:
+        """Restore the training state written by :meth:`save_checkpoint`; returns its tree count."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except FileNotFoundError as exc:
+            raise DataError(f"party {self.name!r}: its checkpoint {path!r} is not on this node; resume where "
+                            "the party wrote it, or start with a new checkpoint_dir") from exc
+        except json.JSONDecodeError as exc:
+            raise DataError(f"party {self.name!r}: {path!r} is not a checkpoint ({exc})") from exc
+        if saved.get("party") != self.name:
+            raise DataError(f"{path!r} is the checkpoint of {saved.get('party')!r}, not of {self.name!r}")
+        self.resume_training(saved["state"])
+        return int(saved["trees"])
+
+    def prune_checkpoints(self, keep: str) -> list[str]:
+        """Remove this party's other checkpoint files beside ``keep`` (older ones, or those of a run that
+        failed before the driver recorded them); returns the names removed."""
+        folder, prefix = os.path.dirname(keep), f"{self.name}.tree-"
+        gone = [f for f in os.listdir(folder) if f.startswith(prefix) and f.endswith(".json")
+                and f != os.path.basename(keep)]
+        for name in gone:
+            os.unlink(os.path.join(folder, name))
+        return gone
+
     def load_part(self, path: str) -> None:
         """Read a part written by :meth:`save_part` (on this party's machine)."""
         try:

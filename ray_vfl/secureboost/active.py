@@ -438,6 +438,32 @@ class ActiveParty(PredictionRouter, Party):
         self.base_margin = float(part["base_margin"])
         self.trees = [Tree.from_dict(t) for t in part["trees"]]
 
+    def training_state(self) -> dict[str, Any]:
+        """The model part, plus what training needs to go on: the training margins (exact, as JSON
+        floats round-trip), split record counters, metrics history and each eval set's margins."""
+        state = self.model_part()
+        state.update(margin=self.margin.tolist(), record_count=dict(self.record_count),
+                     history={k: list(v) for k, v in self.history.items()},
+                     eval={k: v["margin"].tolist() for k, v in self.eval.items()})
+        return state
+
+    def resume_training(self, state: dict[str, Any]) -> None:
+        super().resume_training(state)
+        margin = np.asarray(state["margin"], dtype=np.float64)
+        if len(margin) != len(self.margin) or state["order"] != self.order:
+            raise DataError(f"party {self.name!r}: the checkpoint is of {len(margin)} training rows and parties "
+                            f"{state['order']}, this run has {len(self.margin)} rows and {self.order}")
+        self.trees = [Tree.from_dict(t) for t in state["trees"]]
+        self.base_margin = float(state["base_margin"])
+        self.margin = margin
+        self.record_count = {p: int(state["record_count"][p]) for p in self.passives}
+        self.history = {k: list(v) for k, v in state["history"].items() if k == "train" or k in self.eval}
+        for key, saved in state["eval"].items():  # eval sets of the same name and size pick up where they were
+            if key in self.eval and len(saved) == len(self.eval[key]["margin"]):
+                self.eval[key]["margin"] = np.asarray(saved, dtype=np.float64)
+            elif key in self.eval:
+                self.history[key] = []
+
     def truncate(self, n_trees: int) -> None:
         """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
         self.trees = self.trees[:n_trees]

@@ -22,6 +22,7 @@ from ..trees.callbacks import (
     ProgressBar,
     TrainingCallback,
 )
+from ..trees.checkpoint import Checkpoint
 from ..trees.config import BoostConfig
 from ..trees.kernels import transform_margin
 from .protocol import FederatedModel, train
@@ -84,8 +85,14 @@ class _SecureBoost(FederatedEstimator):
             gradient_bound=self.gradient_bound,
         )
 
-    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None):
-        """Train on ``data``; ``eval_set`` data sets are scored after every tree."""
+    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
+            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+        """Train on ``data``; ``eval_set`` data sets are scored after every tree.
+
+        With ``checkpoint_dir`` every party saves its training state there (on its own machine)
+        after every ``checkpoint_every`` trees, and a fit started again with the same folder
+        continues from the last tree every party completed (:class:`~ray_vfl.trees.checkpoint.Checkpoint`).
+        """
         config = self._config()
         VerticalDataset.ensure(data)
         runtime = self._fit_runtime(config.timeout_s)
@@ -93,6 +100,8 @@ class _SecureBoost(FederatedEstimator):
         callbacks = list(self.callbacks or [])
         if self.verbose:
             callbacks += [ProgressBar(), EvaluationLogger()]
+        if checkpoint_dir is not None:
+            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
         if self.early_stopping_rounds is not None:
             if not evals:
                 raise DataError("early_stopping_rounds needs an eval_set to watch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from ..crypto import get_backend
 from ..data.binning import PartyBinner, check_encodable
+from ..errors import DataError
 from ..runtime.actors import TaskPool
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.config import BoostConfig
@@ -86,3 +88,10 @@ class Party(PartyActor):
         self.missing_bin = self.binner.max_bin
         self.n_bins = self.binner.max_bin + 1
         self.rows = {}
+
+    def resume_training(self, state: dict[str, Any]) -> None:
+        """Take up a checkpoint: the split records it had, after checking that the training data bin as then."""
+        if json.loads(json.dumps(self.binner.to_dict())) != state["binner"]:
+            raise DataError(f"party {self.name!r}: its training data bin differently from the checkpoint's; resume "
+                            "with the same data, or start with a new checkpoint_dir")
+        self.lookup = LookupTable.from_dict(state["lookup"])

@@ -66,6 +66,7 @@ from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts
 from ..trees.callbacks import CallbackList, TrainingCallback
+from ..trees.checkpoint import Checkpoint
 from ..trees.config import BoostConfig
 from ..trees.kernels import transform_margin
 from .active import ActiveParty
@@ -242,11 +243,12 @@ def train(
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_tables[p])) for p in order]
         setup.append((active_name, active.set_eval_labels.remote(key)))
     runtime.get(setup, "setup", config.timeout_s)
+    start = _resume(runtime, model, callbacks)
 
     cb = CallbackList(callbacks)
     cb.before_training(config)
     eval_keys = tuple(eval_sets or {})
-    for t in range(config.n_trees):
+    for t in range(start, config.n_trees):
         logs = runtime.get([(active_name, active.grow_tree.remote(t, eval_keys))], f"tree {t + 1}", config.timeout_s)[0]
         model.n_trees = t + 1
         if cb.after_iteration(t, logs):
@@ -264,6 +266,29 @@ def train(
     for key in eval_sets or {}:
         runtime.get([(p, runtime.actor(p).drop_rows.remote(key)) for p in order], "cleanup", config.timeout_s)
     return model
+
+
+def _resume(runtime: Runtime, model: FederatedModel, callbacks: Sequence[TrainingCallback]) -> int:
+    """Have every party take up the run's checkpoint, if a :class:`Checkpoint` callback has one;
+    returns the number of trees already grown (0 for a new run)."""
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    if len(checkpoints) > 1:
+        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
+    if not checkpoints:
+        return 0
+    trees, files = checkpoints[0].resume_point(model)
+    if trees == 0:
+        return 0
+    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in model.order}
+    runtime.get([(p, runtime.actor(p).resume_from.remote(paths[p])) for p in model.order], "resume from checkpoint",
+                model.config.timeout_s)
+    start = min(trees, model.config.n_trees)
+    if start < trees:  # the checkpoint holds more trees than this run asks for
+        label = runtime.actor(model.label_party)
+        runtime.get([(model.label_party, label.truncate.remote(start))], "truncate", model.config.timeout_s)
+    log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoints[0].directory)
+    model.n_trees = start
+    return start
 
 
 def _default_workers(runtime: Runtime, party: str, passives: Sequence[str]) -> int:
