@@ -5,6 +5,7 @@ Runs the same way on a laptop (starts a local Ray) and on a cluster::
     python jobs/train.py                                  # credit data, 2 parties, Paillier 2048
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/train.py --parties 3
     python jobs/train.py --party-files bank=bank.csv shop=shop.csv --id-column ID --label y   # aligned by PSI
+    python jobs/train.py --checkpoint-dir ckpt            # run again after a failure: it resumes
 
 Under ``ray job submit`` the runtime attaches to the cluster, whose nodes must
 declare the parties' resources (``vfl_party0`` ...; see cluster.yaml).
@@ -55,6 +56,10 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=None, help="crypto tasks per party (None: the party's CPUs, split between passive parties that share a machine)")
     p.add_argument("--test-size", type=float, default=0.2, help="fraction of rows held out for the test AUC / RMSE")
     p.add_argument("--seed", type=int, default=0, help="seed of the column split and the train/test split")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="each party saves its training state here (on its own machine); a run with the same "
+                        "folder resumes from the last tree every party saved")
+    p.add_argument("--checkpoint-every", type=int, default=1, help="trees between checkpoints")
     p.add_argument("--json", default=None, help="write every reported figure to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -96,7 +101,7 @@ def main(argv=None) -> dict:
         callbacks=[timer] + ([] if args.quiet else [ProgressBar(), EvaluationLogger()]),
     )
     start = time.perf_counter()
-    model.fit(train)
+    model.fit(train, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every)
     fit_s = time.perf_counter() - start
     model.predict_margin(test)
     wall_s = time.perf_counter() - start

@@ -135,3 +135,38 @@ def test_a_checkpoint_of_another_run_is_refused(runtime, credit, tmp_path):
     with pytest.raises(ConfigError, match="checkpoint_every"):
         SecureBoostClassifier(n_estimators=3, backend="plain", runtime=runtime).fit(train_data, checkpoint_dir=folder,
                                                                                      checkpoint_every=0)
+
+
+def test_training_continues_from_a_saved_model(runtime, credit, tmp_path):
+    """xgboost's ``xgb_model``: 3 trees, saved, then 2 more on the same data equal 5 trees at once."""
+    train_data, test_data = credit
+    params = {"max_depth": 3, "backend": "plain", "runtime": runtime}
+    whole = SecureBoostClassifier(n_estimators=5, **params).fit(train_data)
+    whole_trees, whole_margin = whole.model_.trees(), whole.predict_margin(test_data)
+    first = SecureBoostClassifier(n_estimators=3, **params).fit(train_data)
+    first.save_model(str(tmp_path / "three"))
+    more = SecureBoostClassifier(n_estimators=2, **params).fit(train_data, xgb_model=str(tmp_path / "three"))
+    assert more.n_trees_ == 5
+    for ta, tb in zip(more.model_.trees(), whole_trees, strict=True):
+        for field in ("left", "right", "owner", "record"):
+            np.testing.assert_array_equal(getattr(ta, field), getattr(tb, field))
+        np.testing.assert_allclose(ta.weight, tb.weight, rtol=1e-12)
+    np.testing.assert_allclose(more.predict_margin(test_data), whole_margin, rtol=1e-12)
+    again = SecureBoostClassifier(n_estimators=1, **params).fit(train_data, xgb_model=more)  # from a fitted estimator
+    assert again.n_trees_ == 6
+    with pytest.raises(ConfigError, match="model to continue has max_bin=32"):
+        SecureBoostClassifier(n_estimators=1, max_bin=16, **params).fit(train_data, xgb_model=str(tmp_path / "three"))
+
+
+def test_the_train_job_resumes_from_its_checkpoint_folder(ray_session, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("train_job", Path(__file__).resolve().parents[1] / "jobs" / "train.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    args = ["--backend", "plain", "--trees", "3", "--depth", "3", "--quiet", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    first = job.main(args)
+    again = job.main(args)  # every tree is in the checkpoint: nothing to grow, the same model
+    assert again["trees"] == first["trees"] == 3 and again["test_auc"] == first["test_auc"]
+    assert json.load(open(tmp_path / "ckpt" / "checkpoint.json"))["trees"] == 3

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from ..errors import DataError
 from .comm import Mailbox, Record
 
-__all__ = ["PartyActor", "save_parts", "load_meta", "write_atomically", "resolve_rows"]
+__all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows"]
 
 META_FILE = "federation.json"
 
@@ -29,6 +29,7 @@ def write_atomically(path: str, write: Callable[[Any], None], binary: bool = Fal
     """Write a file through ``write(fh)`` into a temporary file beside ``path``, then rename it over
     ``path``: a reader never sees half a file, and a failed write leaves the old one."""
     folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)  # on a party's own node the folder may not exist yet
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
@@ -146,14 +147,18 @@ class PartyActor:
 
     def load_part(self, path: str) -> None:
         """Read a part written by :meth:`save_part` (on this party's machine)."""
-        try:
-            with open(path, encoding="utf-8") as fh:
-                part = json.load(fh)
-        except FileNotFoundError as exc:
-            raise DataError(f"party {self.name!r}: no saved part at {path!r} on this node") from exc
-        except json.JSONDecodeError as exc:
-            raise DataError(f"party {self.name!r}: {path!r} is not a saved model part ({exc})") from exc
-        self.restore(part)
+        self.restore(read_part(path, self.name))
+
+
+def read_part(path: str, party: str) -> dict[str, Any]:
+    """A saved model part (JSON) on this party's node, or :class:`DataError` saying what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError as exc:
+        raise DataError(f"party {party!r}: no saved part at {path!r} on this node") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"party {party!r}: {path!r} is not a saved model part ({exc})") from exc
 
 
 def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[str, Any], suffix: str) -> dict[str, str]:

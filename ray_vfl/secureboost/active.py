@@ -9,7 +9,7 @@ import numpy as np
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
 from ..data.store import check_labels
-from ..errors import DataError, VFLError
+from ..errors import ConfigError, DataError, VFLError
 from ..runtime.actors import TaskPool, gather
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
@@ -47,11 +47,11 @@ class ActiveParty(PredictionRouter, Party):
     the (feature index, bin index) of each split they win, never a threshold.
     """
 
-    def __init__(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order) -> None:
-        self.reset(name, table, categorical, config, pool, party_order)
+    def __init__(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order, init_part=None) -> None:
+        self.reset(name, table, categorical, config, pool, party_order, init_part)
 
-    def reset(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order) -> None:
-        super().reset(name, table, categorical, config, pool)
+    def reset(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order, init_part=None) -> None:
+        super().reset(name, table, categorical, config, pool, init_part)
         label = self.own_label
         if table is not None:  # the labels are checked here, where they are: nowhere else sees them
             check_labels(label, config.objective)
@@ -83,6 +83,31 @@ class ActiveParty(PredictionRouter, Party):
         self.base_score = base
         self.base_margin = base_margin(config.objective, base)
         self.margin = np.full(len(self.y), self.base_margin)
+        if self.init_part is not None:
+            self._continue(self.init_part)
+
+    def _continue(self, part: dict[str, Any]) -> None:
+        """Start from a saved model's trees (its margins follow in :meth:`continue_margins`)."""
+        if part.get("objective") != self.config.objective or part.get("order") != self.order:
+            raise ConfigError(f"the model to continue is a {part.get('objective')} model of parties {part.get('order')}; "
+                              f"this fit is {self.config.objective} over {self.order}")
+        self.trees = [Tree.from_dict(t) for t in part["trees"]]
+        self.base_margin = float(part["base_margin"])
+        for tree in self.trees:  # each passive party's next record id follows the records the trees use
+            split = tree.left >= 0
+            for owner, record in zip(tree.owner[split].tolist(), tree.record[split].tolist()):
+                party = self.order[owner]
+                if party in self.record_count:
+                    self.record_count[party] = max(self.record_count[party], record + 1)
+
+    def continue_margins(self) -> int:
+        """Margins of the continued model's trees on the training rows and every eval set (federated
+        prediction rounds with the passive parties); returns the number of trees continued from."""
+        n = len(self.trees)
+        self.margin = self.base_margin + self.predict_margin("train", 0, n)
+        for key, state in self.eval.items():
+            state["margin"] = self.base_margin + self.predict_margin(key, 0, n)
+        return n
 
     # setup ---------------------------------------------------------------
     def public_key_message(self):

@@ -7,6 +7,8 @@ returns ``self``; learned attributes end in ``_``.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -86,12 +88,15 @@ class _SecureBoost(FederatedEstimator):
         )
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
-            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+            checkpoint_dir: str | None = None, checkpoint_every: int = 1, xgb_model: "str | _SecureBoost | None" = None):
         """Train on ``data``; ``eval_set`` data sets are scored after every tree.
 
         With ``checkpoint_dir`` every party saves its training state there (on its own machine)
         after every ``checkpoint_every`` trees, and a fit started again with the same folder
         continues from the last tree every party completed (:class:`~ray_vfl.trees.checkpoint.Checkpoint`).
+        ``xgb_model`` (a folder :meth:`save_model` wrote, or a fitted estimator of the same parties)
+        continues training that model: ``n_estimators`` more trees on ``data``, binned as that
+        model's parties binned theirs.
         """
         config = self._config()
         VerticalDataset.ensure(data)
@@ -106,7 +111,15 @@ class _SecureBoost(FederatedEstimator):
             if not evals:
                 raise DataError("early_stopping_rounds needs an eval_set to watch")
             callbacks.append(EarlyStopping(self.early_stopping_rounds, data=f"validation_{len(evals) - 1}"))
-        self.model_ = train(runtime, data, config, evals, callbacks)
+        init_model = xgb_model
+        if isinstance(xgb_model, _SecureBoost):  # each party writes its part on its own node, read back there
+            init_model = tempfile.mkdtemp(prefix="ray_vfl_continue_")
+            xgb_model.save_model(init_model)
+        try:
+            self.model_ = train(runtime, data, config, evals, callbacks, init_model=init_model)
+        finally:
+            if init_model is not xgb_model:
+                shutil.rmtree(init_model, ignore_errors=True)
         self.evals_result_ = self.model_.history
         self.comm_stats_ = self.model_.comm_stats
         self.best_iteration_ = self.model_.best_iteration

@@ -11,9 +11,9 @@ import pandas as pd
 
 from ..crypto import get_backend
 from ..data.binning import PartyBinner, check_encodable
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..runtime.actors import TaskPool
-from ..runtime.party import PartyActor, resolve_rows
+from ..runtime.party import PartyActor, read_part, resolve_rows
 from ..trees.config import BoostConfig
 from ..trees.kernels import feature_keys
 from .tree import LookupTable
@@ -33,12 +33,15 @@ class Party(PartyActor):
     party's columns ever reach it, fetched from its own store (:mod:`ray_vfl.data.store`).
     """
 
-    def __init__(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
-        self.reset(name, table, categorical, config, pool)
+    def __init__(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool,
+                 init_part: str | None = None) -> None:
+        self.reset(name, table, categorical, config, pool, init_part)
 
-    def reset(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool) -> None:
+    def reset(self, name: str, table: Any, categorical: list[str], config: BoostConfig, pool: TaskPool,
+              init_part: str | None = None) -> None:
         """(Re)start from a fresh training set, a reference to this party's rows (or, with ``table=None``,
-        wait for :meth:`restore`); drops every earlier model and data set."""
+        wait for :meth:`restore`); drops every earlier model and data set. ``init_part``: this party's
+        saved part of a model to continue training (its bins and split records are kept)."""
         self._start_party(name)
         self.config = config
         self.pool = pool
@@ -50,9 +53,18 @@ class Party(PartyActor):
         # Homomorphic operations performed, for the benchmarks' crypto floor.
         self.ops: Counter[str] = Counter()
         self.fkeys: np.ndarray | None = None
+        self.init_part = read_part(init_part, name) if init_part else None
         if frame is not None:
             check_encodable(frame, categorical, name)
-            self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
+            if self.init_part is None:
+                self.bins["train"] = self.binner.fit_transform(frame, categorical, party=name)
+            else:  # continued training: the saved model's bins, so its split records keep their meaning
+                self.binner = PartyBinner.from_dict(self.init_part["binner"])
+                if self.binner.max_bin != config.max_bin:
+                    raise ConfigError(f"party {name!r}: the model to continue has max_bin={self.binner.max_bin}, "
+                                      f"this fit max_bin={config.max_bin}; use the model's")
+                self.lookup = LookupTable.from_dict(self.init_part["lookup"])
+                self.bins["train"] = self.binner.transform(frame, party=name)
             self.fkeys = feature_keys(self.bins["train"], self.n_bins)
 
     def prepare_pool(self, spec: tuple, key, encrypt: bool = True) -> None:

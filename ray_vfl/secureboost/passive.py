@@ -74,8 +74,8 @@ class PassiveParty(Party):
             if not self.groups.multi:
                 self.groups = None
 
-    def reset(self, name, frame, categorical, config, pool) -> None:
-        super().reset(name, frame, categorical, config, pool)
+    def reset(self, name, table, categorical, config, pool, init_part=None) -> None:
+        super().reset(name, table, categorical, config, pool, init_part)
         width = self.n_features * self.n_bins
         self.fkeys_ref = None
         self.groups_ref = None

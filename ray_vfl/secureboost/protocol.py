@@ -190,6 +190,7 @@ def train(
     config: BoostConfig,
     eval_sets: Mapping[str, VerticalDataset] | None = None,
     callbacks: Sequence[TrainingCallback] = (),
+    init_model: str | None = None,
 ) -> FederatedModel:
     """Train SecureBoost on ``data`` with one actor per party.
 
@@ -204,7 +205,11 @@ def train(
     eval_sets : mapping of str to VerticalDataset, optional
         Labelled data sets evaluated after every tree (federated prediction).
     callbacks : sequence of TrainingCallback
-        Progress bar, evaluation logging, early stopping.
+        Progress bar, evaluation logging, early stopping, checkpoints
+        (:class:`~ray_vfl.trees.checkpoint.Checkpoint`: a run started again resumes from it).
+    init_model : str, optional
+        A folder :meth:`FederatedModel.save` wrote: training continues from that model (its bins,
+        split records and trees; each party reads its own part), adding ``config.n_trees`` trees.
 
     Returns
     -------
@@ -227,9 +232,11 @@ def train(
     warm = [(p, ref) for p in order for ref in pools[p].warm_up(_TASK_MODULES)] if config.backend != "plain" else []
     cats = data.categorical
     tables = data.tables(runtime)  # references: each party's actor fetches its rows from its own store
+    init = _init_parts(init_model, order, active_name)
     active = runtime.spawn(active_name, ActiveParty, active_name, tables[active_name], cats.get(active_name, []),
-                           config, pools[active_name], order)
-    passives = [(p, runtime.spawn(p, PassiveParty, p, tables[p], cats.get(p, []), config, pools[p])) for p in passive_names]
+                           config, pools[active_name], order, init[active_name])
+    passives = [(p, runtime.spawn(p, PassiveParty, p, tables[p], cats.get(p, []), config, pools[p], init[p]))
+                for p in passive_names]
     key_msg = active.public_key_message.remote()
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]
@@ -243,12 +250,15 @@ def train(
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_tables[p])) for p in order]
         setup.append((active_name, active.set_eval_labels.remote(key)))
     runtime.get(setup, "setup", config.timeout_s)
-    start = _resume(runtime, model, callbacks)
+    first = runtime.get([(active_name, active.continue_margins.remote())], "continue", config.timeout_s)[0] if init_model else 0
+    end = first + config.n_trees
+    model.n_trees = first
+    start = _resume(runtime, model, callbacks, end)
 
     cb = CallbackList(callbacks)
     cb.before_training(config)
     eval_keys = tuple(eval_sets or {})
-    for t in range(start, config.n_trees):
+    for t in range(start, end):
         logs = runtime.get([(active_name, active.grow_tree.remote(t, eval_keys))], f"tree {t + 1}", config.timeout_s)[0]
         model.n_trees = t + 1
         if cb.after_iteration(t, logs):
@@ -268,25 +278,36 @@ def train(
     return model
 
 
-def _resume(runtime: Runtime, model: FederatedModel, callbacks: Sequence[TrainingCallback]) -> int:
+def _init_parts(init_model: str | None, order: list[str], label_party: str) -> dict[str, str | None]:
+    """Each party's saved part of the model to continue from (None for every party without one)."""
+    if init_model is None:
+        return {p: None for p in order}
+    meta = load_meta(init_model, "FederatedModel.save")
+    if sorted(meta.get("order", [])) != sorted(order) or meta.get("label_party") != label_party:
+        raise ConfigError(f"the model in {init_model!r} is of parties {meta.get('order')} with label party "
+                          f"{meta.get('label_party')!r}; this data has {order} with {label_party!r}")
+    return {p: os.path.join(init_model, f"{p}.json") for p in order}
+
+
+def _resume(runtime: Runtime, model: FederatedModel, callbacks: Sequence[TrainingCallback], end: int) -> int:
     """Have every party take up the run's checkpoint, if a :class:`Checkpoint` callback has one;
-    returns the number of trees already grown (0 for a new run)."""
+    returns the number of trees grown so far (``model.n_trees`` for a new run)."""
     checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
     if len(checkpoints) > 1:
         raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
     if not checkpoints:
-        return 0
+        return model.n_trees
     trees, files = checkpoints[0].resume_point(model)
-    if trees == 0:
-        return 0
+    if trees <= model.n_trees:
+        return model.n_trees
     paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in model.order}
     runtime.get([(p, runtime.actor(p).resume_from.remote(paths[p])) for p in model.order], "resume from checkpoint",
                 model.config.timeout_s)
-    start = min(trees, model.config.n_trees)
+    start = min(trees, end)
     if start < trees:  # the checkpoint holds more trees than this run asks for
         label = runtime.actor(model.label_party)
         runtime.get([(model.label_party, label.truncate.remote(start))], "truncate", model.config.timeout_s)
-    log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoints[0].directory)
+    log.info("resuming from tree %d of %d (%s)", start, end, checkpoints[0].directory)
     model.n_trees = start
     return start
 
