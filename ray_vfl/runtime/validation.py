@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import ProtocolError, VFLError
 
 __all__ = [
-    "Ref", "length", "total", "Is", "Scalar", "Size", "Array", "Packed", "Ciphers", "Rule", "Schema",
+    "Ref", "length", "total", "not_in", "Is", "Scalar", "Size", "Array", "Packed", "Ciphers", "Rule", "Schema",
     "register", "schema_of", "registered_kinds", "check_payload", "unpickle_payload",
 ]
 
@@ -61,11 +61,29 @@ def total(path: str) -> Ref:
     return Ref(lambda p, c: int(np.sum(_get(p, path))), f"sum({path})")
 
 
+def not_in(values: np.ndarray, pool: Any) -> np.ndarray:
+    """Which of ``values`` (1-D) are not in ``pool`` (an array, a set, a dict's keys).
+
+    Node lists are short: Python sets answer in a few microseconds where ``np.isin`` takes
+    tens (a level step has a handful of such checks, every level of every tree).
+
+    Example
+    -------
+    >>> not_in(np.array([1, 5]), {1: "a", 2: "b"}).tolist()
+    [False, True]
+    """
+    if len(values) <= 256:
+        keys = set(pool.tolist() if isinstance(pool, np.ndarray) else pool)
+        return np.fromiter((v not in keys for v in values.tolist()), dtype=bool, count=len(values))
+    pool = np.fromiter(pool, dtype=np.int64) if isinstance(pool, (dict, set, frozenset)) else np.asarray(pool)
+    return ~np.isin(values, pool)
+
+
 def _get(payload: Any, path: str) -> Any:
     """Field ``path`` (dotted attributes or dict keys) of ``payload``; ``""`` is the payload itself."""
     value = payload
     for part in path.split(".") if path else ():
-        if isinstance(value, Mapping):
+        if isinstance(value, dict):
             if part not in value:
                 raise Malformed(f"has no field {path!r}")
             value = value[part]
@@ -175,6 +193,9 @@ def _in_range(values: np.ndarray, path: str, low: Any, high: Any, payload: Any, 
         return
     lo = None if low is None else _resolve(low, payload, ctx)
     hi = None if high is None else _resolve(high, payload, ctx)
+    if np.ndim(lo) == 0 and np.ndim(hi) == 0:  # the extremes, without boolean temporaries: 6x faster
+        if (lo is None or values.min() >= lo) and (hi is None or values.max() < hi):
+            return
     bad = np.zeros(values.shape, dtype=bool)
     if lo is not None:
         bad |= values < lo
@@ -236,15 +257,13 @@ class Array(Spec):
             if dup.size:
                 raise Malformed(f"{where} holds {s[dup[0]]} more than once")
         if self.among is not None:
-            pool = _resolve(self.among, payload, ctx)
-            pool = np.fromiter(pool, dtype=np.int64) if isinstance(pool, (Mapping, set, frozenset)) else np.asarray(pool)
-            out = ~np.isin(a.ravel(), pool)
+            out = not_in(a.ravel(), _resolve(self.among, payload, ctx))
             if out.any():
                 i = int(np.flatnonzero(out)[0])
                 raise Malformed(f"{_at(self.path, a.shape, i)} = {a.ravel()[i]} is not one of {_describe(self.among)}")
         if self.equals is not None:
             want = np.asarray(_resolve(self.equals, payload, ctx))
-            diff = a.ravel() != np.broadcast_to(want, a.shape).ravel()
+            diff = (a != want).ravel()  # a reference's array has the field's shape (checked before)
             if diff.any():
                 i = int(np.flatnonzero(diff)[0])
                 raise Malformed(f"{_at(self.path, a.shape, i)} = {a.ravel()[i]}; the receiver expects "

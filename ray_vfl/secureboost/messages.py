@@ -18,6 +18,7 @@ from ..runtime.validation import (
     Scalar,
     Size,
     length,
+    not_in,
     register,
     total,
 )
@@ -136,15 +137,15 @@ def _level_step_problem(p: LevelStep, ctx) -> str | None:
     """Orders and partitions are about the level's splits; split nodes are open at the receiver,
     their children new; when told to advance, the receiver knows how every split node's rows go."""
     parents, new = p.children[:, 0], p.children[:, 1:]
-    bad = np.flatnonzero(~np.isin(parents, ctx["open_nodes"]))
+    bad = np.flatnonzero(not_in(parents, ctx["open_nodes"]))
     if bad.size:
         return f"children[{bad[0]}, 0] = {parents[bad[0]]} is not an open node at the receiver"
     if len(np.unique(parents)) != len(parents) or len(np.unique(new)) != new.size:
         return "children splits a node twice or gives two splits the same child"
-    if np.isin(new, ctx["open_nodes"]).any() or np.isin(new, parents).any():
+    if not not_in(new.ravel(), np.concatenate([ctx["open_nodes"], parents])).all():
         return "children gives a split a child that is an existing node"
     for path, nodes in (("orders.node", p.orders.node), ("partition.node", p.partition.node)):
-        out = np.flatnonzero(~np.isin(nodes, parents))
+        out = np.flatnonzero(not_in(nodes, parents))
         if out.size:
             return f"{path}[{out[0]}] = {nodes[out[0]]} is split in no row of children"
     if p.advance:
