@@ -42,7 +42,7 @@ def _lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str]
 # which the user-level names need (importing all of them took 2.7 s per process, 1.4 s of it scikit-learn).
 _EXPORTS = {
     "ConfigError": ".errors", "CryptoError": ".errors", "DataError": ".errors", "NotFittedError": ".errors",
-    "PartyFailedError": ".errors", "VFLError": ".errors",
+    "PartyFailedError": ".errors", "ProtocolError": ".errors", "VFLError": ".errors",
     "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
     "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.dataset",
     "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",

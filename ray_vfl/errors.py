@@ -14,6 +14,7 @@ __all__ = [
     "CryptoError",
     "OverflowEncodingError",
     "PartyFailedError",
+    "ProtocolError",
     "NotFittedError",
 ]
 
@@ -127,3 +128,43 @@ class PartyFailedError(VFLError, RuntimeError):
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
         return (PartyFailedError, (self.party, self.phase, self.cause, self.reason))
+
+
+class ProtocolError(VFLError):
+    """A party received a message whose payload breaks what its kind may carry.
+
+    Raised by the receiver before it uses the payload (see
+    :mod:`ray_vfl.runtime.validation`): a malformed or out-of-range field is
+    reported, not computed with. It names the party that sent the message,
+    the message kind and the field.
+
+    Parameters
+    ----------
+    sender : str
+        Name of the party that sent the message.
+    kind : str
+        The message kind (for example ``"encrypted_histograms"``).
+    what : str
+        Which field is wrong and how (for example ``"orders.bin[3] = 40 is outside [0, 33)"``).
+    receiver : str, optional
+        Name of the party that refused it.
+
+    Example
+    -------
+    >>> err = ProtocolError("party1", "level_step", "orders.bin[3] = 40 is outside [0, 33)")
+    >>> err.sender, err.kind
+    ('party1', 'level_step')
+    >>> print(err)
+    party 'party1' sent a malformed 'level_step': orders.bin[3] = 40 is outside [0, 33)
+    """
+
+    def __init__(self, sender: str, kind: str, what: str, receiver: str | None = None) -> None:
+        self.sender = sender
+        self.kind = kind
+        self.what = what
+        self.receiver = receiver
+        to = f" to {receiver!r}" if receiver else ""
+        super().__init__(f"party {sender!r} sent a malformed {kind!r}{to}: {what}")
+
+    def __reduce__(self):  # keep the fields when the error crosses a process boundary
+        return (ProtocolError, (self.sender, self.kind, self.what, self.receiver))

@@ -11,7 +11,7 @@ from ray_vfl.data.store import InlineRows
 
 torch = pytest.importorskip("torch")
 
-from ray_vfl import ConfigError, DataError, PartyFailedError  # noqa: E402
+from ray_vfl import ConfigError, DataError, PartyFailedError, ProtocolError  # noqa: E402
 from ray_vfl.runtime.comm import Mailbox  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,
@@ -247,7 +247,7 @@ def test_mismatched_batch_rows_are_refused(fedads):
     party = LabelParty(LABEL, InlineRows(small.features[LABEL], small.label), small.categorical[LABEL], FAST, [OTHER])
     wrong = Mailbox(OTHER).send("embedding", [LABEL], np.zeros((63, FAST.embedding_width), np.float32), tree=0)
     rows = party.schedule[0]
-    with pytest.raises(DataError, match="disagree on the batch rows"):
+    with pytest.raises(ProtocolError, match=r"party 'shop' sent a malformed 'embedding' .*has shape \(63, \d+\)"):
         party._update(0, rows, party.bottom(party.rows["train"][rows]), [wrong])
 
 

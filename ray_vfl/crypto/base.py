@@ -377,6 +377,62 @@ class Backend(ABC):
                 raise CryptoError("only the last compressed array of a concat may end in a partial ciphertext")
         return compressed_tag(first[0], first[1], sum(lay[2] for lay in layouts))
 
+    # -- what a peer sent ----------------------------------------------------------------------
+    @property
+    def gh_tag(self) -> str:
+        """Tag of this backend's (uncompressed) gradient-pair arrays."""
+        return self.packing.tag
+
+    @staticmethod
+    def entry_count(c: CipherArray) -> int:
+        """Gradient-pair entries ``c`` holds: its length, or a compressed array's entry count."""
+        layout = compressed_layout(c.tag)
+        return len(c) if layout is None else layout[2]
+
+    def peer_problem(self, pk: PublicKey, c: object, compressed: bool | None = None) -> str | None:
+        """What is wrong with gradient-pair ciphertexts ``c`` that a peer sent under ``pk``, or ``None``.
+
+        Checks, without decoding a ciphertext: the type, the key, the tag (this
+        backend's gradient pairs, compressed only if ``compressed`` allows, with a
+        ciphertext count that matches its layout) and the data (for big-integer
+        schemes, ``uint8 (n, width)`` rows, each nonzero and below the ciphertext
+        modulus). The answer reads after the field's name: ``"ciphers[2] " + problem``.
+
+        Example
+        -------
+        >>> from ray_vfl.crypto import get_backend
+        >>> be = get_backend("paillier")
+        >>> pk, sk = be.generate_keys(1024)
+        >>> c = be.encrypt_gh(pk, np.array([0.5]), np.array([0.25]))
+        >>> be.peer_problem(pk, c) is None
+        True
+        >>> bad = CipherArray(np.full_like(c.data, 255), c.key_id, c.tag)
+        >>> be.peer_problem(pk, bad)
+        'row 0 is not below the ciphertext modulus (2048 bits)'
+        """
+        if not isinstance(c, CipherArray):
+            return f"is a {type(c).__name__}; expected a CipherArray"
+        if c.key_id != pk.key_id:
+            return "is under another key than the receiver's"
+        layout = compressed_layout(c.tag)
+        base = c.tag if layout is None else layout[0]
+        if base != self.gh_tag:
+            return f"holds {c.tag!r} entries; expected {self.gh_tag!r} (the receiver's backend options)"
+        if layout is not None:
+            if compressed is False:
+                return f"is compressed ({c.tag!r}); expected one ciphertext per entry"
+            _, per, count = layout
+            if not 1 <= per <= self.slots_per_ciphertext(pk) or len(c) != -(-count // per):
+                return (f"has {len(c)} ciphertexts for {count} entries at {per} per ciphertext "
+                        f"(this key fits at most {self.slots_per_ciphertext(pk)})")
+        elif compressed is True:
+            return "is not compressed"
+        return self._data_problem(pk, c.data)
+
+    def _data_problem(self, pk: PublicKey, data: np.ndarray) -> str | None:
+        """What is wrong with a peer's ciphertext data (see :meth:`peer_problem`), or ``None``."""
+        return None
+
     # -- validation helpers --------------------------------------------------------------------
     def _check_pk(self, pk: object) -> None:
         if not isinstance(pk, self.public_key_type):

@@ -172,6 +172,18 @@ class PlainBackend(Backend):
         self._check_ct(sk.public_key, c, _GH)
         return np.array(c.data[:, 0]), np.array(c.data[:, 1])
 
+    @property
+    def gh_tag(self) -> str:
+        return _GH
+
+    def _data_problem(self, pk: PublicKey, data: np.ndarray) -> str | None:
+        """Gradient pairs in plaintext: ``float64 (n, 2)``, finite."""
+        if data.dtype != np.float64 or data.ndim != 2 or data.shape[1] != 2:
+            return f"is a {data.dtype} {data.shape} array; expected float64 (n, 2)"
+        if not np.isfinite(data).all():
+            return f"row {int(np.flatnonzero(~np.isfinite(data).all(axis=1))[0])} is not finite"
+        return None
+
     def _binary_checks(self, pk: PublicKey, a: CipherArray, b: CipherArray) -> None:
         self._check_pk(pk)
         self._check_ct(pk, a)

@@ -23,9 +23,14 @@ import pandas as pd
 
 from ..errors import DataError
 from ..runtime.comm import Mailbox, Message, Record
+from ..runtime.validation import Array, register
 from .sources import PartySource
 
 __all__ = ["Table", "PartyStore", "TableRef", "InlineRows", "split_table", "stratified_test_rows"]
+
+# The label party's test positions (rows of the shared table, each once), checked on receipt
+# (context: n_rows of the receiver's table); see ray_vfl.runtime.validation.
+register("split_rows", Array("", "int", (None,), low=0, high="n_rows", unique=True))
 
 
 @dataclass(frozen=True)
@@ -222,8 +227,8 @@ class PartyStore:
     def apply_split(self, message: Message | None, base: str, keys: tuple[str, str],
                     own: np.ndarray | None = None) -> tuple[int, int]:
         """Keep the train and test parts of ``base`` named by a split message (test positions)."""
-        test = own if own is not None else self.mailbox.open(message, "split_rows")
         n = len(self._table(base).features)
+        test = own if own is not None else self.mailbox.open(message, "split_rows", {"n_rows": n})
         mask = np.zeros(n, dtype=bool)
         mask[np.asarray(test, dtype=np.int64)] = True
         if mask.all() or not mask.any():

@@ -39,6 +39,7 @@ import rbcl
 from ..errors import CryptoError, VFLError
 from ..runtime.actors import TaskPool
 from ..runtime.comm import Mailbox, Message, Record
+from ..runtime.validation import Array, register
 
 __all__ = [
     "DOMAIN", "POINT_BYTES", "DIGEST_BYTES", "SCALAR_BYTES", "new_scalar", "encode_ids", "hash_and_blind", "blind",
@@ -52,6 +53,14 @@ SCALAR_BYTES = 32
 # always 0, so 16 bytes carry 127 free bits: a false match among n_a * n_b pairs has probability
 # n_a * n_b / 2**127 (< 1e-26 for 10**6 x 10**6).
 DIGEST_BYTES = 16
+
+# What each PSI message carries (checked on receipt, see ray_vfl.runtime.validation). Points are also
+# decoded strictly when blinded (:func:`blind`); here their layout is checked before any task starts.
+register("psi_points", Array("", "uint8", (None, POINT_BYTES)))  # [k]H(id) of every ID the sender holds
+register("psi_double_blinded",  # follower -> leader: one digest per point the leader sent (context: n_points)
+         Array("", "uint8", ("n_points", DIGEST_BYTES)))
+register("psi_result",  # leader -> follower: positions in the follower's shuffled points (context: n_points)
+         Array("", "int", (None,), low=0, high="n_points", unique=True))
 
 
 def _libsodium() -> ctypes.CDLL:
@@ -242,8 +251,8 @@ class PsiParty:
         self._matches: dict[str, np.ndarray] = {}  # leader: follower -> matching position per own row
 
     # helpers -------------------------------------------------------------
-    def _open(self, message: Message, kind: str) -> Any:
-        payload = self.mailbox.open(message, kind)
+    def _open(self, message: Message, kind: str, context: dict | None = None) -> Any:
+        payload = self.mailbox.open(message, kind, context)
         if self.audit:
             self.inbox.append(message)
         return payload
@@ -285,9 +294,7 @@ class PsiParty:
 
     def match(self, message: Message) -> int:
         """Leader: equal double-blinded values mark own rows the follower also holds."""
-        digests = self._open(message, "psi_double_blinded")
-        if len(digests) != len(self.ids):
-            raise VFLError(f"{message.sender!r} returned {len(digests)} values for {len(self.ids)} points")
+        digests = self._open(message, "psi_double_blinded", {"n_points": len(self.ids)})
         found = match_digests(digests, self._theirs.pop(message.sender))
         self._matches[message.sender] = found
         return int((found >= 0).sum())  # |leader ∩ follower|, which the leader learns anyway
@@ -307,12 +314,9 @@ class PsiParty:
 
     def apply_result(self, message: Message) -> tuple[np.ndarray, np.ndarray]:
         """Follower: own rows in the common order, and the rows outside the intersection."""
-        positions = self._open(message, "psi_result")
         if self._perm is None:
             raise VFLError(f"party {self.name!r} got a PSI result before sending its points")
-        if len(positions) and (positions.min() < 0 or positions.max() >= len(self._perm)
-                               or len(np.unique(positions)) != len(positions)):
-            raise VFLError(f"party {self.name!r} got invalid positions from {message.sender!r}")
+        positions = self._open(message, "psi_result", {"n_points": len(self._perm)})
         rows = self._perm[positions]
         member = np.zeros(len(self.ids), dtype=bool)
         member[rows] = True

@@ -14,10 +14,11 @@ from __future__ import annotations
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable, Mapping
 
 from ..errors import VFLError
 from .payload_shapes import describe
+from .validation import check_payload, unpickle_payload
 
 __all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes"]
 
@@ -99,15 +100,25 @@ class Mailbox:
             self.records.append(Record(tree, depth, self.name, receiver, kind, len(wire), shape))
         return Message(kind, self.name, receivers, tree, depth, wire)
 
-    def open(self, message: Message, kind: str) -> Any:
-        """Unwrap a message addressed to this party, checking its kind."""
+    def open(self, message: Message, kind: str, context: Mapping[str, Any] | None = None,
+             senders: Collection[str] | None = None) -> Any:
+        """Unwrap a message addressed to this party, checking its kind and its payload.
+
+        The payload is checked against the schema of ``kind``
+        (:mod:`ray_vfl.runtime.validation`) with this party's ``context``
+        (the sizes of its tables, its key) before anyone uses it; a malformed
+        one raises :class:`~ray_vfl.errors.ProtocolError` naming the sender,
+        the kind and the field. ``senders``: the parties it may come from.
+        """
         if not isinstance(message, Message):
             raise VFLError(f"party {self.name!r} expected a {kind!r} message, got {type(message).__name__}")
         if self.name not in message.receivers or message.kind != kind:
             raise VFLError(
                 f"party {self.name!r} expected a {kind!r} message for itself, got {message.kind!r} for {message.receivers}"
             )
-        return message.payload
+        payload = unpickle_payload(message.wire, message.sender, kind, self.name)
+        check_payload(kind, payload, message.sender, context, self.name, senders)
+        return payload
 
     def drain(self) -> list[Record]:
         records, self.records = self.records, []

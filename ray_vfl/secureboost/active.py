@@ -134,7 +134,8 @@ class ActiveParty(PredictionRouter, Party):
         :meth:`PassiveParty.histogram_layout`)."""
         calls = [(p, h.histogram_layout.remote(self.name)) for p, h in self.peers.items()]
         for message in gather(calls, "histogram layouts", self.config.timeout_s):
-            layout = self.mailbox.open(message, "histogram_layout")
+            layout = self.mailbox.open(message, "histogram_layout", {"n_bins": self.n_bins,
+                                                                     "encrypted": self.backend.is_encrypted})
             self.layouts[message.sender] = (int(layout["n_features"]), np.asarray(layout["cells"], dtype=np.int64),
                                             np.asarray(layout["derived"], dtype=np.int64))
 
@@ -225,10 +226,15 @@ class ActiveParty(PredictionRouter, Party):
         """File the partitions among passive replies; return their histograms as ``(sender, ciphertexts)``."""
         hists = []
         for message in (m for reply in replies for m in reply):
-            if message.kind == "partition":
-                self.lefts.update(unpack_partition(self.mailbox.open(message, "partition")))
-            else:
-                hists.append((message.sender, self.mailbox.open(message, "encrypted_histograms")))
+            if message.kind == "partition":  # of the nodes its sender won at this level
+                won = [order[0] for order in self.orders.get(message.sender, [])]
+                self.lefts.update(unpack_partition(self.mailbox.open(
+                    message, "partition", {"node_rows": {n: len(self.levels.rows_of(n)) for n in won}})))
+            else:  # one built node per split of the level (the root before any), not yet advanced to
+                hists.append((message.sender, self.mailbox.open(message, "encrypted_histograms", {
+                    "backend": self.backend, "public_key": self.public_key,
+                    "n_nodes": len(self.children) or len(self.levels.build),
+                    "n_cells": len(self.layouts.get(message.sender, (0, ()))[1])}, senders=self.layouts)))
         return hists
 
     def advance(self) -> None:

@@ -10,6 +10,7 @@ import ray
 from ..crypto import get_backend
 from ..trees.feature_groups import FeatureGroups, plan_feature_groups
 from ..trees.kernels import build_histograms, goes_left
+from .label_crypto import backend_options
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, NodeHistograms, RouteAnswer, RouteQuery, SplitOrders
 from .party import Party
@@ -61,7 +62,11 @@ class PassiveParty(Party):
     """
 
     def set_public_key(self, message) -> None:
-        self.backend_spec, self.public_key = self.mailbox.open(message, "public_key")
+        # the options are the ones this party's own config gives for its rows: it checks them, not trusts them
+        spec = (self.config.backend, backend_options(self.config.gradient_bound,
+                                                     None if self.fkeys is None else len(self.fkeys)))
+        self.backend_spec, self.public_key = self.mailbox.open(message, "public_key", {
+            "backend_spec": spec, "backend": get_backend(spec[0], **spec[1]), "key_bits": self.config.key_bits})
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         self.groups = None
         if self.backend.is_encrypted:  # re-randomisation tables of this actor and its workers, during set-up
@@ -117,7 +122,8 @@ class PassiveParty(Party):
     def begin_tree(self, message) -> list:
         """Take a tree's encrypted gradient pairs; reply with the root's encrypted histograms."""
         self.tree = message.tree
-        gh = self.mailbox.open(message, "encrypted_gh")
+        gh = self.mailbox.open(message, "encrypted_gh", {"backend": self.backend, "public_key": self.public_key,
+                                                          "n_rows": len(self.fkeys)})
         self.gh = self.backend.read_lazily(self.public_key, gh)  # each row decoded once per tree, when first summed
         self.gh_share = (self.name, uuid.uuid4().hex)  # the same for this tree's pinned tasks
         # Put once per tree: every histogram task reads it from the object store, zero-copy.
@@ -134,7 +140,11 @@ class PassiveParty(Party):
         Replies with the partition of the nodes this party split (if it won
         any) and, after advancing, the next level's encrypted histograms.
         """
-        step: LevelStep = self.mailbox.open(message, "level_step")
+        levels = self.levels
+        step: LevelStep = self.mailbox.open(message, "level_step", {
+            "open_nodes": levels.open, "node_rows": {n: len(levels.rows_of(n)) for n in levels.open.tolist()},
+            "n_features": self.n_features, "n_bins": self.n_bins, "next_record": len(self.lookup),
+            "max_nodes": 2 ** (self.config.max_depth + 1) - 1, "known": list(self.lefts)})
         replies = []
         if len(step.orders.node):
             own = self._apply_orders(step.orders)
@@ -290,6 +300,7 @@ class PassiveParty(Party):
 
     def route(self, key: str, message):
         """Prediction: which way each queried row goes at this party's records."""
-        query: RouteQuery = self.mailbox.open(message, "route_query")
+        query: RouteQuery = self.mailbox.open(message, "route_query", {"n_rows": len(self.bins[key]),
+                                                                       "n_records": len(self.lookup)})
         left = self.lookup.route(self.bins[key], query.row, query.record, self.missing_bin)
         return self.mailbox.send("route_answer", [message.sender], RouteAnswer(np.packbits(left), len(left)), message.tree, message.depth)

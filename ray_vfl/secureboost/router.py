@@ -82,7 +82,9 @@ class PredictionRouter:
         """Move the waiting rows by the passive parties' answers; the next round's queries."""
         r = self.routes[key]
         for message in answers:
-            answer: RouteAnswer = self.mailbox.open(message, "route_answer")
+            answer: RouteAnswer = self.mailbox.open(message, "route_answer",
+                                                    {"n_queries": len(r["waiting"].get(message.sender, ()))},
+                                                    senders=r["waiting"])
             idx = r["waiting"][message.sender]
             left = np.unpackbits(answer.bits, count=answer.count).astype(bool)
             r["pos"][idx] = np.where(left, r["left"][r["pos"][idx]], r["right"][r["pos"][idx]])

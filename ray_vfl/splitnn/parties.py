@@ -23,6 +23,7 @@ from ..metrics import auc, logloss
 from ..runtime.actors import gather
 from ..runtime.comm import Message
 from ..runtime.party import PartyActor, resolve_rows, write_atomically
+from ..runtime.validation import Array, register
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import Defense, NoDefense
@@ -38,6 +39,13 @@ from .models import (
 )
 
 __all__ = ["NonLabelParty", "LabelParty", "check_binary_labels"]
+
+# What crosses between the parties, checked on receipt (see ray_vfl.runtime.validation): a batch's
+# embeddings, one row per batch row (context: n_rows, width), and their gradients, the shape of the
+# embedding they are for (context: shape). Neither may hold NaN or infinity: one would spread through
+# every weight of the receiver's model at the next step.
+register("embedding", Array("", "float", ("n_rows", "width"), finite=True))
+register("embedding_grad", Array("", "float", "shape", finite=True))
 
 
 def check_binary_labels(labels: Any) -> np.ndarray:
@@ -171,15 +179,10 @@ class NonLabelParty(_SplitParty):
         return self.mailbox.send("embedding", [self.label_party], payload, tree=batch)
 
     def _backward(self, message: Message) -> None:
-        grad = self.mailbox.open(message, "embedding_grad")
         if self._pending is None or self._pending[0] != message.tree:
             raise DataError(f"party {self.name!r} got the gradient of batch {message.tree} but no embedding is waiting for it")
         _, emb = self._pending
-        if grad.shape != tuple(emb.shape):
-            raise DataError(
-                f"party {self.name!r}: gradient of shape {grad.shape} for an embedding of shape {tuple(emb.shape)} "
-                f"(batch {message.tree}); the parties disagree on the batch rows"
-            )
+        grad = self.mailbox.open(message, "embedding_grad", {"shape": tuple(emb.shape)}, senders=(self.label_party,))
         self.view.gradients.append(np.array(grad))
         self.optimizer.zero_grad(set_to_none=True)
         emb.backward(torch.as_tensor(grad, dtype=self.dtype))
@@ -235,15 +238,9 @@ class LabelParty(_SplitParty):
             raise DataError(f"party {self.name!r} expected embeddings from {self.nonlabel}, got {len(messages)}")
         out = []
         for party, message in zip(self.nonlabel, messages):
-            emb = self.mailbox.open(message, "embedding")
-            if message.sender != party:
-                raise DataError(f"party {self.name!r} expected the embedding of {party!r}, got one from {message.sender!r}")
-            if emb.ndim != 2 or emb.shape[0] != n_rows or emb.shape[1] != self.config.embedding_width:
-                raise DataError(
-                    f"party {self.name!r}: {party!r} sent an embedding of shape {emb.shape} for batch {batch} of {n_rows} "
-                    f"rows; expected ({n_rows}, {self.config.embedding_width}); the parties disagree on the batch rows "
-                    "or on nonlabel_hidden"
-                )
+            # a shape that differs means the parties disagree on the batch rows or on nonlabel_hidden
+            emb = self.mailbox.open(message, "embedding", {"n_rows": n_rows, "width": self.config.embedding_width},
+                                    senders=(party,))
             out.append(torch.as_tensor(np.array(emb), dtype=self.dtype).requires_grad_(True))
         return out
 
