@@ -44,6 +44,7 @@ class _SecureBoost(FederatedEstimator):
         base_score: float | None = None,
         backend: str = "paillier",
         key_bits: int = 2048,
+        allow_weak_keys: bool = False,
         workers_per_party: int | None = None,
         timeout_s: float | None = None,
         precompute_masks: bool = True,
@@ -64,6 +65,7 @@ class _SecureBoost(FederatedEstimator):
         self.base_score = base_score
         self.backend = backend
         self.key_bits = key_bits
+        self.allow_weak_keys = allow_weak_keys
         self.workers_per_party = workers_per_party
         self.timeout_s = timeout_s
         self.precompute_masks = precompute_masks
@@ -79,7 +81,7 @@ class _SecureBoost(FederatedEstimator):
             n_trees=self.n_estimators, max_depth=self.max_depth, learning_rate=self.learning_rate,
             reg_lambda=self.reg_lambda, gamma=self.gamma, min_child_weight=self.min_child_weight,
             max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
-            key_bits=self.key_bits, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
+            key_bits=self.key_bits, allow_weak_keys=self.allow_weak_keys, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
             gradient_bound=self.gradient_bound,
         )
