@@ -53,6 +53,7 @@ __all__ = [
     "SECURITY_LEVELS",
     "security_level",
     "check_key_bits",
+    "weak_key_warning",
     "fingerprint",
 ]
 
@@ -75,13 +76,32 @@ def security_level(key_bits: int) -> int:
     return max(lvl for bits, lvl in SECURITY_LEVELS if bits <= max(int(key_bits), MIN_KEY_BITS))
 
 
+def weak_key_warning(key_bits: int, opt_in: str = "allow_weak=True") -> str | None:
+    """The :class:`~ray_vfl.errors.SecurityWarning` text for an accepted key under 2048 bits, naming
+    its security level; ``None`` for a key of 2048 bits or more.
+
+    Example
+    -------
+    >>> weak_key_warning(1024)[:52]
+    'key_bits=1024 gives about 80 bits of security (112 a'
+    >>> weak_key_warning(2048) is None
+    True
+    """
+    if key_bits >= DEFAULT_KEY_BITS:
+        return None
+    return (f"key_bits={key_bits} gives about {security_level(key_bits)} bits of security "
+            f"({security_level(DEFAULT_KEY_BITS)} at {DEFAULT_KEY_BITS} bits, NIST SP 800-57): accepted because of "
+            f"{opt_in}; use it for tests and benchmarks only")
+
+
 def check_key_bits(key_bits: Any, allow_weak: bool = False, opt_in: str = "allow_weak=True",
-                   stacklevel: int = 2) -> int:
+                   stacklevel: int = 2, warn: bool = True) -> int:
     """The key-size policy: ``key_bits`` as an int, or :class:`ConfigError` naming the fix.
 
     At least :data:`DEFAULT_KEY_BITS` (2048); from :data:`MIN_KEY_BITS` (1024) up only if the
-    caller opts in (``allow_weak``), and then with a :class:`~ray_vfl.errors.SecurityWarning`
-    that names the security level. ``opt_in`` is how the caller's API spells the opt-in.
+    caller opts in (``allow_weak``), and then (if ``warn``) with a
+    :class:`~ray_vfl.errors.SecurityWarning` that names the security level
+    (:func:`weak_key_warning`). ``opt_in`` is how the caller's API spells the opt-in.
 
     Example
     -------
@@ -105,9 +125,8 @@ def check_key_bits(key_bits: Any, allow_weak: bool = False, opt_in: str = "allow
                 f"key_bits={key_bits} gives about {level} bits of security, below the {default_level} bits of "
                 f"{DEFAULT_KEY_BITS}-bit keys (NIST SP 800-57): use key_bits={DEFAULT_KEY_BITS} (the default) or more, "
                 f"or pass {opt_in} to accept it (tests and benchmarks only)")
-        warnings.warn(f"key_bits={key_bits} gives about {level} bits of security ({default_level} at "
-                      f"{DEFAULT_KEY_BITS} bits, NIST SP 800-57): accepted because of {opt_in}; use it for tests "
-                      "and benchmarks only", SecurityWarning, stacklevel=stacklevel + 1)
+        if warn:
+            warnings.warn(weak_key_warning(key_bits, opt_in), SecurityWarning, stacklevel=stacklevel + 1)
     return key_bits
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ValidatedConfig, check_float, check_int
-from ..crypto.base import MIN_KEY_BITS, check_key_bits
+from ..crypto.base import MIN_KEY_BITS, check_key_bits, weak_key_warning
 from ..errors import ConfigError, SecurityWarning
 
 __all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "PLAIN_BACKEND_WARNING", "default_gradient_bound"]
@@ -102,8 +102,9 @@ class BoostConfig(ValidatedConfig):
     Warns
     -----
     SecurityWarning
-        With ``allow_weak_keys=True`` and a key under 2048 bits, and with ``backend="plain"``
-        (passive parties see the gradients, from which the labels follow).
+        From :meth:`warn_if_weak`, which training calls once per fit: with ``allow_weak_keys=True``
+        and a key under 2048 bits, and with ``backend="plain"`` (passive parties see the gradients,
+        from which the labels follow).
 
     Example
     -------
@@ -157,9 +158,7 @@ class BoostConfig(ValidatedConfig):
             raise ConfigError(f"allow_weak_keys must be True or False, got {self.allow_weak_keys!r}")
         if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int):
             raise ConfigError(f"key_bits must be an integer such as 2048, got {self.key_bits!r}")
-        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", stacklevel=3)
-        if self.backend == "plain":
-            warnings.warn(PLAIN_BACKEND_WARNING, SecurityWarning, stacklevel=3)
+        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", warn=False)  # warned by training
         if self.workers_per_party is not None:
             check_int("workers_per_party", self.workers_per_party, 1, 4096)
         if self.timeout_s is not None:
@@ -178,6 +177,28 @@ class BoostConfig(ValidatedConfig):
         object.__setattr__(self, "gradient_bound", bound)
         # Not a field: to_dict saves the resolved bound, and replace() derives a default one again.
         object.__setattr__(self, "_derived_gradient_bound", not given)
+
+    def security_warnings(self) -> list[str]:
+        """What is weaker than the default in this config, one sentence each: a key under 2048 bits
+        (accepted with ``allow_weak_keys``), the ``plain`` backend.
+
+        Example
+        -------
+        >>> [w[:32] for w in BoostConfig(backend="plain").security_warnings()]
+        ["backend='plain' encrypts nothing"]
+        >>> BoostConfig().security_warnings()
+        []
+        """
+        if self.backend == "plain":  # no key at all: the key size does not matter
+            return [PLAIN_BACKEND_WARNING]
+        weak = weak_key_warning(self.key_bits, "allow_weak_keys=True")
+        return [weak] if weak else []
+
+    def warn_if_weak(self, stacklevel: int = 2) -> None:
+        """Issue a :class:`~ray_vfl.errors.SecurityWarning` for each of :meth:`security_warnings`
+        (training calls it once per fit)."""
+        for message in self.security_warnings():
+            warnings.warn(message, SecurityWarning, stacklevel=stacklevel + 1)
 
     def replace(self, **changes: Any) -> "BoostConfig":
         """Return a copy with some fields changed (validated again); a gradient bound the user
