@@ -201,20 +201,21 @@ def test_unseen_categories_warn_once_per_column_with_counts(runtime):
 
 
 def test_unseen_categories_of_party_held_data_reach_the_driver(runtime, tmp_path):
+    # parties 3 and 4: the shared runtime's "bank" and "shop" stores serve tests/test_party_data.py
     frame = _cities(400, 2).assign(id=np.arange(400))
     frame[["id", "x", "y"]].to_csv(tmp_path / "bank.csv", index=False)
     frame[["id", "z", "city"]].to_csv(tmp_path / "shop.csv", index=False)
-    data = VerticalDataset.from_files({"bank": str(tmp_path / "bank.csv"), "shop": str(tmp_path / "shop.csv")},
-                                      label="y", categorical={"shop": ["city"]}, runtime=runtime)
+    data = VerticalDataset.from_files({"party3": str(tmp_path / "bank.csv"), "party4": str(tmp_path / "shop.csv")},
+                                      label="y", categorical={"party4": ["city"]}, runtime=runtime)
     train_data, test_data = data.train_test_split(0.25, seed=0)
     clf = SecureBoostClassifier(n_estimators=2, max_depth=2, backend="plain", runtime=runtime).fit(train_data)
     new = _cities(30, 3).assign(id=np.arange(30))
     new.loc[:2, "city"] = "atlantis"
     new[["id", "x", "y"]].to_csv(tmp_path / "bank_new.csv", index=False)
     new[["id", "z", "city"]].to_csv(tmp_path / "shop_new.csv", index=False)
-    fresh = VerticalDataset.from_files({"bank": str(tmp_path / "bank_new.csv"), "shop": str(tmp_path / "shop_new.csv")},
-                                       label="y", categorical={"shop": ["city"]}, runtime=runtime)
-    with pytest.warns(DataWarning, match="party 'shop', column 'city': 3 of 30 rows of the prediction data"):
+    fresh = VerticalDataset.from_files({"party3": str(tmp_path / "bank_new.csv"), "party4": str(tmp_path / "shop_new.csv")},
+                                       label="y", categorical={"party4": ["city"]}, runtime=runtime)
+    with pytest.warns(DataWarning, match="party 'party4', column 'city': 3 of 30 rows of the prediction data"):
         clf.predict_proba(fresh)
 
 
