@@ -7,7 +7,7 @@ table as CSV and JSON::
     python jobs/splitnn.py --real credit --rows 100000 --out results/splitnn
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/splitnn.py
 
-Needs torch (``pip install torch==2.13.0``, the CPU build).
+Needs torch (``pip install torch==2.13.0``, the CPU build); ``--help`` works without it.
 """
 
 from __future__ import annotations
@@ -19,18 +19,12 @@ import os
 import sys
 import time
 
-from ray_vfl import Runtime
-from ray_vfl.splitnn import (
-    SplitNNConfig,
-    load_credit_vfl,
-    load_ipinyou,
-    load_open_bandit,
-    make_fedads_like,
-)
-from ray_vfl.splitnn.experiments import effectiveness_table, privacy_table, write_table
+from ray_vfl.errors import VFLError
 
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-REAL = {"ipinyou": load_ipinyou, "credit": load_credit_vfl, "open_bandit": load_open_bandit}
+# real dataset -> its loader in ray_vfl.splitnn (imported in main: torch is needed only to run)
+REAL = {"ipinyou": "load_ipinyou", "credit": "load_credit_vfl", "open_bandit": "load_open_bandit"}
+TORCH_MISSING = "jobs/splitnn.py needs torch: pip install torch==2.13.0 (the CPU build; an unpinned torch pulls CUDA)"
 
 
 def parse_args(argv=None):
@@ -55,11 +49,25 @@ def _print_table(title: str, rows: list[dict], columns: list[str]) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        import ray_vfl.splitnn as splitnn
+        from ray_vfl.splitnn.experiments import (
+            effectiveness_table,
+            privacy_table,
+            write_table,
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        sys.exit(f"error: {TORCH_MISSING}")
+    from ray_vfl import Runtime
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = SplitNNConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
-    datasets = [make_fedads_like(args.rows, seed=args.seed)]
+    config = splitnn.SplitNNConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                   seed=args.seed)
+    datasets = [splitnn.make_fedads_like(args.rows, seed=args.seed)]
     if args.real != "none":
-        datasets.append(REAL[args.real](args.data_dir))
+        datasets.append(getattr(splitnn, REAL[args.real])(args.data_dir))
     runtime = Runtime()
     started = time.perf_counter()
     summary = {"config": config.to_dict(), "datasets": [], "tables": {}}
@@ -84,4 +92,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        sys.exit(f"error: {exc}")

@@ -6,6 +6,11 @@ Runs the same way on a laptop (starts a local Ray) and on a cluster::
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/train.py --parties 3
     python jobs/train.py --party-files bank=bank.csv shop=shop.csv --id-column ID --label y   # aligned by PSI
     python jobs/train.py --checkpoint-dir ckpt            # run again after a failure: it resumes
+    python jobs/train.py --dataset sales.csv --label y --categorical city,channel --objective reg:squarederror \
+        --gradient-bound 1e6
+
+Every option is checked before Ray starts; a bad one ends the job with ``error: <what and how to fix it>``
+and exit code 1 (as do bad data and failed parties). Warnings print as ``warning: ...`` lines.
 
 Under ``ray job submit`` the runtime attaches to the cluster, whose nodes must
 declare the parties' resources (``vfl_party0`` ...; see cluster.yaml).
@@ -16,11 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
+import warnings
+
+import numpy as np
 
 from ray_vfl import (
+    BoostConfig,
     EvaluationLogger,
     ProgressBar,
     Runtime,
@@ -29,29 +39,39 @@ from ray_vfl import (
     VerticalDataset,
     vertical_split,
 )
-from ray_vfl.data.bundled import NAMED_DATASETS, load_named
+from ray_vfl.crypto import get_backend
+from ray_vfl.data.bundled import NAMED_DATASETS, data_dirs, load_named
 from ray_vfl.data.sources import read_table
-from ray_vfl.errors import VFLError
+from ray_vfl.errors import ConfigError, DataError, VFLError
 from ray_vfl.trees.callbacks import TreeTimer
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="credit", help=f"one of {sorted(NAMED_DATASETS)} or a CSV/Parquet path")
-    p.add_argument("--data-dir", default=None, help="folder holding the non-bundled named datasets")
-    p.add_argument("--label", default=None, help="label column when --dataset is a path")
+    p.add_argument("--data-dir", default=None,
+                   help="folder holding the non-bundled named datasets (default: $VFL_DATA_DIR, then ../shared/data)")
+    p.add_argument("--label", default=None, help="label column when --dataset is a path, or of the --party-files tables")
     p.add_argument("--objective", default="binary:logistic", choices=["binary:logistic", "reg:squarederror"],
-                   help="objective when --dataset is a path")
+                   help="objective when --dataset is a path or with --party-files")
     p.add_argument("--parties", type=int, default=2, help="parties to split the columns over (one holds the labels)")
     p.add_argument("--party-files", nargs="+", default=None, metavar="PARTY=PATH",
                    help="one CSV/Parquet file per party (IDs may differ); rows are aligned by PSI, --label names "
                         "the label column, --dataset and --parties are ignored")
     p.add_argument("--id-column", default="id", help="ID column of the --party-files tables")
+    p.add_argument("--categorical", nargs="+", default=[], metavar="[PARTY=]COL,...",
+                   help="categorical (non-numeric) columns, encoded inside their party: PARTY=COL,... with "
+                        "--party-files; COL,... (or PARTY=COL,... to check where it lands) for a split table")
     p.add_argument("--trees", type=int, default=10, help="boosting rounds")
     p.add_argument("--depth", type=int, default=5, help="maximum tree depth")
     p.add_argument("--bins", type=int, default=32, help="quantile bins per feature (max_bin)")
     p.add_argument("--learning-rate", type=float, default=0.3, help="shrinkage of each tree (eta)")
-    p.add_argument("--key-bits", type=int, default=2048, help="key size of the encrypted backends (at least 1024)")
+    p.add_argument("--key-bits", type=int, default=2048, help="key size of the encrypted backends (2048 or more)")
+    p.add_argument("--allow-weak-keys", action="store_true",
+                   help="accept --key-bits 1024 (about 80 bits of security): tests and benchmarks only")
+    p.add_argument("--gradient-bound", type=float, default=None,
+                   help="largest |gradient| the encrypted encoding holds (regression: labels may lie up to half of it "
+                        "from their mean; default 65536, or 1 for binary:logistic)")
     p.add_argument("--backend", default="paillier", help="paillier, ou, phe or plain (no encryption: tests and baselines only)")
     p.add_argument("--workers", type=int, default=None, help="crypto tasks per party (None: the party's CPUs, split between passive parties that share a machine)")
     p.add_argument("--test-size", type=float, default=0.2, help="fraction of rows held out for the test AUC / RMSE")
@@ -65,39 +85,151 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def psi_aligned(args, runtime: Runtime):
+def _pairs(specs: list[str], option: str, what: str) -> list[tuple[str, str]]:
+    """``PARTY=VALUE`` items of a list option, or ConfigError naming the bad ones."""
+    bad = [s for s in specs if "=" not in s or not s.split("=", 1)[0] or not s.split("=", 1)[1]]
+    if bad:
+        raise ConfigError(f"{option} takes PARTY={what} items, got {bad}")
+    return [tuple(s.split("=", 1)) for s in specs]
+
+
+def _categorical(args) -> dict[str | None, list[str]]:
+    """--categorical as {party or None: columns}."""
+    out: dict[str | None, list[str]] = {}
+    for spec in args.categorical:
+        party, _, cols = spec.rpartition("=")
+        names = [c.strip() for c in cols.split(",") if c.strip()]
+        if not names or (party == "" and "=" in spec):
+            raise ConfigError(f"--categorical takes PARTY=COL,COL or COL,COL items, got {spec!r}")
+        out.setdefault(party or None, []).extend(names)
+    return out
+
+
+def check_options(args) -> tuple[BoostConfig, dict]:
+    """Every option checked before anything starts: the config (and its backend), the data options."""
+    cats = _categorical(args)
+    get_backend(args.backend)  # an unknown or uninstalled backend is a ConfigError here, before Ray starts
+    if not 0.0 < args.test_size < 1.0:
+        raise ConfigError(f"--test-size must be in (0, 1), got {args.test_size}")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    if args.json:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--json {args.json}: the folder {folder!r} does not exist; create it first")
+    if args.party_files:
+        if args.label is None:
+            raise ConfigError("--label is required with --party-files")
+        files = dict(_pairs(args.party_files, "--party-files", "PATH"))
+        if len(files) < 2:
+            raise ConfigError(f"--party-files needs at least two parties (the label party and one more), got {list(files)}")
+        if None in cats:
+            raise ConfigError(f"with --party-files, name each categorical column's party: --categorical PARTY=COL,... "
+                              f"(got {cats[None]})")
+        unknown = sorted(set(cats) - set(files))
+        if unknown:
+            raise ConfigError(f"--categorical names part(y/ies) {unknown} that are not among --party-files {list(files)}")
+    else:
+        if args.parties < 2:
+            raise ConfigError(f"--parties must be at least 2 (the label party and one more), got {args.parties}")
+        if not os.path.exists(args.dataset) and args.dataset not in NAMED_DATASETS:
+            load_named(args.dataset, args.data_dir)  # raises: a path that does not exist, or an unknown name
+        if os.path.exists(args.dataset) and args.label is None:
+            raise ConfigError("--label is required when --dataset is a file")
+    try:
+        config = BoostConfig(n_trees=args.trees, max_depth=args.depth, max_bin=args.bins,
+                             learning_rate=args.learning_rate, objective=args.objective, backend=args.backend,
+                             key_bits=args.key_bits, allow_weak_keys=args.allow_weak_keys,
+                             workers_per_party=args.workers, gradient_bound=args.gradient_bound)
+    except ConfigError as exc:  # the library's parameter names, as this job spells them
+        raise ConfigError(_as_flags(str(exc))) from None
+    return config, cats
+
+
+def _as_flags(message: str) -> str:
+    for name, flag in (("allow_weak_keys=True", "--allow-weak-keys"), ("key_bits", "--key-bits"),
+                       ("n_trees", "--trees"), ("max_depth", "--depth"), ("max_bin", "--bins"),
+                       ("learning_rate", "--learning-rate"), ("gradient_bound", "--gradient-bound"),
+                       ("workers_per_party", "--workers")):
+        message = message.replace(name, flag)
+    return message
+
+
+def local_data(args, cats: dict):
+    """The --dataset table, split over --parties (read here, before Ray starts)."""
+    if os.path.exists(args.dataset):
+        frame, label, named_cats, objective = read_table(args.dataset), args.label, [], args.objective
+        if label not in frame.columns:
+            raise DataError(f"{args.dataset!r} has no label column {label!r}; its columns are {list(frame.columns)}")
+    else:
+        folders = [args.data_dir] if args.data_dir else data_dirs()
+        frame, label, named_cats, objective = load_named(args.dataset, folders)
+    wanted = [c for cols in cats.values() for c in cols]
+    missing = [c for c in wanted if c not in frame.columns]
+    if missing:
+        raise DataError(f"--categorical column(s) {missing} are not in {args.dataset!r}; its columns are {list(frame.columns)}")
+    data = vertical_split(frame, args.parties, label=label, categorical=list(named_cats) + wanted, seed=args.seed)
+    for party, cols in cats.items():
+        if party is None:
+            continue
+        if party not in data.party_names:
+            raise ConfigError(f"--categorical {party}=...: the split's parties are {data.party_names}")
+        elsewhere = [c for c in cols if c not in data.columns(party)]
+        if elsewhere:
+            raise DataError(f"--categorical {party}=...: column(s) {elsewhere} went to another party with "
+                            f"--seed {args.seed}; drop the party name (COL,...) to let the column go anywhere")
+    return data, objective
+
+
+def psi_aligned(args, cats: dict, runtime: Runtime):
     """The --party-files tables, each opened by its own party's actor and aligned by private set
     intersection among the parties: this driver never reads a party file."""
-    if args.label is None:
-        sys.exit("--label is required with --party-files")
-    bad = [spec for spec in args.party_files if "=" not in spec]
-    if bad:
-        sys.exit(f"--party-files takes PARTY=PATH pairs, got {bad}")
-    paths = dict(spec.split("=", 1) for spec in args.party_files)  # each file is read by its own party's actor
-    return VerticalDataset.from_files(paths, id_column=args.id_column, label=args.label, align="psi", runtime=runtime)
+    paths = dict(_pairs(args.party_files, "--party-files", "PATH"))
+    return VerticalDataset.from_files(paths, id_column=args.id_column, label=args.label, categorical=cats,
+                                      align="psi", runtime=runtime)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one ``warning: ...`` line each, for a command-line user."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    warnings.showwarning = _show_warning
+    config, cats = check_options(args)  # before anything starts
+    data = None
+    if not args.party_files:  # a local table is read and split here, before Ray starts
+        data, objective = local_data(args, cats)
+        if objective != config.objective:  # a named dataset's own objective (energy: regression)
+            config = config.replace(objective=objective)
+        split = data.train_test_split(args.test_size, seed=args.seed)
+        if objective == "binary:logistic" and len(np.unique(split[1].label)) < 2:
+            raise DataError(_ONE_CLASS.format(n=split[1].n_rows))
     runtime = Runtime()
-    if args.party_files:
-        data, objective = psi_aligned(args, runtime), args.objective
+    try:
+        return _run(args, config, cats, runtime, data, *([] if data is None else split))
+    finally:
+        runtime.shutdown()
+
+
+_ONE_CLASS = "test AUC is undefined: the {n} test rows hold one class only; raise --test-size or use more rows"
+
+
+def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, train=None, test=None) -> dict:
+    objective = config.objective
+    if data is None:
+        data = psi_aligned(args, cats, runtime)
         args.parties = len(data.party_names)
-    elif os.path.exists(args.dataset):
-        if args.label is None:
-            sys.exit("--label is required when --dataset is a file")
-        frame, label, cats, objective = read_table(args.dataset), args.label, [], args.objective
-    else:
-        frame, label, cats, objective = load_named(args.dataset, args.data_dir)
-    if not args.party_files:
-        data = vertical_split(frame, args.parties, label=label, categorical=cats, seed=args.seed)
-    train, test = data.train_test_split(args.test_size, seed=args.seed)
+        train, test = data.train_test_split(args.test_size, seed=args.seed)
     Model = SecureBoostClassifier if objective == "binary:logistic" else SecureBoostRegressor
     timer = TreeTimer()
     model = Model(
-        n_estimators=args.trees, max_depth=args.depth, max_bin=args.bins, learning_rate=args.learning_rate,
-        backend=args.backend, key_bits=args.key_bits, workers_per_party=args.workers, runtime=runtime,
+        n_estimators=config.n_trees, max_depth=config.max_depth, max_bin=config.max_bin,
+        learning_rate=config.learning_rate, backend=config.backend, key_bits=config.key_bits,
+        allow_weak_keys=config.allow_weak_keys, workers_per_party=config.workers_per_party,
+        gradient_bound=args.gradient_bound, runtime=runtime,
         callbacks=[timer] + ([] if args.quiet else [ProgressBar(), EvaluationLogger()]),
     )
     start = time.perf_counter()
@@ -106,7 +238,8 @@ def main(argv=None) -> dict:
     model.predict_margin(test)
     wall_s = time.perf_counter() - start
     report = {
-        "dataset": args.dataset, "rows_train": int(train.n_rows), "rows_test": int(test.n_rows),
+        "dataset": "party-files" if args.party_files else args.dataset,
+        "rows_train": int(train.n_rows), "rows_test": int(test.n_rows),
         "features": int(data.n_features()), "parties": args.parties, "trees": int(model.n_trees_),
         "depth": args.depth, "bins": args.bins, "backend": args.backend, "key_bits": args.key_bits,
         "fit_s": round(fit_s, 3), "trees_s": round(timer.seconds, 3), "wall_s": round(wall_s, 3),
@@ -115,10 +248,15 @@ def main(argv=None) -> dict:
         "mb_by_kind": model.comm_stats_.by_kind(),
     }
     if args.party_files:
+        report["party_files"] = dict(_pairs(args.party_files, "--party-files", "PATH"))
         report["psi"] = {"aligned_rows": int(data.n_rows), "mb_exchanged": round(data.psi_stats.total_mb, 3),
                          "unaligned_rows": dict(data.unaligned)}
-    metrics = model.model_.evaluate(test)  # by the label party, from its own labels
+    with warnings.catch_warnings():  # an undefined AUC is this job's error, below
+        warnings.filterwarnings("ignore", message="AUC is undefined")
+        metrics = model.model_.evaluate(test)  # by the label party, from its own labels
     if objective == "binary:logistic":
+        if not math.isfinite(metrics["auc"]):  # party-held test labels: known only to the label party
+            raise DataError(_ONE_CLASS.format(n=test.n_rows))
         report["test_auc"] = round(metrics["auc"], 5)
     else:
         report["test_rmse"] = round(metrics["rmse"], 5)
@@ -128,12 +266,13 @@ def main(argv=None) -> dict:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=2)
-    runtime.shutdown()
     return report
 
 
 if __name__ == "__main__":
     try:
         main()
+    except ConfigError as exc:  # a bad option: named as this job spells it
+        sys.exit(f"error: {_as_flags(str(exc))}")
     except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
         sys.exit(f"error: {exc}")

@@ -43,6 +43,7 @@ def _lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str]
 _EXPORTS = {
     "ConfigError": ".errors", "CryptoError": ".errors", "DataError": ".errors", "NotFittedError": ".errors",
     "PartyFailedError": ".errors", "ProtocolError": ".errors", "VFLError": ".errors",
+    "VFLWarning": ".errors", "SecurityWarning": ".errors", "DataWarning": ".errors",
     "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
     "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.dataset",
     "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",

@@ -1,8 +1,11 @@
-"""The ray_vfl exception hierarchy.
+"""The ray_vfl exception and warning hierarchies.
 
 Every error a user can cause is a :class:`VFLError`; the message says what is
 wrong and how to fix it. Ray failures are turned into :class:`PartyFailedError`
 at the runtime boundary so the driver never sees a bare ``RayActorError``.
+What is allowed but deserves a word is a :class:`VFLWarning`: a weaker security
+setting the caller opted into (:class:`SecurityWarning`) or data handled in a way
+the caller may not expect (:class:`DataWarning`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ __all__ = [
     "PartyFailedError",
     "ProtocolError",
     "NotFittedError",
+    "VFLWarning",
+    "SecurityWarning",
+    "DataWarning",
 ]
 
 
@@ -168,3 +174,42 @@ class ProtocolError(VFLError):
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
         return (ProtocolError, (self.sender, self.kind, self.what, self.receiver))
+
+
+class VFLWarning(UserWarning):
+    """Base class of every ray_vfl warning: filter it to silence them all.
+
+    Example
+    -------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", VFLWarning)   # e.g. in a test suite that opts into 1024-bit keys
+    ...     warnings.warn("anything ray_vfl says", SecurityWarning)
+    """
+
+
+class SecurityWarning(VFLWarning):
+    """A setting weaker than the default, used because the caller asked for it: 1024-bit keys
+    (``allow_weak_keys=True``), or ``backend="plain"`` (no encryption: passive parties see gradients).
+
+    Example
+    -------
+    >>> from ray_vfl import BoostConfig
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     BoostConfig(key_bits=1024, allow_weak_keys=True).warn_if_weak()   # what training does
+    >>> caught[0].category.__name__, "80 bits" in str(caught[0].message)
+    ('SecurityWarning', True)
+    """
+
+
+class DataWarning(VFLWarning):
+    """Data handled in a way the caller may not expect: categories unseen in training (treated as
+    missing), a metric that is undefined on the data given (AUC of one class).
+
+    Example
+    -------
+    >>> issubclass(DataWarning, UserWarning)
+    True
+    """

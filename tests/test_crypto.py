@@ -29,7 +29,7 @@ _KEYS: dict[tuple[str, int], tuple] = {}
 def keys(name: str, which: int = 0):
     """Key pairs generated once per module (keygen is slow)."""
     if (name, which) not in _KEYS:
-        _KEYS[(name, which)] = get_backend(name).generate_keys(KEY_BITS)
+        _KEYS[(name, which)] = get_backend(name).generate_keys(KEY_BITS, allow_weak=True)
     return _KEYS[(name, which)]
 
 
@@ -265,7 +265,7 @@ def test_prepare_for_masks_only_then_rerandomize(name):
     if name == "ou":  # a key no other test has encrypted with: its message tables must stay unbuilt
         from ray_vfl.crypto.ou import _public_context
 
-        pk, sk = be.generate_keys(KEY_BITS)
+        pk, sk = be.generate_keys(KEY_BITS, allow_weak=True)
         be.prepare(pk, encrypt=False)
         tables = _public_context(pk).tables
         assert tables.h.small._rows and not tables.h.big._rows  # a public-key holder: 8-bit windows first

@@ -13,7 +13,7 @@ _KEYS: dict = {}
 
 def _keys(name):
     if name not in _KEYS:
-        _KEYS[name] = get_backend(name).generate_keys(1024)
+        _KEYS[name] = get_backend(name).generate_keys(1024, allow_weak=True)
     return _KEYS[name]
 
 

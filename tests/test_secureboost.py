@@ -91,7 +91,7 @@ def test_lossless_paillier_backend(runtime, small_credit):
     train_data, test_data = small_credit
     products = {}
     for grouped in (True, False):
-        config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, group_features=grouped)
+        config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, allow_weak_keys=True, group_features=grouped)
         model = train(runtime, train_data, config)
         assert_lossless(model, train_data, test_data, config)
         products[grouped] = model.op_counts["add"]
@@ -107,7 +107,7 @@ def test_lossless_encrypted_three_parties(runtime, backend):
     frame, label, _, _ = load_named("credit")
     data = vertical_split(frame.iloc[:3000], 3, label=label, seed=3)
     train_data, test_data = data.train_test_split(0.25, seed=1)
-    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend=backend, key_bits=1024)
+    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend=backend, key_bits=1024, allow_weak_keys=True)
     model = train(runtime, train_data, config)
     assert_lossless(model, train_data, test_data, config)
     assert model.op_counts["decrypt"] > 0
@@ -132,7 +132,7 @@ def test_lossless_with_missing_values_and_categories(runtime):
     frame = frame[mapping["party0"] + mapping["party1"] + [label]]
     data = vertical_split(frame, mapping, label=label, categorical=["EDUCATION", "MARRIAGE"])
     train_data, test_data = data.train_test_split(0.25, seed=2)
-    config = BoostConfig(n_trees=2, max_depth=4, max_bin=16, backend="paillier", key_bits=1024)
+    config = BoostConfig(n_trees=2, max_depth=4, max_bin=16, backend="paillier", key_bits=1024, allow_weak_keys=True)
     model = train(runtime, train_data, config)
     assert_lossless(model, train_data, test_data, config)
     missing_bin = config.max_bin  # the missing bin of every feature
@@ -185,7 +185,7 @@ def test_near_tie_resolves_alike_at_every_party_and_in_the_reference(runtime):
     assert picks == {"float": 1, "encoded": 0}
     for backend in ("plain", "paillier"):
         config = BoostConfig(n_trees=2, max_depth=2, max_bin=16, objective="reg:squarederror", base_score=0.0,
-                             backend=backend, key_bits=1024)
+                             backend=backend, key_bits=1024, allow_weak_keys=True)
         model = train(runtime, data, config)
         assert_lossless(model, data, data, config)
         assert model.trees()[0].owner[0] == 0, backend  # the root split is on the label party's feature
@@ -275,7 +275,7 @@ def test_encrypted_regression_is_lossless_with_a_gradient_bound(runtime):
     data = vertical_split(frame, 2, label="Appliances", seed=0)
     train_data, test_data = data.train_test_split(0.25, seed=0)
     config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, objective="reg:squarederror", backend="ou",
-                         key_bits=1024, gradient_bound=2.0**21)
+                         key_bits=1024, allow_weak_keys=True, gradient_bound=2.0**21)
     model = train(runtime, train_data, config)
     assert_lossless(model, train_data, test_data, config)
 
@@ -301,7 +301,7 @@ def test_config_gradient_bound_is_the_bound_in_force():
 def test_paillier_privacy_audit(runtime, small_credit):
     """A passive party receives only ciphertexts, node row sets and its own split decisions."""
     train_data, test_data = small_credit
-    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, runtime=runtime)
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, allow_weak_keys=True, runtime=runtime)
     clf.fit(train_data, eval_set=[test_data])
     stats = clf.comm_stats_
     received = stats.received_by("party1")
@@ -411,7 +411,7 @@ def test_bad_input_is_rejected_before_training(runtime, credit):
     infinite.iloc[3, 0] = np.inf
     with pytest.raises(DataError, match="inf values"):
         data = VerticalDataset({"party0": train_data.features["party0"], "party1": infinite}, train_data.ids, train_data.label, "party0")
-        SecureBoostClassifier(backend="paillier", key_bits=1024, runtime=runtime).fit(data)
+        SecureBoostClassifier(backend="paillier", key_bits=1024, allow_weak_keys=True, runtime=runtime).fit(data)
     text = train_data.features["party1"].assign(city="x")
     with pytest.raises(DataError, match="categorical"):
         data = VerticalDataset({"party0": train_data.features["party0"], "party1": text}, train_data.ids, train_data.label, "party0")
@@ -468,7 +468,7 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     from ray_vfl.crypto.mask_reserve import MaskReserve, MaskSupply
 
     be = get_backend("paillier")
-    pk, sk = be.generate_keys(1024)
+    pk, sk = be.generate_keys(1024, allow_weak=True)
     reserve = runtime.spawn_helper("party0", "masks", MaskReserve)
     supply = MaskSupply(reserve, chunk=5)
     ray.get(reserve.set_key.remote(("paillier", {}), sk), timeout=60)

@@ -340,8 +340,12 @@ def test_estimator_fits_predicts_saves_and_loads(runtime, fedads, tmp_path):
     (tmp_path / "model" / f"{OTHER}.pt").write_bytes(b"garbage")
     with pytest.raises(DataError, match="not a saved split-NN part"):
         shop.load_part(paths[OTHER])
-    with pytest.raises(DataError, match="federation.json"):
+    with pytest.raises(DataError, match="does not exist; pass the folder SplitNNModel.save wrote"):
         SplitNNClassifier.load_model(str(tmp_path / "nothing"), runtime=runtime)
+    (tmp_path / "boost").mkdir()
+    (tmp_path / "boost" / "federation.json").write_text('{"kind": "secureboost", "format_version": 1}')
+    with pytest.raises(DataError, match="holds a secureboost model, not a splitnn model"):
+        SplitNNClassifier.load_model(str(tmp_path / "boost"), runtime=runtime)
 
 
 # ---------------------------------------------------------------------------

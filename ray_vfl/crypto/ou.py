@@ -245,7 +245,7 @@ class OUBackend(ModularBackend):
     -------
     >>> import numpy as np
     >>> be = OUBackend()
-    >>> pk, sk = be.generate_keys(1024)
+    >>> pk, sk = be.generate_keys(1024, allow_weak=True)  # small key: a quick example only
     >>> c = be.sub(pk, be.encrypt(pk, np.array([0.5])), be.encrypt(sk, np.array([0.75])))
     >>> be.decrypt(sk, c)
     array([-0.25])

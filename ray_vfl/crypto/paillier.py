@@ -45,7 +45,7 @@ from typing import ClassVar
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint, security_level
 from ray_vfl.crypto.gmp import (
     FixedBase,
     MaskPowers,
@@ -66,8 +66,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# (key_bits, security level in bits), NIST SP 800-57 part 1, table 2.
-_SECURITY_LEVELS = ((1024, 80), (2048, 112), (3072, 128), (7680, 192), (15360, 256))
 
 
 def short_exponent_bits(key_bits: int) -> int:
@@ -78,8 +76,7 @@ def short_exponent_bits(key_bits: int) -> int:
     >>> short_exponent_bits(2048)
     224
     """
-    level = max(lvl for bits, lvl in _SECURITY_LEVELS if bits <= max(key_bits, 1024))
-    return 2 * level
+    return 2 * security_level(key_bits)
 
 
 @dataclass(frozen=True)
@@ -238,7 +235,7 @@ class PaillierBackend(ModularBackend):
     -------
     >>> import numpy as np
     >>> be = PaillierBackend()
-    >>> pk, sk = be.generate_keys(1024)
+    >>> pk, sk = be.generate_keys(1024, allow_weak=True)  # small key: a quick example only
     >>> c = be.add(pk, be.encrypt(pk, np.array([0.5])), be.encrypt(pk, np.array([0.25])))
     >>> be.decrypt(sk, c)
     array([0.75])

@@ -101,7 +101,7 @@ def to_phe_ciphertexts(pk: PaillierPublicKey, c: CipherArray, frac_bits: int = 4
     >>> import numpy as np
     >>> from ray_vfl.crypto import get_backend
     >>> be = get_backend("paillier")
-    >>> pk, sk = be.generate_keys(1024)
+    >>> pk, sk = be.generate_keys(1024, allow_weak=True)  # small key: a quick example only
     >>> phe_pk, phe_sk = to_phe_keypair(pk, sk)
     >>> [phe_sk.decrypt(e) for e in to_phe_ciphertexts(pk, be.encrypt(pk, np.array([0.5])))]
     [0.5]
@@ -145,7 +145,7 @@ class PheBackend(ModularBackend):
     -------
     >>> import numpy as np
     >>> be = PheBackend()
-    >>> pk, sk = be.generate_keys(1024)
+    >>> pk, sk = be.generate_keys(1024, allow_weak=True)  # small key: a quick example only
     >>> be.decrypt(sk, be.mul_plain(pk, be.encrypt(pk, np.array([0.5])), np.array([3])))
     array([1.5])
     """

@@ -9,6 +9,7 @@ bin ``b`` of feature ``f`` sends a row left iff ``x[f] <= cuts[f][b]``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 import numpy as np
@@ -16,7 +17,27 @@ import pandas as pd
 
 from ..errors import DataError
 
-__all__ = ["PartyBinner", "encode_party_frame", "check_encodable"]
+__all__ = ["PartyBinner", "encode_party_frame", "check_encodable", "count_unseen"]
+
+log = logging.getLogger(__name__)
+
+
+def count_unseen(frame: pd.DataFrame, values: np.ndarray, categorical: Sequence[str]) -> dict[str, int]:
+    """Per categorical column, the rows holding a value (not missing) that the code book lacks:
+    those ``encode_party_frame`` turned into NaN.
+
+    Example
+    -------
+    >>> frame = pd.DataFrame({"city": ["a", "z", None]})
+    >>> values, _ = encode_party_frame(frame, ["city"], "shop", {"city": ["a", "b"]})
+    >>> count_unseen(frame, values, ["city"])
+    {'city': 1}
+    """
+    counts = {}
+    for j, col in enumerate(frame.columns):
+        if col in categorical:
+            counts[str(col)] = int((frame[col].notna().to_numpy() & np.isnan(values[:, j])).sum())
+    return counts
 
 
 def encode_party_frame(
@@ -88,6 +109,8 @@ class PartyBinner:
         self.categorical: list[str] = []
         self.categories: dict[str, list] = {}
         self.cuts: list[np.ndarray] = []
+        # per categorical column, rows of the last transform whose category training never saw
+        self.unseen_counts: dict[str, int] = {}
 
     def fit(self, frame: pd.DataFrame, categorical: Sequence[str] = (), party: str = "party") -> "PartyBinner":
         self.fit_transform(frame, categorical, party)
@@ -111,12 +134,21 @@ class PartyBinner:
         return cuts[cuts < uniq[-1]]
 
     def transform(self, frame: pd.DataFrame, party: str = "party") -> np.ndarray:
-        """Bin a frame with the fitted cuts: uint8 ``(n, F)``, missing -> ``max_bin``."""
+        """Bin a frame with the fitted cuts: uint8 ``(n, F)``, missing -> ``max_bin``.
+
+        A category unseen in training is binned as missing; how many rows hold one, per column,
+        is kept in :attr:`unseen_counts` and logged (a count, never a value).
+        """
         if [str(c) for c in frame.columns] != self.feature_names:
             raise DataError(
                 f"party {party!r}: columns {list(frame.columns)} differ from the fitted columns {self.feature_names}"
             )
         values, _ = encode_party_frame(frame, self.categorical, party, self.categories)
+        self.unseen_counts = count_unseen(frame, values, self.categorical)
+        for col, count in self.unseen_counts.items():
+            if count:
+                log.warning("party %r, column %r: %d of %d rows hold categories unseen in training; binned as missing",
+                            party, col, count, len(frame))
         return self.bin_values(values)
 
     def bin_values(self, values: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from importlib import resources
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,7 +18,7 @@ import pandas as pd
 from ..errors import DataError
 from .sources import read_table
 
-__all__ = ["load_credit", "credit_path", "load_named", "NAMED_DATASETS"]
+__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "NAMED_DATASETS"]
 
 CREDIT_LABEL = "default.payment.next.month"
 
@@ -52,32 +54,62 @@ def _energy(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
 
 NAMED_DATASETS = {
     "credit": "bundled UCI default of credit card clients (binary)",
-    "bank": "UCI bank marketing, bank-full (binary); needs --data-dir with uci_bank_marketing_full.csv.gz",
-    "energy": "UCI appliances energy (regression); needs --data-dir with uci_appliances_energy.csv.gz",
+    "bank": "UCI bank marketing, bank-full (binary); reads uci_bank_marketing_full.csv.gz from the data folder",
+    "energy": "UCI appliances energy (regression); reads uci_appliances_energy.csv.gz from the data folder",
 }
+_FILES = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy)}
+_TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".txt", ".parquet", ".pq")
 
 
-def load_named(name: str, data_dir: str | None = None) -> tuple[pd.DataFrame, str, list[str], str]:
+def data_dirs() -> list[str]:
+    """Folders searched for the non-bundled named datasets, in order: ``$VFL_DATA_DIR`` if set,
+    then ``../shared/data`` beside the working folder and beside a source checkout of ray_vfl.
+
+    Example
+    -------
+    >>> all(os.path.isabs(d) for d in data_dirs())
+    True
+    """
+    found = [os.environ["VFL_DATA_DIR"]] if os.environ.get("VFL_DATA_DIR") else []
+    found += [os.path.join(os.getcwd(), "..", "shared", "data"), str(Path(__file__).resolve().parents[2].parent / "shared" / "data")]
+    out: list[str] = []
+    for folder in map(os.path.abspath, found):
+        if folder not in out:
+            out.append(folder)
+    return out
+
+
+def load_named(name: str, data_dir: str | Sequence[str] | None = None) -> tuple[pd.DataFrame, str, list[str], str]:
     """Load a named dataset: ``(frame, label column, categorical columns, objective)``.
 
-    ``credit`` is bundled; the others are read from ``data_dir`` (default: the
-    ``VFL_DATA_DIR`` environment variable).
+    ``credit`` is bundled; the others are read from ``data_dir`` (a folder, or folders tried in
+    order), by default the folders of :func:`data_dirs`. A missing file names every folder tried.
 
     Example
     -------
     >>> frame, label, categorical, objective = load_named("credit")
     >>> label, objective
     ('default.payment.next.month', 'binary:logistic')
+    >>> load_named("no_such_file.csv")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.DataError: data file 'no_such_file.csv' does not exist (relative paths start at ...)
     """
     if name == "credit":
         return load_credit().drop(columns=["ID"]), CREDIT_LABEL, [], "binary:logistic"
-    files = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy)}
-    if name not in files:
+    if name not in _FILES:
+        if os.sep in name or name.lower().endswith(_TABLE_SUFFIXES) or os.path.exists(name):
+            if os.path.exists(name):
+                raise DataError(f"{name!r} is a file, not a named dataset: read it with read_table({name!r}) and "
+                                "name its label column (jobs/train.py: --dataset PATH --label COLUMN)")
+            raise DataError(f"data file {name!r} does not exist (relative paths start at {os.getcwd()!r})")
         raise DataError(f"unknown dataset {name!r}; choose one of {sorted(NAMED_DATASETS)} or pass a CSV/Parquet path")
-    data_dir = data_dir or os.environ.get("VFL_DATA_DIR")
-    fname, loader = files[name]
-    if data_dir is None or not os.path.exists(os.path.join(data_dir, fname)):
-        where = "no folder was given" if data_dir is None else f"{data_dir!r} does not hold it"
-        raise DataError(f"dataset {name!r} is not bundled and {where}: name the folder that holds {fname!r} with "
-                        "data_dir= (Python), --data-dir (jobs/train.py) or the VFL_DATA_DIR environment variable")
-    return loader(os.path.join(data_dir, fname))
+    folders = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir or data_dirs())
+    fname, loader = _FILES[name]
+    for folder in folders:
+        if os.path.isfile(os.path.join(folder, fname)):
+            return loader(os.path.join(folder, fname))
+    looked = ", ".join(repr(os.path.abspath(f)) for f in folders) or "no folder"
+    raise DataError(f"dataset {name!r} is not bundled and {fname!r} is in none of the folders tried ({looked}): "
+                    "name the folder that holds it with data_dir= (Python), --data-dir (jobs/train.py) or the "
+                    "VFL_DATA_DIR environment variable")

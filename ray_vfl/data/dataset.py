@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 from .sources import read_table
-from .store import split_table
+from .store import check_labels, split_table
 
 __all__ = ["VerticalDataset", "vertical_split", "read_table"]
 
@@ -88,6 +88,8 @@ class VerticalDataset:
     def __post_init__(self) -> None:
         if len(self.features) == 0:
             raise DataError("a vertical dataset needs at least one party; got none")
+        if len(self.ids) == 0:
+            raise DataError("a vertical dataset needs at least one row; got none (is the table empty?)")
         for party, frame in self.features.items():
             if frame.shape[1] == 0:
                 raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
@@ -269,20 +271,17 @@ class VerticalDataset:
         return self.take(np.flatnonzero(~mask)), self.take(test_rows)
 
     def check_labels(self, objective: str) -> None:
-        """Raise :class:`DataError` unless the labels suit ``objective``."""
-        if self.label is None:
-            raise DataError("no party holds labels; build the dataset with label= naming the label column")
-        if objective == "binary:logistic":
-            bad = ~np.isin(self.label, (0.0, 1.0))
-            if bad.any():
-                raise DataError(
-                    f"labels must be 0 or 1 for a binary objective; found {np.unique(self.label[bad])[:5].tolist()}; "
-                    "map the classes to 0/1 (or use a regression objective)"
-                )
+        """Raise :class:`DataError` unless the labels suit ``objective`` (the check a party-held
+        label party runs in its own store: :func:`ray_vfl.data.store.check_labels`)."""
+        check_labels(self.label, objective)
 
 
 def _forget(store, key: str) -> None:
     """Ask a party's store to drop a simulation block (best effort: Ray may be gone already)."""
+    import ray
+
+    if not ray.is_initialized():  # a call now would start a new Ray (with a dashboard) just to drop nothing
+        return
     try:
         store.drop.remote([key])
     except Exception:  # noqa: BLE001 - at interpreter exit or after ray.shutdown there is nothing to drop

@@ -32,7 +32,8 @@ _TABLE_SUFFIXES = (".parquet", ".pq", ".csv", ".csv.gz", ".txt", ".tsv")
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a CSV (optionally gzip-compressed), TSV or Parquet file, or a folder of Parquet files.
 
-    Raises :class:`~ray_vfl.errors.DataError` for a missing path or another extension.
+    Raises :class:`~ray_vfl.errors.DataError` for a missing path, another extension, a file that
+    cannot be parsed, an empty file, or a table with a header but no rows.
 
     Example
     -------
@@ -53,11 +54,24 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
             return ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pandas()
         except Exception as exc:  # pyarrow names the bad file; keep its words
             raise DataError(f"cannot read the Parquet folder {path!r}: {exc}") from exc
-    if path.endswith((".parquet", ".pq")):
-        return pd.read_parquet(path)
-    if path.endswith(_TABLE_SUFFIXES):
-        return pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",")
-    raise DataError(f"cannot read {path!r}: use a .csv, .csv.gz, .tsv or .parquet file, or a folder of Parquet files")
+    if not path.endswith(_TABLE_SUFFIXES):
+        raise DataError(f"cannot read {path!r}: use a .csv, .csv.gz, .tsv or .parquet file, or a folder of Parquet files")
+    try:
+        if path.endswith((".parquet", ".pq")):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",")
+    except pd.errors.EmptyDataError as exc:
+        raise DataError(f"data file {path!r} is empty: no header and no rows; write the table with a header line") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:  # pyarrow's errors are ValueErrors
+        raise DataError(f"cannot read {path!r} as a {_kind(path)} table: {type(exc).__name__}: {exc}") from exc
+    if len(frame) == 0:
+        raise DataError(f"data file {path!r} has a header ({len(frame.columns)} columns) but no rows")
+    return frame
+
+
+def _kind(path: str) -> str:
+    return "Parquet" if path.endswith((".parquet", ".pq")) else "TSV" if path.endswith(".tsv") else "CSV"
 
 
 def _read_sql(database: str, query: str) -> pd.DataFrame:

@@ -56,6 +56,9 @@ def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: s
     >>> list(t.features.columns), t.ids.tolist(), t.label.tolist()
     (['x'], [1, 2], [0.0, 1.0])
     """
+    if len(frame) == 0:
+        raise DataError(f"party {party!r}: its table has no rows (columns {list(frame.columns)}); "
+                        "check the file or query it was read from")
     ids = None
     if id_column is not None:
         if id_column not in frame.columns:
@@ -272,7 +275,17 @@ class PartyStore:
 
 
 def check_labels(label: np.ndarray | None, objective: str) -> None:
-    """Raise :class:`DataError` unless ``label`` exists and suits ``objective``."""
+    """Raise :class:`DataError` unless ``label`` exists and suits ``objective``: for the binary
+    objective, 0/1 values of both classes (with one class there is nothing to learn, and AUC is
+    undefined).
+
+    Example
+    -------
+    >>> check_labels(np.array([0.0, 0.0, 0.0]), "binary:logistic")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.DataError: the labels hold one class only (all 3 rows are 0): a binary classifier needs rows of both classes; check the label column, or split with train_test_split(..., stratify=True)
+    """
     if label is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
     if objective == "binary:logistic":
@@ -282,6 +295,11 @@ def check_labels(label: np.ndarray | None, objective: str) -> None:
                 f"labels must be 0 or 1 for a binary objective; found {np.unique(label[bad])[:5].tolist()}; "
                 "map the classes to 0/1 (or use a regression objective)"
             )
+        classes = np.unique(label)
+        if len(classes) < 2:
+            raise DataError(f"the labels hold one class only (all {len(label)} rows are {int(classes[0])}): a binary "
+                            "classifier needs rows of both classes; check the label column, or split with "
+                            "train_test_split(..., stratify=True)")
 
 
 def _node_id() -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -92,8 +93,9 @@ def start_local_ray(parties: Sequence[str], num_cpus: int | None) -> None:
     resources = {party_resource(p): RESOURCE_UNITS for p in parties}
     resources.update({_spare(i): RESOURCE_UNITS for i in range(SPARE_SLOTS)})
     with _no_phone_home():
+        # logging_level: Ray's own "Started a local Ray instance" INFO line says nothing the user asked for
         ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False,
-                 _system_config={"max_direct_call_object_size": INLINE_BYTES})
+                 logging_level=logging.WARNING, _system_config={"max_direct_call_object_size": INLINE_BYTES})
     _started = True
 
 

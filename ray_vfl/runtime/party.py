@@ -11,18 +11,24 @@ each party writes its own part on its own machine; the driver writes only ``fede
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from typing import Any, Sequence
 
-from ..errors import DataError
+from ..errors import DataError, DataWarning
 from .comm import Mailbox, Record
 
-__all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows"]
+__all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows",
+           "warn_unseen_categories", "FORMAT_VERSION"]
 
 META_FILE = "federation.json"
+# Version of the saved layout (federation.json and the parts): load_meta refuses any other, so a model
+# written by another layout fails with a message instead of loading wrong.
+FORMAT_VERSION = 1
 
 
 def write_atomically(path: str, write: Callable[[Any], None], binary: bool = False) -> str:
@@ -78,13 +84,23 @@ class PartyActor:
     def encode_rows(self, frame: Any) -> Any:  # pragma: no cover - every role overrides it
         raise NotImplementedError
 
-    def load_rows(self, key: str, table: Any) -> int:
-        """Fetch a data set (eval or prediction rows) from this party's store and encode it."""
+    def unseen_categories(self) -> dict[str, int]:
+        """Per categorical column, how many rows of the data set last encoded hold a category unseen
+        in training (encoded as missing). Roles whose encoders count them override this."""
+        return {}
+
+    def load_rows(self, key: str, table: Any) -> dict[str, Any]:
+        """Fetch a data set (eval or prediction rows) from this party's store and encode it.
+
+        Returns its row count and :meth:`unseen_categories`. Those counts go to the driver, which
+        warns the user (:func:`warn_unseen_categories`): a count of rows per column says nothing
+        about any row's value, so it is not a secret the party must keep.
+        """
         frame, label = resolve_rows(table)
         self.rows[key] = self.encode_rows(frame)
         if label is not None:  # only the label party's store hands out labels
             self.labels[key] = label
-        return len(frame)
+        return {"rows": len(frame), "unseen_categories": self.unseen_categories()}
 
     def drop_rows(self, key: str) -> None:
         self.rows.pop(key, None)
@@ -147,7 +163,18 @@ class PartyActor:
 
     def load_part(self, path: str) -> None:
         """Read a part written by :meth:`save_part` (on this party's machine)."""
-        self.restore(read_part(path, self.name))
+        part = read_part(path, self.name)
+        if not isinstance(part, dict) or part.get("party", self.name) != self.name:
+            found = part.get("party") if isinstance(part, dict) else type(part).__name__
+            raise DataError(f"party {self.name!r}: {path!r} is not its saved part (it belongs to {found!r})")
+        # The role's own restore, not the actor's guarded one, which would report a damaged file's
+        # KeyError as a fault of the party instead of the user's error it is.
+        restore = inspect.unwrap(type(self).restore)
+        try:
+            restore(self, part)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise DataError(f"party {self.name!r}: {path!r} is not a complete saved model part "
+                            f"({type(exc).__name__}: {exc}); save the model again") from exc
 
 
 def read_part(path: str, party: str) -> dict[str, Any]:
@@ -161,9 +188,23 @@ def read_part(path: str, party: str) -> dict[str, Any]:
         raise DataError(f"party {party!r}: {path!r} is not a saved model part ({exc})") from exc
 
 
-def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[str, Any], suffix: str) -> dict[str, str]:
+def warn_unseen_categories(parties: Sequence[str], reports: Sequence[dict[str, Any]], what: str) -> None:
+    """At the driver: one :class:`~ray_vfl.errors.DataWarning` per column in which the parties'
+    :meth:`PartyActor.load_rows` reports counted categories unseen in training (counts only)."""
+    for party, report in zip(parties, reports):
+        for col, count in (report or {}).get("unseen_categories", {}).items():
+            if count:
+                warnings.warn(f"party {party!r}, column {col!r}: {count} of {report['rows']} rows of the {what} hold "
+                              "categories unseen in training; they are treated as missing values", DataWarning,
+                              stacklevel=3)
+
+
+def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[str, Any], suffix: str,
+               kind: str = "") -> dict[str, str]:
     """Have each party write ``<directory>/<party><suffix>`` (its own part only), then write the
-    federation's ``federation.json`` (roles and config, nothing secret). Returns the part paths."""
+    federation's ``federation.json`` (roles and config, nothing secret; with the model ``kind`` and
+    :data:`FORMAT_VERSION`, which :func:`load_meta` checks). Returns the part paths."""
+    meta = {"kind": kind, "format_version": FORMAT_VERSION, **meta}
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:  # a file in the way, a read-only place
@@ -174,13 +215,33 @@ def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[
     return paths
 
 
-def load_meta(directory: str, what: str) -> dict[str, Any]:
-    """The ``federation.json`` of a saved federation, or :class:`DataError` naming ``what`` wrote it."""
+def load_meta(directory: str, what: str, kind: str | None = None) -> dict[str, Any]:
+    """The ``federation.json`` of a saved federation of ``kind``, or :class:`DataError` naming
+    ``what`` wrote it: a missing, empty or wrong folder, a damaged file, another format version or
+    another kind of model."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise DataError(f"pass the folder {what} wrote, as a path; got {type(directory).__name__}")
+    if not os.path.isdir(directory):
+        state = "is a file, not a folder" if os.path.exists(directory) else "does not exist"
+        raise DataError(f"{os.fspath(directory)!r} {state}; pass the folder {what} wrote")
     path = os.path.join(directory, META_FILE)
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            meta = json.load(fh)
     except FileNotFoundError as exc:
-        raise DataError(f"{path!r} not found; pass the folder {what} wrote") from exc
-    except json.JSONDecodeError as exc:
+        raise DataError(f"{path!r} not found: the folder holds no saved model; pass the folder {what} wrote") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path!r} is not a federation file written by {what} ({exc})") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {path!r}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise DataError(f"{path!r} is not a federation file written by {what}")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        found = "no format version (an older ray_vfl wrote it)" if version is None else f"format version {version!r}"
+        raise DataError(f"{path!r} has {found}; this ray_vfl reads format version {FORMAT_VERSION}: "
+                        "train the model again and save it with this version")
+    if kind is not None and meta.get("kind") != kind:
+        raise DataError(f"{path!r} holds a {meta.get('kind') or 'different'} model, not a {kind} model as "
+                        f"{what} writes; load it with the load_model of the estimator that saved it")
+    return meta

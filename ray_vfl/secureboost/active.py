@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
 from ..data.store import check_labels
-from ..errors import ConfigError, DataError, VFLError
+from ..errors import ConfigError, DataError, SecurityWarning, VFLError
 from ..runtime.actors import TaskPool, gather
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
@@ -62,9 +63,11 @@ class ActiveParty(PredictionRouter, Party):
         self.backend_spec = (config.backend, backend_options(config.gradient_bound,
                                                              None if label is None else len(label)))
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
-        self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits)
+        with warnings.catch_warnings():  # the driver warned of a weak key when the config was made
+            warnings.simplefilter("ignore", SecurityWarning)
+            self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits, config.allow_weak_keys)
         self.plain = get_backend("plain")
-        self._plain_pk, self._plain_sk = self.plain.generate_keys(config.key_bits)
+        self._plain_pk, self._plain_sk = self.plain.generate_keys()
         self.peers: dict[str, Any] = {}
         self.masks: MaskSupply | None = None
         self._repeats: tuple | None = None  # this tree's (g, h, pieces) in encryption order, until counted

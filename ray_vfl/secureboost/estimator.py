@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import (
@@ -47,6 +47,7 @@ class _SecureBoost(FederatedEstimator):
         base_score: float | None = None,
         backend: str = "paillier",
         key_bits: int = 2048,
+        allow_weak_keys: bool = False,
         workers_per_party: int | None = None,
         timeout_s: float | None = None,
         precompute_masks: bool = True,
@@ -67,6 +68,7 @@ class _SecureBoost(FederatedEstimator):
         self.base_score = base_score
         self.backend = backend
         self.key_bits = key_bits
+        self.allow_weak_keys = allow_weak_keys
         self.workers_per_party = workers_per_party
         self.timeout_s = timeout_s
         self.precompute_masks = precompute_masks
@@ -82,7 +84,7 @@ class _SecureBoost(FederatedEstimator):
             n_trees=self.n_estimators, max_depth=self.max_depth, learning_rate=self.learning_rate,
             reg_lambda=self.reg_lambda, gamma=self.gamma, min_child_weight=self.min_child_weight,
             max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
-            key_bits=self.key_bits, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
+            key_bits=self.key_bits, allow_weak_keys=self.allow_weak_keys, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
             gradient_bound=self.gradient_bound,
         )
@@ -100,8 +102,12 @@ class _SecureBoost(FederatedEstimator):
         """
         config = self._config()
         VerticalDataset.ensure(data)
+        if eval_set is not None and not isinstance(eval_set, (list, tuple)):
+            raise DataError(f"eval_set takes a list of data sets, e.g. eval_set=[test]; got {type(eval_set).__name__}")
+        evals = {f"validation_{i}": VerticalDataset.ensure(d, f"eval_set[{i}]") for i, d in enumerate(eval_set or [])}
+        if isinstance(self.callbacks, TrainingCallback):
+            raise ConfigError(f"callbacks takes a list of callbacks, e.g. callbacks=[{type(self.callbacks).__name__}(...)]")
         runtime = self._fit_runtime(config.timeout_s)
-        evals = {f"validation_{i}": d for i, d in enumerate(eval_set or [])}
         callbacks = list(self.callbacks or [])
         if self.verbose:
             callbacks += [ProgressBar(), EvaluationLogger()]
@@ -136,9 +142,20 @@ class _SecureBoost(FederatedEstimator):
 
     @classmethod
     def load_model(cls, directory: str, runtime: Runtime | None = None):
-        """An estimator for prediction from parts saved by :meth:`save_model`."""
-        model = FederatedModel.load(directory, runtime)
-        est = cls(runtime=model.runtime, backend=model.config.backend, max_depth=model.config.max_depth)
+        """An estimator for prediction from parts saved by :meth:`save_model`.
+
+        Raises :class:`~ray_vfl.errors.DataError` for a missing, empty or foreign folder, a format
+        version this ray_vfl does not read, or a model of the other objective (a classifier never
+        loads a regressor), naming the loader to use.
+        """
+        model = FederatedModel.load(directory, runtime, objective=cls._objective)
+        cfg = model.config
+        est = cls(n_estimators=cfg.n_trees, max_depth=cfg.max_depth, learning_rate=cfg.learning_rate,
+                  reg_lambda=cfg.reg_lambda, gamma=cfg.gamma, min_child_weight=cfg.min_child_weight,
+                  max_bin=cfg.max_bin, base_score=cfg.base_score, backend=cfg.backend, key_bits=cfg.key_bits,
+                  allow_weak_keys=cfg.allow_weak_keys, workers_per_party=cfg.workers_per_party,
+                  timeout_s=cfg.timeout_s, precompute_masks=cfg.precompute_masks, group_features=cfg.group_features,
+                  gradient_bound=cfg.gradient_bound, runtime=model.runtime)
         est.model_ = model
         est.n_trees_ = model.n_trees
         return est

@@ -81,6 +81,10 @@ class Party(PartyActor):
         """Bin a new data set (eval or prediction rows) with the training cuts."""
         return self.binner.transform(frame, party=self.name)
 
+    def unseen_categories(self) -> dict[str, int]:
+        """Rows of the data set last binned whose category training never saw, per column."""
+        return {c: n for c, n in self.binner.unseen_counts.items() if n}
+
     @property
     def n_features(self) -> int:
         return len(self.binner.feature_names)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -61,10 +62,10 @@ import numpy as np
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskReserve
 from ..data.dataset import VerticalDataset
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, DataWarning
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from ..runtime.party import load_meta, save_parts
+from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.checkpoint import Checkpoint
 from ..trees.config import BoostConfig
@@ -79,6 +80,8 @@ _TASK_MODULES = ("ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passiv
                  "ray_vfl.crypto.ou")
 
 log = logging.getLogger(__name__)
+
+_ESTIMATORS = {"binary:logistic": "SecureBoostClassifier", "reg:squarederror": "SecureBoostRegressor"}
 
 
 @dataclass
@@ -115,26 +118,45 @@ class FederatedModel:
 
     def evaluate(self, data: VerticalDataset, n_trees: int | None = None) -> dict[str, float]:
         """Test metrics (logloss and AUC, or RMSE) computed by the label party from its own labels:
-        the driver receives the figures only, which suits party-held data."""
-        return self._with_rows(data, lambda key, active: active.evaluate.remote(key, n_trees or self.n_trees))
+        the driver receives the figures only, which suits party-held data. An AUC that is undefined
+        (rows of one class) comes back as NaN with a :class:`~ray_vfl.errors.DataWarning`."""
+        n_trees = self._n_trees(n_trees)
+        metrics = self._with_rows(data, lambda key, active: active.evaluate.remote(key, n_trees), "evaluate")
+        if "auc" in metrics and not np.isfinite(metrics["auc"]):
+            warnings.warn(f"AUC is undefined on these {data.n_rows} rows: they hold one class only; evaluate on "
+                          "more rows, or split with train_test_split(..., stratify=True)", DataWarning, stacklevel=2)
+        return metrics
+
+    def _n_trees(self, n_trees: int | None) -> int:
+        """The number of trees to predict with: all (``None``) or 1 to :attr:`n_trees`."""
+        if n_trees is None:
+            return self.n_trees
+        if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or not 1 <= n_trees <= self.n_trees:
+            raise ConfigError(f"n_trees must be an integer in [1, {self.n_trees}] (the trees this model holds) or None "
+                              f"for all of them, got {n_trees!r}")
+        return int(n_trees)
 
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
-        """Raw margins of federated prediction for every row of ``data``."""
-        def margins(key, active):
-            return active.predict_margin.remote(key, 0, n_trees or self.n_trees)
+        """Raw margins of federated prediction for every row of ``data`` with its first ``n_trees``
+        trees (all by default; :class:`~ray_vfl.errors.ConfigError` outside 1 .. :attr:`n_trees`)."""
+        n_trees = self._n_trees(n_trees)
 
-        return self._with_rows(data, margins) + self.runtime.get(
+        def margins(key, active):
+            return active.predict_margin.remote(key, 0, n_trees)
+
+        return self._with_rows(data, margins, "predict") + self.runtime.get(
             [(self.label_party, self._handle(self.label_party).get_base_margin.remote())], "prediction")[0]
 
-    def _with_rows(self, data: VerticalDataset, call) -> Any:
+    def _with_rows(self, data: VerticalDataset, call, role: str = "predict") -> Any:
         """Have every party load its rows of ``data``, run ``call(key, label party)`` and drop the rows."""
+        VerticalDataset.ensure(data, role)
         if sorted(data.party_names) != sorted(self.order):
             raise DataError(f"prediction data must hold the parties {self.order}, got {data.party_names}")
         key = f"predict-{uuid.uuid4().hex[:8]}"
         try:
             tables = data.tables(self.runtime)
             calls = [(p, self._handle(p).load_rows.remote(key, tables[p])) for p in self.order]
-            self.runtime.get(calls, "load prediction rows")
+            warn_unseen_categories(self.order, self.runtime.get(calls, "load prediction rows"), "prediction data")
             result = self.runtime.get([(self.label_party, call(key, self._handle(self.label_party)))], "prediction")[0]
         except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
             self._drop_rows(key)
@@ -161,13 +183,25 @@ class FederatedModel:
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.json``, its own part only."""
         meta = {"order": self.order, "label_party": self.label_party, "n_trees": self.n_trees, "config": self.config.to_dict()}
-        return save_parts(self.runtime, self.order, directory, meta, ".json")
+        return save_parts(self.runtime, self.order, directory, meta, ".json", kind="secureboost")
 
     @classmethod
-    def load(cls, directory: str, runtime: Runtime | None = None) -> "FederatedModel":
-        """Start one actor per party and have each read its own saved part."""
-        meta = load_meta(directory, "FederatedModel.save")
-        config = BoostConfig.from_dict(meta["config"])
+    def load(cls, directory: str, runtime: Runtime | None = None, objective: str | None = None) -> "FederatedModel":
+        """Start one actor per party and have each read its own saved part; ``objective``, if given,
+        must be the saved model's (a classifier never loads a regressor's trees)."""
+        meta = load_meta(directory, "FederatedModel.save", kind="secureboost")
+        try:
+            config = BoostConfig.from_dict(meta["config"])
+            order, label_party, _ = list(meta["order"]), meta["label_party"], int(meta["n_trees"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{directory!r} holds no complete SecureBoost federation file "
+                            f"({type(exc).__name__}: {exc}); save the model again") from exc
+        if label_party not in order:
+            raise DataError(f"{directory!r}: the label party {label_party!r} is not among the parties {order}")
+        if objective is not None and config.objective != objective:
+            raise DataError(f"{directory!r} holds a {_ESTIMATORS[config.objective]} model (objective "
+                            f"{config.objective!r}), not one with objective {objective!r}: load it with "
+                            f"{_ESTIMATORS[config.objective]}.load_model")
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect(meta["order"])
         calls = []
@@ -222,6 +256,7 @@ def train(
     >>> model = train(Runtime(), data, BoostConfig(n_trees=3, backend="plain"))      # doctest: +SKIP
     """
     _check_training_input(data, config, eval_sets or {})
+    config.warn_if_weak(stacklevel=2)  # a key under 2048 bits, or no encryption: said once per fit
     if config.timeout_s is None:  # the one timeout: the config's if set, else the runtime's
         config = config.replace(timeout_s=runtime.timeout_s)
     order = data.party_names
@@ -245,11 +280,15 @@ def train(
     if config.precompute_masks and get_backend(config.backend).supports_masks:  # the label party's encryptions
         setup.append((active_name, active.set_mask_reserve.remote(runtime.spawn_helper(active_name, "masks", MaskReserve))))
     model = FederatedModel(runtime, order, active_name, config, 0)
+    loads = {}  # eval set -> index of its parties' load_rows calls in setup
     for key, eval_data in (eval_sets or {}).items():
         eval_tables = eval_data.tables(runtime)
+        loads[key] = len(setup)
         setup += [(p, runtime.actor(p).load_rows.remote(key, eval_tables[p])) for p in order]
         setup.append((active_name, active.set_eval_labels.remote(key)))
-    runtime.get(setup, "setup", config.timeout_s)
+    done = runtime.get(setup, "setup", config.timeout_s)
+    for key, at in loads.items():
+        warn_unseen_categories(order, done[at:at + len(order)], f"eval set {key!r}")
     first = runtime.get([(active_name, active.continue_margins.remote())], "continue", config.timeout_s)[0] if init_model else 0
     end = first + config.n_trees
     model.n_trees = first
@@ -282,7 +321,7 @@ def _init_parts(init_model: str | None, order: list[str], label_party: str) -> d
     """Each party's saved part of the model to continue from (None for every party without one)."""
     if init_model is None:
         return {p: None for p in order}
-    meta = load_meta(init_model, "FederatedModel.save")
+    meta = load_meta(init_model, "FederatedModel.save", kind="secureboost")
     if sorted(meta.get("order", [])) != sorted(order) or meta.get("label_party") != label_party:
         raise ConfigError(f"the model in {init_model!r} is of parties {meta.get('order')} with label party "
                           f"{meta.get('label_party')!r}; this data has {order} with {label_party!r}")
@@ -325,6 +364,7 @@ def _default_workers(runtime: Runtime, party: str, passives: Sequence[str]) -> i
 
 
 def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:
+    VerticalDataset.ensure(data, "train")
     if not isinstance(config, BoostConfig):
         raise ConfigError(f"config must be a BoostConfig, got {type(config).__name__}")
     if data.label_party is None:
@@ -333,9 +373,13 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
     if len(data.party_names) < 2:
         raise DataError("SecureBoost needs the label party and at least one passive party; got one party")
     for key, eval_data in eval_sets.items():
+        VerticalDataset.ensure(eval_data, f"eval set {key!r}")
         if eval_data.party_names != data.party_names or eval_data.label_party != data.label_party:
             raise DataError(f"eval set {key!r} must have the training parties {data.party_names} and the same label party")
-        eval_data.check_labels(config.objective)
+        try:
+            eval_data.check_labels(config.objective)
+        except DataError as exc:  # one class: its AUC is undefined and early stopping could not watch it
+            raise DataError(f"eval set {key!r}: {exc}") from None
         for p in data.party_names:
             if eval_data.columns(p) != data.columns(p):
                 raise DataError(f"eval set {key!r}: party {p!r} has columns {eval_data.columns(p)}, "

@@ -47,6 +47,8 @@ class FeatureEncoder:
         self.categories: dict[str, dict] = {}
         self.cuts: dict[str, np.ndarray] = {}
         self.vocab_sizes: list[int] = []
+        # per categorical column, rows of the last transform whose category training never saw
+        self.unseen_counts: dict[str, int] = {}
 
     def fit(self, frame: pd.DataFrame, categorical: Sequence[str], party: str = "?") -> "FeatureEncoder":
         check_encodable(frame, categorical, party)
@@ -79,7 +81,8 @@ class FeatureEncoder:
         return self
 
     def transform(self, frame: pd.DataFrame, party: str = "?") -> np.ndarray:
-        """IDs of shape ``(rows, features)``, int64; 0 for missing or unseen values."""
+        """IDs of shape ``(rows, features)``, int64; 0 for missing or unseen values (how many rows hold
+        an unseen category, per column, is kept in :attr:`unseen_counts`)."""
         if not self.columns:
             raise DataError(f"party {party!r}: the feature encoder is used before fit")
         got = [str(c) for c in frame.columns]
@@ -89,10 +92,13 @@ class FeatureEncoder:
                 "give every data set the training columns in the training order"
             )
         out = np.zeros((len(frame), len(self.columns)), dtype=np.int64)
+        self.unseen_counts = {}
         for j, col in enumerate(self.columns):
             series = frame.iloc[:, j]
             if col in self.categories:
-                out[:, j] = series.map(self.categories[col]).fillna(0).to_numpy(dtype=np.int64)
+                codes = series.map(self.categories[col])
+                self.unseen_counts[col] = int((series.notna() & codes.isna()).sum())
+                out[:, j] = codes.fillna(0).to_numpy(dtype=np.int64)
                 continue
             x = series.to_numpy(dtype=np.float64, na_value=np.nan)
             if np.isinf(x).any():

@@ -84,6 +84,10 @@ class _SplitParty(PartyActor):
         """A data set (test or prediction rows) encoded with the training encoder."""
         return torch.from_numpy(self.encoder.transform(frame, party=self.name))
 
+    def unseen_categories(self) -> dict[str, int]:
+        """Rows of the data set last encoded whose category training never saw, per column."""
+        return {c: n for c, n in self.encoder.unseen_counts.items() if n}
+
     def n_batches(self) -> int:
         return len(self.schedule)
 

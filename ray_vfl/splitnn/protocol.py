@@ -38,7 +38,7 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from ..runtime.party import load_meta, save_parts
+from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
@@ -93,7 +93,8 @@ class SplitNNModel:
             rt.get([(p, rt.actor(p).drop_rows.remote(key)) for p in parties], "cleanup")
 
         try:
-            rt.get([(p, rt.actor(p).load_rows.remote(key, tables[p])) for p in parties], "load prediction rows")
+            reports = rt.get([(p, rt.actor(p).load_rows.remote(key, tables[p])) for p in parties], "load prediction rows")
+            warn_unseen_categories(parties, reports, "prediction data")
             embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
             label = rt.actor(self.label_party)
             result = rt.get([(self.label_party, getattr(label, method).remote(key, *embs))], "prediction")[0]
@@ -122,12 +123,12 @@ class SplitNNModel:
         """
         meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
                 "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
-        return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt")
+        return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt", kind="splitnn")
 
     @classmethod
     def load(cls, directory: str, runtime: Runtime | None = None) -> "SplitNNModel":
         """Start one actor per party and have each read its own saved part (for prediction)."""
-        meta = load_meta(directory, "SplitNNModel.save")
+        meta = load_meta(directory, "SplitNNModel.save", kind="splitnn")
         try:
             config = SplitNNConfig.from_dict(meta["config"])
             label_name, nonlabel = meta["label_party"], list(meta["nonlabel"])

@@ -11,9 +11,10 @@ import logging
 import math
 import sys
 import time
+import warnings
 from typing import Any, Sequence, TextIO
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataWarning
 
 __all__ = ["TrainingCallback", "ProgressBar", "EvaluationLogger", "EarlyStopping", "TreeTimer", "CallbackList"]
 
@@ -43,7 +44,11 @@ class TrainingCallback:
 
 
 class ProgressBar(TrainingCallback):
-    """One line per update: trees done, elapsed time, ETA and the latest metrics.
+    """Trees done, elapsed time, ETA and the latest metrics, after every tree.
+
+    On a terminal the bar redraws one line in place (``\\r``); into anything else (a log file, a
+    pipe, a notebook's captured stream) it writes one plain line per tree, so logs hold no
+    carriage returns.
 
     Example
     -------
@@ -68,16 +73,26 @@ class ProgressBar(TrainingCallback):
         eta = elapsed / done * (self.total - done)
         filled = int(self.width * done / self.total)
         latest = " ".join(f"{k}-{m}={v:.4f}" for k, d in logs.items() for m, v in d.items() if isinstance(v, float))
-        line = f"\r[{'#' * filled}{'.' * (self.width - filled)}] tree {done}/{self.total} {elapsed:6.1f}s ETA {eta:6.1f}s {latest}"
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] tree {done}/{self.total} {elapsed:6.1f}s ETA {eta:6.1f}s {latest}"
         stream = self.stream or sys.stderr
-        stream.write(line)
+        stream.write(f"\r{line}" if self._redraws(stream) else f"{line.rstrip()}\n")
         stream.flush()
         return False
 
+    @staticmethod
+    def _redraws(stream: TextIO) -> bool:
+        """Whether ``stream`` is a terminal, where ``\\r`` redraws the line instead of piling up."""
+        isatty = getattr(stream, "isatty", None)
+        try:
+            return bool(isatty and isatty())
+        except ValueError:  # a closed stream
+            return False
+
     def after_training(self, model: Any) -> None:
         stream = self.stream or sys.stderr
-        stream.write("\n")
-        stream.flush()
+        if self._redraws(stream):
+            stream.write("\n")
+            stream.flush()
 
 
 class EvaluationLogger(TrainingCallback):
@@ -104,7 +119,10 @@ class EvaluationLogger(TrainingCallback):
 class EarlyStopping(TrainingCallback):
     """Stop when ``metric`` on ``data`` has not improved for ``rounds`` trees.
 
-    The model keeps the trees up to the best iteration.
+    The model keeps the trees up to the best iteration. Each training starts afresh (the same
+    callback may watch several fits). A NaN score never counts as an improvement, and is reported
+    once per fit with a :class:`~ray_vfl.errors.DataWarning`; if no score is a number for
+    ``rounds`` trees, training stops and keeps every tree.
 
     Parameters
     ----------
@@ -130,7 +148,12 @@ class EarlyStopping(TrainingCallback):
         if not isinstance(rounds, int) or rounds < 1:
             raise ConfigError(f"early stopping rounds must be an integer >= 1, got {rounds!r}")
         self.rounds, self.data, self.metric, self.maximize = rounds, data, metric, maximize
+        self.before_training(None)
+
+    def before_training(self, config: Any) -> None:
         self.best_iteration: int | None = None
+        self.best_score = -math.inf
+        self._warned_nan = False
 
     def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
         if self.data not in logs:
@@ -141,9 +164,15 @@ class EarlyStopping(TrainingCallback):
             raise ConfigError(f"early stopping metric {metric!r} is not among {sorted(metrics)}")
         maximize = self.maximize if self.maximize is not None else metric in ("auc", "accuracy")
         score = metrics[metric] if maximize else -metrics[metric]
-        if self.best_iteration is None or (math.isfinite(score) and score > self.best_score):
+        if math.isnan(score):
+            if not self._warned_nan:
+                self._warned_nan = True
+                warnings.warn(f"early stopping: {metric} on {self.data!r} is NaN after tree {iteration + 1}; a NaN "
+                              "never counts as an improvement", DataWarning, stacklevel=2)
+        elif self.best_iteration is None or score > self.best_score:
             self.best_iteration, self.best_score = iteration, score
-        return iteration - self.best_iteration >= self.rounds
+        since = self.best_iteration if self.best_iteration is not None else -1
+        return iteration - since >= self.rounds
 
 
 class TreeTimer(TrainingCallback):

@@ -8,16 +8,21 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import ValidatedConfig, check_float, check_int
-from ..errors import ConfigError
+from ..crypto.base import MIN_KEY_BITS, check_key_bits, weak_key_warning
+from ..errors import ConfigError, SecurityWarning
 
-__all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "default_gradient_bound"]
+__all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "PLAIN_BACKEND_WARNING", "default_gradient_bound"]
 
 OBJECTIVES = ("binary:logistic", "reg:squarederror")
-MIN_KEY_BITS = 1024
+PLAIN_BACKEND_WARNING = (
+    "backend='plain' encrypts nothing: every passive party sees each row's gradient, and the labels follow from "
+    "the gradients (for the logistic loss g = p - y, so g < 0 exactly for the rows labelled 1); use it for tests "
+    "and baselines only, and backend='paillier' or 'ou' with real data")
 # Largest |gradient| the encrypted encoding holds for squared error unless the user says otherwise.
 DEFAULT_GRADIENT_BOUND = 2.0**16
 
@@ -62,7 +67,11 @@ class BoostConfig(ValidatedConfig):
     backend : str
         Crypto backend name (see :func:`ray_vfl.crypto.available_backends`).
     key_bits : int
-        Paillier modulus size; at least 1024, 2048 by default.
+        Modulus size of the encrypted backends: 2048 (the default, about 112 bits of security) or
+        more; 1024 (about 80 bits) only with ``allow_weak_keys=True``.
+    allow_weak_keys : bool
+        Accept 1024 <= ``key_bits`` < 2048, with a :class:`~ray_vfl.errors.SecurityWarning` naming the
+        security level: for tests and benchmarks, never for real data. ``False`` by default.
     workers_per_party : int or None
         Ray tasks a party fans its crypto out to; ``None``: the CPUs of the party's nodes, split
         between passive parties that share nodes.
@@ -90,6 +99,13 @@ class BoostConfig(ValidatedConfig):
         (residuals may grow a little while boosting): scale the labels or raise
         the bound.
 
+    Warns
+    -----
+    SecurityWarning
+        From :meth:`warn_if_weak`, which training calls once per fit: with ``allow_weak_keys=True``
+        and a key under 2048 bits, and with ``backend="plain"`` (passive parties see the gradients,
+        from which the labels follow).
+
     Example
     -------
     >>> cfg = BoostConfig(n_trees=10, max_depth=5)
@@ -112,6 +128,7 @@ class BoostConfig(ValidatedConfig):
     base_score: float | None = None
     backend: str = "paillier"
     key_bits: int = 2048
+    allow_weak_keys: bool = False
     workers_per_party: int | None = None
     timeout_s: float | None = None
     precompute_masks: bool = True
@@ -137,11 +154,11 @@ class BoostConfig(ValidatedConfig):
                 check_float("base_score", self.base_score, -1e300, 1e300)
         if not isinstance(self.backend, str) or not self.backend:
             raise ConfigError(f"backend must be a backend name such as 'paillier' or 'plain', got {self.backend!r}")
-        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int) or self.key_bits < MIN_KEY_BITS:
-            raise ConfigError(
-                f"key_bits must be an integer >= {MIN_KEY_BITS} (2048 recommended), got {self.key_bits!r}; "
-                "smaller Paillier keys are breakable"
-            )
+        if not isinstance(self.allow_weak_keys, bool):
+            raise ConfigError(f"allow_weak_keys must be True or False, got {self.allow_weak_keys!r}")
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int):
+            raise ConfigError(f"key_bits must be an integer such as 2048, got {self.key_bits!r}")
+        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", warn=False)  # warned by training
         if self.workers_per_party is not None:
             check_int("workers_per_party", self.workers_per_party, 1, 4096)
         if self.timeout_s is not None:
@@ -160,6 +177,28 @@ class BoostConfig(ValidatedConfig):
         object.__setattr__(self, "gradient_bound", bound)
         # Not a field: to_dict saves the resolved bound, and replace() derives a default one again.
         object.__setattr__(self, "_derived_gradient_bound", not given)
+
+    def security_warnings(self) -> list[str]:
+        """What is weaker than the default in this config, one sentence each: a key under 2048 bits
+        (accepted with ``allow_weak_keys``), the ``plain`` backend.
+
+        Example
+        -------
+        >>> [w[:32] for w in BoostConfig(backend="plain").security_warnings()]
+        ["backend='plain' encrypts nothing"]
+        >>> BoostConfig().security_warnings()
+        []
+        """
+        if self.backend == "plain":  # no key at all: the key size does not matter
+            return [PLAIN_BACKEND_WARNING]
+        weak = weak_key_warning(self.key_bits, "allow_weak_keys=True")
+        return [weak] if weak else []
+
+    def warn_if_weak(self, stacklevel: int = 2) -> None:
+        """Issue a :class:`~ray_vfl.errors.SecurityWarning` for each of :meth:`security_warnings`
+        (training calls it once per fit)."""
+        for message in self.security_warnings():
+            warnings.warn(message, SecurityWarning, stacklevel=stacklevel + 1)
 
     def replace(self, **changes: Any) -> "BoostConfig":
         """Return a copy with some fields changed (validated again); a gradient bound the user
