@@ -68,7 +68,8 @@ def main() -> None:
     frame, label, cats, _ = load_named(args.dataset, DATA_DIR)
     train, _ = vertical_split(frame, args.parties, label=label, categorical=cats, seed=0).train_test_split(0.2, seed=0)
     order, active_name = train.party_names, train.label_party
-    cfg = BoostConfig(n_trees=args.trees, backend=args.backend, key_bits=args.key_bits, timeout_s=600)
+    cfg = BoostConfig(n_trees=args.trees, backend=args.backend, key_bits=args.key_bits,
+                      allow_weak_keys=args.key_bits < 2048, timeout_s=600)
 
     spent: dict[str, list[float]] = defaultdict(list)
     check = comm.check_payload

@@ -99,7 +99,7 @@ def federation_run(backend: str, kind: str, bad) -> None:
     y = (rng.random(N_ROWS) < 0.4).astype(float)
     passive_rows = pd.DataFrame({"x": y * 2 + rng.normal(0, 0.5, N_ROWS), "z": rng.normal(size=N_ROWS)})
     active_rows = pd.DataFrame({"a": rng.normal(size=N_ROWS)})
-    cfg = BoostConfig(n_trees=1, max_depth=2, backend=backend, key_bits=1024, timeout_s=60)
+    cfg = BoostConfig(n_trees=1, max_depth=2, backend=backend, key_bits=1024, allow_weak_keys=True, timeout_s=60)
     pool = TaskPool(resource=None, workers=1)
     active = ActiveParty(ACTIVE, InlineRows(active_rows, y), [], cfg, pool, [ACTIVE, PASSIVE])
     handle = Local(PassiveParty(PASSIVE, InlineRows(passive_rows), [], cfg, pool), kind, bad)

@@ -485,7 +485,7 @@ class Backend(ABC):
         -------
         >>> from ray_vfl.crypto import get_backend
         >>> be = get_backend("paillier")
-        >>> pk, sk = be.generate_keys(1024)
+        >>> pk, sk = be.generate_keys(1024, allow_weak=True)
         >>> c = be.encrypt_gh(pk, np.array([0.5]), np.array([0.25]))
         >>> be.peer_problem(pk, c) is None
         True
