@@ -232,7 +232,8 @@ class Runtime:
                 start_local_ray(parties, self.num_cpus)
                 self.started_ray = True
             else:
-                ray.init(address=address, log_to_driver=False)
+                # logging_level: Ray's "Connecting to existing Ray cluster" INFO line says nothing the user asked for
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         available = ray.cluster_resources()
         lacking = claim_spare_slots([p for p in parties if available.get(party_resource(p), 0) <= 0], available)
         missing = [party_resource(p) for p in lacking]
