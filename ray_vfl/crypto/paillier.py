@@ -45,7 +45,7 @@ from typing import ClassVar
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint, security_level
+from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
 from ray_vfl.crypto.gmp import (
     FixedBase,
     MaskPowers,
@@ -53,6 +53,7 @@ from ray_vfl.crypto.gmp import (
     parallel_powmod,
     random_prime,
 )
+from ray_vfl.crypto.key_policy import security_level
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.errors import CryptoError
 

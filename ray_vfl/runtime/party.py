@@ -36,7 +36,7 @@ def write_atomically(path: str, write: Callable[[Any], None], binary: bool = Fal
     ``path``: a reader never sees half a file, and a failed write leaves the old one."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)  # on a party's own node the folder may not exist yet
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
             write(fh)
@@ -155,8 +155,9 @@ class PartyActor:
         """Remove this party's other checkpoint files beside ``keep`` (older ones, or those of a run that
         failed before the driver recorded them); returns the names removed."""
         folder, prefix = os.path.dirname(keep), f"{self.name}.tree-"
-        gone = [f for f in os.listdir(folder) if f.startswith(prefix) and f.endswith(".json")
-                and f != os.path.basename(keep)]
+        # Half-written files too: a party stopped while writing leaves ".<name>.<random>.tmp" behind.
+        gone = [f for f in os.listdir(folder) if f != os.path.basename(keep)
+                and ((f.startswith(prefix) and f.endswith(".json")) or (f.startswith("." + prefix) and f.endswith(".tmp")))]
         for name in gone:
             os.unlink(os.path.join(folder, name))
         return gone

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ValidatedConfig, check_float, check_int
-from ..crypto.base import MIN_KEY_BITS, check_key_bits, weak_key_warning
+from ..crypto.key_policy import MIN_KEY_BITS, check_key_bits, weak_key_warning
 from ..errors import ConfigError, SecurityWarning
 
 __all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "PLAIN_BACKEND_WARNING", "default_gradient_bound"]
