@@ -5,9 +5,10 @@ party's feature columns; all frames share one row order (row ``i`` of every
 party is the same customer, identified by ``ids[i]``). One party, the label
 owner, also holds the labels. Here the data starts in one process (a
 simulation, a notebook, a test): :func:`vertical_split` and
-:meth:`VerticalDataset.from_frames` build it, and the first protocol run moves
-each party's block into that party's store actor once
-(:meth:`VerticalDataset.tables`); later runs on the same runtime reuse it.
+:meth:`VerticalDataset.from_frames` build it, and the first protocol run puts
+each party's block into Ray's object store once (:meth:`VerticalDataset.tables`);
+each party's actor fetches its own block from there, and every later run passes
+the same reference.
 
 In a federation each party's data stays on its own nodes:
 :class:`~ray_vfl.data.party_held.PartyHeldDataset` (built by
@@ -18,7 +19,6 @@ a handle the driver holds, with the same protocol-facing methods.
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -82,7 +82,7 @@ class VerticalDataset:
     label: np.ndarray | None = None
     label_party: str | None = None
     categorical: dict[str, list[str]] = field(default_factory=dict)
-    # runtime token -> (party -> (store handle, TableRef)): where this data was moved, once per runtime
+    # the Ray session and each party's reference (see tables()): the frames are put once per session
     _placed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -198,31 +198,23 @@ class VerticalDataset:
         return list(self.features[party].columns)
 
     def tables(self, runtime: "Runtime") -> dict:
-        """Per party, a :class:`~ray_vfl.data.store.TableRef` to its block in its store actor.
+        """Per party, a reference to its block (and the label owner's labels) that the party's actor
+        fetches: each block is put into Ray's object store once per Ray session, then every fit,
+        eval set and prediction on this dataset passes the same reference."""
+        import ray
 
-        The blocks move into the parties' stores on the first call for a runtime (one put per
-        party); later calls reuse them while those store actors live.
-        """
-        from .store import PartyStore, Table, TableRef
+        from .store import PutRows
 
         runtime.connect(self.party_names)
-        placed = self._placed.get(runtime._token, {})
-        refs = {}
-        for party, frame in self.features.items():
-            store = runtime.helper_if_alive(party, "data")
-            if party in placed and placed[party][0] is store:
-                refs[party] = placed[party][1]
-                continue
-            store = runtime.spawn_helper(party, "data", PartyStore, party, keep=True)
-            key = f"frames-{id(self):x}"
-            label = self.label if party == self.label_party else None
-            runtime.get([(party, store.put_table.remote(key, Table(frame, None, label), self.categorical.get(party, [])))],
-                        "move data into the party")
-            placed[party] = (store, TableRef(party, store, key, runtime.timeout_s))
-            weakref.finalize(self, _forget, store, key)  # the party drops the block with this dataset
-            refs[party] = placed[party][1]
-        self._placed[runtime._token] = placed
-        return refs
+        session = ray.get_runtime_context().get_job_id()
+        if self._placed.get("session") != session:  # a new Ray: the old references are gone with the old one
+            self._placed.clear()
+            self._placed["session"] = session
+            self._placed["refs"] = {
+                p: PutRows(p, ray.put((frame, self.label if p == self.label_party else None)), runtime.timeout_s)
+                for p, frame in self.features.items()
+            }
+        return dict(self._placed["refs"])
 
     # views ----------------------------------------------------------------
     @property
@@ -274,18 +266,6 @@ class VerticalDataset:
         """Raise :class:`DataError` unless the labels suit ``objective`` (the check a party-held
         label party runs in its own store: :func:`ray_vfl.data.store.check_labels`)."""
         check_labels(self.label, objective)
-
-
-def _forget(store, key: str) -> None:
-    """Ask a party's store to drop a simulation block (best effort: Ray may be gone already)."""
-    import ray
-
-    if not ray.is_initialized():  # a call now would start a new Ray (with a dashboard) just to drop nothing
-        return
-    try:
-        store.drop.remote([key])
-    except Exception:  # noqa: BLE001 - at interpreter exit or after ray.shutdown there is nothing to drop
-        log.debug("store already gone; nothing to drop")
 
 
 def vertical_split(

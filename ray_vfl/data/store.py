@@ -26,7 +26,7 @@ from ..runtime.comm import Mailbox, Message, Record
 from ..runtime.validation import Array, register
 from .sources import PartySource
 
-__all__ = ["Table", "PartyStore", "TableRef", "InlineRows", "split_table", "stratified_test_rows"]
+__all__ = ["Table", "PartyStore", "TableRef", "PutRows", "InlineRows", "split_table", "stratified_test_rows"]
 
 # The label party's test positions (rows of the shared table, each once), checked on receipt
 # (context: n_rows of the receiver's table); see ray_vfl.runtime.validation.
@@ -126,6 +126,21 @@ class TableRef:
         import ray
 
         return ray.get(self.store.ids.remote(self.key), timeout=self.timeout_s)
+
+
+@dataclass(frozen=True)
+class PutRows:
+    """A simulation's block of one party, put into Ray's object store once by the process that held
+    it; the party's actors fetch it with the same ``fetch`` as a :class:`TableRef`."""
+
+    party: str
+    ref: Any  # ObjectRef of (features, labels or None)
+    timeout_s: float = 600.0
+
+    def fetch(self) -> tuple[pd.DataFrame, np.ndarray | None]:
+        import ray
+
+        return ray.get(self.ref, timeout=self.timeout_s)
 
 
 @dataclass(frozen=True)
