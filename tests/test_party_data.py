@@ -135,13 +135,19 @@ def _leaks(value, secrets, depth=0):
     return []
 
 
-def test_party_held_training_equals_the_simulation(runtime, folder, credit_parts):
+def held_and_local(runtime, folder, credit_parts):
+    """The same rows twice: held by the parties (bank CSV, shop SQLite, aligned by PSI) and as frames
+    in this process, in PSI's common order (ascending ID)."""
     bank, shop = credit_parts
     shop_sql = PartySource.sql(f"sqlite:///{folder / 'shop.db'}", "SELECT * FROM shop", id_column="cid")
     held = VerticalDataset.from_sources({"bank": bank_source(folder), "shop": shop_sql}, align="psi", runtime=runtime)
     frames = {"bank": bank.rename(columns={"customer": "id"}), "shop": shop.rename(columns={"cid": "id"})}
     local = VerticalDataset.from_frames(frames, label="default.payment.next.month")
-    local = local.take(np.argsort(local.ids))  # PSI's common order: ascending ID
+    return held, local.take(np.argsort(local.ids))
+
+
+def test_party_held_training_equals_the_simulation(runtime, folder, credit_parts):
+    held, local = held_and_local(runtime, folder, credit_parts)
     held_model = SecureBoostClassifier(n_estimators=3, max_depth=3, backend="plain", runtime=runtime).fit(held)
     local_model = SecureBoostClassifier(n_estimators=3, max_depth=3, backend="plain", runtime=runtime).fit(local)
     np.testing.assert_array_equal(held_model.predict_margin(held), local_model.predict_margin(local))
@@ -206,12 +212,7 @@ def test_split_nn_trains_and_is_scored_on_party_held_data(runtime, folder, credi
     from ray_vfl.splitnn import SplitNNConfig
     from ray_vfl.splitnn import train as train_split
 
-    bank, shop = credit_parts
-    shop_sql = PartySource.sql(f"sqlite:///{folder / 'shop.db'}", "SELECT * FROM shop", id_column="cid")
-    held = VerticalDataset.from_sources({"bank": bank_source(folder), "shop": shop_sql}, align="psi", runtime=runtime)
-    frames = {"bank": bank.rename(columns={"customer": "id"}), "shop": shop.rename(columns={"cid": "id"})}
-    local = VerticalDataset.from_frames(frames, label="default.payment.next.month")
-    local = local.take(np.argsort(local.ids))
+    held, local = held_and_local(runtime, folder, credit_parts)
     config = SplitNNConfig(batch_size=128, epochs=1)
     scores = [train_split(runtime, d, config).evaluate(d) for d in (held, local)]
     assert scores[0] == scores[1] and 0.5 < scores[0]["auc"] <= 1.0

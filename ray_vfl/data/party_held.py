@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -67,6 +68,12 @@ class PartyHeldDataset:
     unaligned: dict[str, int] = field(default_factory=dict)
     unaligned_keys: dict[str, str] = field(default_factory=dict)
     psi_stats: Any = None
+
+    def __post_init__(self) -> None:
+        # The tables this handle named stay in the parties' stores as long as the handle lives: each
+        # handle's keys are its own (opening, aligning, splitting and take make new ones).
+        owned = {p: [self.keys[p]] + ([self.unaligned_keys[p]] if p in self.unaligned_keys else []) for p in self.stores}
+        weakref.finalize(self, _release, dict(self.stores), owned)
 
     # construction -------------------------------------------------------------
     @classmethod
@@ -141,7 +148,6 @@ class PartyHeldDataset:
         calls = [(p, self.stores[p].align.remote(aligned, outside, self.keys[p], self.runtime.actor(p)))
                  for p in self.party_names]
         sizes = dict(zip(self.party_names, self.runtime.get(calls, "keep the aligned rows")))
-        self._drop(self.keys)
         keys = {p: aligned for p in self.party_names}
         schemas = self._schemas(keys)
         return PartyHeldDataset(self.runtime, self.stores, keys, schemas, self.label_party,
@@ -237,5 +243,15 @@ class PartyHeldDataset:
         return (self._derived({p: keys[0] for p in self.party_names}),
                 self._derived({p: keys[1] for p in self.party_names}))
 
-    def _drop(self, keys: Mapping[str, str]) -> None:
-        self.runtime.get([(p, self.stores[p].drop.remote([keys[p]])) for p in self.party_names], "drop rows")
+
+def _release(stores: Mapping[str, Any], keys: Mapping[str, list[str]]) -> None:
+    """Have each party drop a garbage-collected handle's tables (nothing to do once Ray is gone)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    for party, store in stores.items():
+        try:
+            store.drop.remote(keys[party])
+        except Exception:  # noqa: BLE001 - a store already killed holds nothing to drop
+            log.debug("store of %s already gone", party)

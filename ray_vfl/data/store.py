@@ -212,11 +212,6 @@ class PartyStore:
         self.categorical[key] = [c for c in categorical if c in self.tables[key].features.columns]
         return self.schema(key)
 
-    def put_table(self, key: str, table: Table, categorical: Sequence[str]) -> dict[str, Any]:
-        self.tables[key] = table
-        self.categorical[key] = list(categorical)
-        return self.schema(key)
-
     # selections ---------------------------------------------------------------
     def select(self, key: str, base: str, rows: np.ndarray) -> int:
         """Keep rows ``rows`` (positions into ``base``) of a table as ``key``."""

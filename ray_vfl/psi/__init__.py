@@ -3,7 +3,7 @@
 from .. import _lazy_exports
 
 _EXPORTS = {
-    "PsiResult": ".protocol", "private_set_intersection": ".protocol", "normalize_ids": ".protocol",
+    "PsiResult": ".protocol", "private_set_intersection": ".protocol", "normalize_ids": ".party",
     "PsiParty": ".party",
 }
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)

@@ -33,15 +33,17 @@ import sys
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import ray
 import rbcl
 
-from ..errors import CryptoError, VFLError
+from ..errors import CryptoError, DataError, VFLError
 from ..runtime.actors import TaskPool
 from ..runtime.comm import Mailbox, Message, Record
 from ..runtime.validation import Array, register
 
 __all__ = [
+    "normalize_ids",
     "DOMAIN", "POINT_BYTES", "DIGEST_BYTES", "SCALAR_BYTES", "new_scalar", "encode_ids", "hash_and_blind", "blind",
     "match_digests", "PsiParty",
 ]
@@ -209,6 +211,45 @@ def match_digests(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
     return out
 
 
+def normalize_ids(values: Any, party: str, id_column: str = "id") -> tuple[np.ndarray, str]:
+    """Check one party's IDs and return them as ``(array, kind)``, kind ``"int"`` or ``"str"``.
+
+    Raises :class:`DataError` for missing, duplicate, float, boolean or mixed IDs.
+
+    Example
+    -------
+    >>> normalize_ids(pd.Series([3, 1]), "bank")[1], normalize_ids(["a", "b"], "shop")[1]
+    ('int', 'str')
+    """
+    series = pd.Series(values) if not isinstance(values, pd.Series) else values
+    where = f"party {party!r}, ID column {id_column!r}"
+    missing = int(series.isna().sum())
+    if missing:
+        raise DataError(f"{where}: {missing} missing ID(s); every row needs an ID (drop or fill those rows first)")
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        raise DataError(f"{where}: IDs are booleans; use integer or string IDs")
+    if pd.api.types.is_integer_dtype(dtype):
+        ids, kind = series.to_numpy(dtype=np.int64 if dtype.kind != "u" else np.uint64), "int"
+    elif pd.api.types.is_float_dtype(dtype):
+        raise DataError(f"{where}: IDs are floats ({dtype}); integer IDs read with missing values become floats. "
+                        "Use integer or string IDs")
+    else:
+        ids = series.to_numpy(dtype=object)
+        kinds = {"str" if isinstance(v, str) else "int" if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 else type(v).__name__ for v in ids}
+        if len(kinds) != 1 or not kinds <= {"str", "int"}:
+            raise DataError(f"{where}: IDs must all be integers or all strings, found {sorted(kinds)}")
+        kind = kinds.pop()
+        if kind == "int":
+            ids = np.array([int(v) for v in ids], dtype=object)  # may exceed 64 bits: keep Python ints
+    dup = pd.Index(ids).duplicated()
+    if dup.any():
+        raise DataError(f"{where}: {int(dup.sum())} duplicate ID(s), e.g. {ids[dup][:3].tolist()}; "
+                        "IDs must be unique within a party")
+    return ids, kind
+
+
 class PsiParty:
     """One party of ECDH-PSI: its own IDs, its secret scalar, its mailbox.
 
@@ -232,10 +273,6 @@ class PsiParty:
         """
         self.name = name
         if kind is None:
-            from .protocol import (
-                normalize_ids,  # the checks every ID column passes, wherever it is read
-            )
-
             ids, kind = normalize_ids(ids.fetch_ids(), name)
         self.ids = ids
         self.kind = kind

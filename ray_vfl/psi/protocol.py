@@ -53,14 +53,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
-import pandas as pd
 
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from .party import PsiParty
+from .party import PsiParty, normalize_ids
 
-__all__ = ["PsiResult", "private_set_intersection", "normalize_ids"]
+__all__ = ["PsiResult", "private_set_intersection"]
 
 log = logging.getLogger(__name__)
 
@@ -99,45 +98,6 @@ class PsiResult:
     def n_aligned(self) -> int:
         first = next(iter(self.rows.values()))
         return int(first) if np.ndim(first) == 0 else len(first)
-
-
-def normalize_ids(values: Any, party: str, id_column: str = "id") -> tuple[np.ndarray, str]:
-    """Check one party's IDs and return them as ``(array, kind)``, kind ``"int"`` or ``"str"``.
-
-    Raises :class:`DataError` for missing, duplicate, float, boolean or mixed IDs.
-
-    Example
-    -------
-    >>> normalize_ids(pd.Series([3, 1]), "bank")[1], normalize_ids(["a", "b"], "shop")[1]
-    ('int', 'str')
-    """
-    series = pd.Series(values) if not isinstance(values, pd.Series) else values
-    where = f"party {party!r}, ID column {id_column!r}"
-    missing = int(series.isna().sum())
-    if missing:
-        raise DataError(f"{where}: {missing} missing ID(s); every row needs an ID (drop or fill those rows first)")
-    dtype = series.dtype
-    if pd.api.types.is_bool_dtype(dtype):
-        raise DataError(f"{where}: IDs are booleans; use integer or string IDs")
-    if pd.api.types.is_integer_dtype(dtype):
-        ids, kind = series.to_numpy(dtype=np.int64 if dtype.kind != "u" else np.uint64), "int"
-    elif pd.api.types.is_float_dtype(dtype):
-        raise DataError(f"{where}: IDs are floats ({dtype}); integer IDs read with missing values become floats. "
-                        "Use integer or string IDs")
-    else:
-        ids = series.to_numpy(dtype=object)
-        kinds = {"str" if isinstance(v, str) else "int" if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                 else type(v).__name__ for v in ids}
-        if len(kinds) != 1 or not kinds <= {"str", "int"}:
-            raise DataError(f"{where}: IDs must all be integers or all strings, found {sorted(kinds)}")
-        kind = kinds.pop()
-        if kind == "int":
-            ids = np.array([int(v) for v in ids], dtype=object)  # may exceed 64 bits: keep Python ints
-    dup = pd.Index(ids).duplicated()
-    if dup.any():
-        raise DataError(f"{where}: {int(dup.sum())} duplicate ID(s), e.g. {ids[dup][:3].tolist()}; "
-                        "IDs must be unique within a party")
-    return ids, kind
 
 
 def private_set_intersection(

@@ -280,10 +280,6 @@ class Runtime:
             return self._actors[key]
         return self._spawn(key, party, cls, args, {})
 
-    def helper_if_alive(self, party: str, role: str):
-        """The helper actor ``"<party>:<role>"`` of this runtime, or None."""
-        return self._actors.get(f"{party}:{role}")
-
     def _spawn(self, key: str, party: str, cls: type, args: tuple, kwargs: dict):
         handle = self._actors.get(key)
         if handle is not None and self._classes.get(key) is cls and hasattr(cls, "reset"):

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
-from ..data.store import check_labels
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import TaskPool, gather
 from ..trees.config import BoostConfig
@@ -55,8 +54,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def reset(self, name, table, categorical, config: BoostConfig, pool: TaskPool, party_order, init_part=None) -> None:
         super().reset(name, table, categorical, config, pool, init_part)
         label = self.own_label
-        if table is not None:  # the labels are checked here, where they are: nowhere else sees them
-            check_labels(label, config.objective)
+        if table is not None:  # train() had the labels' classes checked; their spread is checked here, where they are
             check_gradient_bound(label, config)
         self.order = list(party_order)
         self.me = self.order.index(name)

@@ -369,7 +369,7 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
         raise ConfigError(f"config must be a BoostConfig, got {type(config).__name__}")
     if data.label_party is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
-    data.check_labels(config.objective)  # at the label party for party-held data; the bound is checked there too
+    data.check_labels(config.objective)  # at the label party for party-held data; the label party checks the bound
     if len(data.party_names) < 2:
         raise DataError("SecureBoost needs the label party and at least one passive party; got one party")
     for key, eval_data in eval_sets.items():
