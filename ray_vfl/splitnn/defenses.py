@@ -32,6 +32,7 @@ from functools import cached_property
 import numpy as np
 from scipy.stats import norm
 
+from ..crypto.gaussian_dp import analytic_gaussian_sigma
 from ..errors import ConfigError
 
 __all__ = ["Defense", "NoDefense", "GaussianDP", "Marvell", "MixPro", "analytic_gaussian_sigma", "marvell_covariances",
@@ -70,36 +71,6 @@ class NoDefense(Defense):
     """Send the true gradients."""
 
     name = "none"
-
-
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Smallest sigma for which N(0, sigma^2) noise is (epsilon, delta)-DP at L2 ``sensitivity``.
-
-    The analytic Gaussian mechanism (Balle & Wang, ICML 2018, Theorem 8): the
-    mechanism is (eps, delta)-DP iff
-    ``Phi(D/(2s) - eps*s/D) - exp(eps) * Phi(-D/(2s) - eps*s/D) <= delta``;
-    the left side falls as ``s`` grows, so bisection finds the smallest ``s``.
-
-    Example
-    -------
-    >>> round(analytic_gaussian_sigma(1.0, 1e-5, 1.0), 3)  # the classical bound would give 4.845
-    3.731
-    """
-    _check("epsilon", epsilon, 0.0, 1e3)
-    _check("delta", delta, 0.0, 1.0, hi_open=True)
-    _check("sensitivity", sensitivity, 0.0, 1e12)
-
-    def excess(s: float) -> float:
-        a, b = sensitivity / (2 * s), epsilon * s / sensitivity
-        return norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b) - delta
-
-    lo, hi = 1e-12 * sensitivity, sensitivity
-    while excess(hi) > 0:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
-    return hi
 
 
 @dataclass(frozen=True)
