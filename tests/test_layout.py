@@ -7,9 +7,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ray_vfl"
 # Lowest first. Top-level modules (errors, config, metrics) serve every layer.
-LAYERS = ["<top>", "runtime", "crypto", "psi", "data", "trees", "secureboost", "splitnn"]
+LAYERS = ["<top>", "runtime", "crypto", "psi", "data", "trees", "secureboost", "pivodl", "ssxgb", "splitnn"]
 # Protocol families are side by side: none imports another.
-PEERS = {"secureboost", "splitnn"}
+PEERS = {"secureboost", "pivodl", "ssxgb", "splitnn"}
 
 
 def layer_of(module: str) -> str:

@@ -238,6 +238,13 @@ class Backend(ABC):
         """Encrypt gradient pairs, one entry per row (``pk`` may be the private key, as in :meth:`encrypt`;
         ``masks`` from :meth:`make_masks`, one per row, replace the fresh randomness)."""
 
+    def encrypt_gh_sums(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray) -> CipherArray:
+        """Encrypt plaintext gradient-pair *sums* (each of up to ``max_rows`` rows) straight into the
+        compressed layout of :meth:`compress_gh`: ``slots_per_ciphertext`` entries per ciphertext,
+        one encryption each, freshly obfuscated. It supports what a compressed array supports
+        (``add``, ``sub``, :meth:`decrypt_gh`, contiguous ``take``)."""
+        raise CryptoError(f"backend {self.name!r} cannot encrypt packed sums; use 'paillier', 'ou' or 'plain'")
+
     def prepare(self, key: PublicKey | PrivateKey, encrypt: bool = True) -> None:
         """Build this process's precomputed tables for ``key`` now rather than at the first encryption
         (a per-key, per-process cost that belongs to set-up); with ``encrypt=False`` only those that

@@ -190,6 +190,20 @@ class ModularBackend(Backend):
         packed = self.packing.pack(g, h)
         return self._wrap(pk, self._raw_encrypt(pk, packed, sk, self._mask_ints(pk, masks, len(packed))), self.packing.tag)
 
+    def encrypt_gh_sums(self, pk: Any, g: np.ndarray, h: np.ndarray) -> CipherArray:
+        pk, sk = self._encryption_keys(pk)
+        per = self.slots_per_ciphertext(pk)
+        packed = self.packing.pack(g, h, sums=True)
+        shift = 2 * self.packing.slot_bits
+        stacked = []
+        for lo in range(0, len(packed), per):  # C = P_0 + P_1 2^(2s) + ...: the layout compress_gh makes
+            acc = 0
+            for p in reversed(packed[lo:lo + per]):
+                acc = (acc << shift) + p
+            stacked.append(acc)
+        tag = compressed_tag(self.packing.tag, per, len(packed))
+        return self._wrap(pk, self._raw_encrypt(pk, stacked, sk), tag)
+
     def prepare(self, key: Any, encrypt: bool = True) -> None:
         """Build the fixed-base tables ``key`` encrypts with (the owner's CRT tables for a private key):
         an encryption of the widest positive message (a packed pair is negative only where its hessian

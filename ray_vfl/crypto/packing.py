@@ -118,8 +118,11 @@ class GHPacking:
         """
         return max(0, ((modulus // 3).bit_length() - 2) // (2 * self.slot_bits))
 
-    def pack(self, g: np.ndarray, h: np.ndarray) -> list[int]:
+    def pack(self, g: np.ndarray, h: np.ndarray, sums: bool = False) -> list[int]:
         """Return the signed packed integers ``G + H * 2**slot_bits``.
+
+        ``sums=True`` packs sums of up to ``max_rows`` values (``|g|, |h| <= bound``) instead of single
+        values: what a party that sums its own gradients in plaintext encrypts (PIVODL).
 
         Raises
         ------
@@ -132,8 +135,9 @@ class GHPacking:
         h = as_float_vector(h, "h")
         if g.shape != h.shape:
             raise DataError(f"g and h must have the same length, got {len(g)} and {len(h)}")
-        gi = self.fixed_point.to_ints(g, max_abs_int=self.value_bound)
-        hi = self.fixed_point.to_ints(h, max_abs_int=self.value_bound)
+        limit = self.bound if sums else self.value_bound
+        gi = self.fixed_point.to_ints(g, max_abs_int=limit)
+        hi = self.fixed_point.to_ints(h, max_abs_int=limit)
         s = self.slot_bits
         return [a + (b << s) for a, b in zip(gi, hi)]
 

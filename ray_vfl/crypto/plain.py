@@ -167,6 +167,9 @@ class PlainBackend(Backend):
             raise DataError(f"g and h must have the same length, got {len(g)} and {len(h)}")
         return self._wrap(pk, np.stack([g, h], axis=1), _GH)
 
+    def encrypt_gh_sums(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray) -> CipherArray:
+        return self.encrypt_gh(pk, g, h)
+
     def decrypt_gh(self, sk: PrivateKey, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
         self._check_sk(sk)
         self._check_ct(sk.public_key, c, _GH)

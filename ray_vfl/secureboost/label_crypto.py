@@ -15,11 +15,11 @@ import ray
 from ..crypto import get_backend
 from ..errors import ConfigError
 from ..trees.config import BoostConfig
-from ..trees.kernels import GRADIENT_FRAC_BITS, base_score_of
+from ..trees.encoding import backend_options
+from ..trees.kernels import base_score_of
 
 __all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
 
-GUARD_BITS = 2  # per packed slot, above the bound every honest bin sum stays under (see backend_options)
 
 
 def encryption_pieces(n: int, chunks: list, covered: int) -> list[tuple[int, int, Any]]:
@@ -73,41 +73,6 @@ def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
     order = np.lexsort((hs, gs, piece))
     piece, gs, hs = piece[order], gs[order], hs[order]
     return int(np.count_nonzero((piece[1:] == piece[:-1]) & (gs[1:] == gs[:-1]) & (hs[1:] == hs[:-1])))
-
-
-def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
-    """Encoding options every party must share: the gradient bound
-    (:attr:`~ray_vfl.trees.config.BoostConfig.gradient_bound`, 1 for logistic gradients), and no
-    bin sum covers more than the training rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
-    compression shift shorter.
-
-    Two guard bits instead of the backend's default 8: no bin sum can pass the bound (it covers
-    at most the training rows, each bounded when it is encrypted), and a sum up to 8 times past it
-    still raises.
-
-    :data:`~ray_vfl.trees.kernels.GRADIENT_FRAC_BITS` (32) fractional bits instead of the
-    backend's default 40: every gradient and hessian is on that grid before any party sums it
-    (:func:`~ray_vfl.trees.kernels.encoded_gradients`), so encryption adds no rounding of its own
-    and the trees equal the centralized ones. ``2**-32`` (2.3e-10) is finer than the float32
-    gradient pairs xgboost itself keeps for every row whenever ``|g| >= 2**-8`` (SecretFlow's
-    SecureBoost keeps 20 bits).
-
-    Together, a packed slot is 51 bits instead of 65: an OU 2048 ciphertext holds 6 bin sums
-    instead of 5 and compressing them takes 85 squarings per sum instead of 104; a Paillier 2048
-    ciphertext holds 20 instead of 15. Fewer ciphertexts are compressed, re-randomised, sent
-    and decrypted.
-
-    Example
-    -------
-    >>> backend_options(1.0, 24_000)
-    {'gradient_bound': 1.0, 'guard_bits': 2, 'frac_bits': 32, 'max_rows': 32768}
-    >>> backend_options(1e6)
-    {'gradient_bound': 1000000.0, 'guard_bits': 2, 'frac_bits': 32}
-    """
-    options: dict = {"gradient_bound": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": GRADIENT_FRAC_BITS}
-    if n_rows:
-        options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
-    return options
 
 
 def check_gradient_bound(y: np.ndarray, config: BoostConfig) -> None:

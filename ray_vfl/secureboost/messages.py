@@ -22,6 +22,7 @@ from ..runtime.validation import (
     register,
     total,
 )
+from ..trees.encoding import public_key_problem
 
 __all__ = ["SplitOrders", "Partition", "LevelStep", "NodeHistograms", "RouteQuery", "RouteAnswer"]
 
@@ -101,22 +102,6 @@ class RouteAnswer:
 # ---------------------------------------------------------------------------
 # What each kind carries. Context names are the receiver's own values, given where it opens the message.
 
-def _public_key_problem(payload, ctx) -> str | None:
-    """The backend and its options are the ones the receiver's config gives; the key is one of that
-    backend's, at least as long as the config asks (context: backend_spec, backend, key_bits)."""
-    spec, pk = payload
-    if spec != ctx["backend_spec"]:
-        return f"payload[0] (backend and options) is {spec!r}; the receiver's config gives {ctx['backend_spec']!r}"
-    backend = ctx["backend"]
-    if not isinstance(pk, backend.public_key_type):
-        return f"payload[1] (public key) is a {type(pk).__name__}; expected a {backend.public_key_type.__name__}"
-    n = getattr(pk, "n", None)
-    if backend.is_encrypted and not (hasattr(n, "bit_length") and n.bit_length() >= ctx["key_bits"]):
-        bits = n.bit_length() if hasattr(n, "bit_length") else None
-        return f"payload[1] (public key) has a {bits}-bit modulus; the receiver's config asks for {ctx['key_bits']} bits"
-    return None
-
-
 def _layout_problem(p, ctx) -> str | None:
     """A feature's derived cell is never also sent."""
     both = np.intersect1d(p["cells"], p["derived"])
@@ -160,7 +145,7 @@ _N_ORDERS = length("orders.node")
 
 register(  # active -> passive, once (context: backend_spec, backend, key_bits)
     "public_key",
-    Is("", tuple), Size("", 2), Rule(_public_key_problem),
+    Is("", tuple), Size("", 2), Rule(public_key_problem),
 )
 register(  # passive -> active, once (context: n_bins, encrypted)
     "histogram_layout",

@@ -54,6 +54,9 @@ __all__ = [
     "build_histograms",
     "SplitChoice",
     "best_splits",
+    "split_gains",
+    "ties_with",
+    "is_splittable",
     "goes_left",
     "leaf_weights",
     "smaller_children",
@@ -270,7 +273,7 @@ class SplitChoice:
     default_left: np.ndarray  # (slots,) bool: missing values go left
 
     def splittable(self, gamma: float) -> np.ndarray:
-        return (self.gain > gamma) & (self.gain > _GAIN_EPS)
+        return is_splittable(self.gain, gamma)
 
 
 def _children_sums(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -282,6 +285,33 @@ def _children_sums(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     above[:, :, :-1] = np.cumsum(X[:, :, -2:0:-1], axis=2)[:, :, ::-1]  # bins b+1 .. n_bins-2
     missing = X[:, :, -1:]
     return np.stack([below + missing, below], axis=2), np.stack([above, above + missing], axis=2)
+
+
+def split_gains(gl: np.ndarray, hl: np.ndarray, gr: np.ndarray, hr: np.ndarray, g_tot, h_tot,
+                reg_lambda: float, min_child_weight: float) -> np.ndarray:
+    """Gain of every candidate from its children's sums and the node's totals; ``-inf`` where a child
+    is empty or lighter than ``min_child_weight``. Every protocol scores candidates with this.
+
+    Example
+    -------
+    >>> split_gains(np.array([-2.0]), np.array([1.0]), np.array([2.0]), np.array([1.0]), 0.0, 2.0, 1.0, 0.0).tolist()
+    [4.0]
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
+    valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)
+    return np.where(valid, gain, -np.inf)
+
+
+def ties_with(gain: np.ndarray, top) -> np.ndarray:
+    """Candidates whose gain ties ``top`` (within a relative ``1e-9``): the first of them wins."""
+    with np.errstate(invalid="ignore"):  # -inf - inf where nothing is valid: no ties
+        return gain >= top - _TIE_RTOL * np.abs(top)
+
+
+def is_splittable(gain, gamma: float):
+    """A split is made only when its gain beats ``gamma`` and float noise."""
+    return (gain > gamma) & (gain > _GAIN_EPS)
 
 
 def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
@@ -307,13 +337,9 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
     h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
     (gl, gr), (hl, hr) = _children_sums(G), _children_sums(H)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gain = gl**2 / (hl + reg_lambda) + gr**2 / (hr + reg_lambda) - g_tot**2 / (h_tot + reg_lambda)
-    valid = (hl >= min_child_weight) & (hr >= min_child_weight) & (hl > 0) & (hr > 0)
-    gain = np.where(valid, gain, -np.inf).reshape(slots, -1)
+    gain = split_gains(gl, hl, gr, hr, g_tot, h_tot, reg_lambda, min_child_weight).reshape(slots, -1)
     top = gain.max(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):  # -inf - inf where a node has no valid split: argmax picks 0
-        best = np.argmax(gain >= top - _TIE_RTOL * np.abs(top), axis=1)
+    best = np.argmax(ties_with(gain, top), axis=1)  # -inf everywhere: argmax picks 0
     feature, rest = np.divmod(best, 2 * (n_bins - 1))
     direction, threshold = np.divmod(rest, n_bins - 1)
     return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0)

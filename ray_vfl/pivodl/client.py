@@ -1,0 +1,265 @@
+"""A PIVODL client: its features, the labels of its own rows, its keys, and its share of the model.
+
+Every client plays every role of the protocol (:mod:`ray_vfl.pivodl.protocol`): it is a *member*
+that sums the gradients of its own labelled rows, a *source* of its own features
+(:class:`~ray_vfl.pivodl.roles.SourceRole`), a *split client* of other sources' candidates
+(:class:`~ray_vfl.pivodl.roles.SplitRole`), and a router of prediction rows
+(:class:`~ray_vfl.pivodl.prediction.PredictionRole`). This module holds what all roles share:
+the data (binned on the client's own node), the keys, the set-up exchanges, the secure totals of
+step 2, and the tree skeleton every client keeps.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import ray
+
+from ..crypto import get_backend
+from ..crypto.gaussian_dp import GaussianNoise
+from ..crypto.secure_sum import PairwiseMasker
+from ..data.binning import PartyBinner, check_encodable
+from ..errors import DataError
+from ..runtime.actors import TaskPool
+from ..runtime.comm import Message
+from ..runtime.party import PartyActor, resolve_rows
+from ..trees.encoding import backend_options
+from ..trees.kernels import base_margin, base_score_of, encoded_gradients
+from .candidates import candidate_table, feature_spec
+from .config import PIVODLConfig
+from .prediction import PredictionRole
+from .roles import SourceRole, SplitRole
+
+__all__ = ["Client"]
+
+
+def fetch(messages: Sequence[Any]) -> list[Message]:
+    """The messages handed to this client as Ray references (each resolved here, in its own actor),
+    without the ``None`` of senders that had nothing for it."""
+    refs = [m for m in messages if m is not None]
+    values = ray.get(refs) if refs and isinstance(refs[0], ray.ObjectRef) else refs
+    return [m for m in values if m is not None]
+
+
+class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
+    """One PIVODL client (see the module docstring). Built by :func:`ray_vfl.pivodl.protocol.train`."""
+
+    def __init__(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
+                 order: list[str]) -> None:
+        self.reset(name, table, categorical, config, pool, order)
+
+    def reset(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
+              order: list[str]) -> None:
+        self._start_party(name)
+        self.config, self.pool, self.order = config, pool, list(order)
+        self.others = [p for p in self.order if p != name]
+        self.missing_bin, self.n_bins = config.max_bin, config.max_bin + 1
+        self.binner = PartyBinner(config.max_bin)
+        self.ops: Counter[str] = Counter()
+        # Randomness that hides something from other clients (candidate order, split clients, DP noise)
+        # comes from this client's own OS entropy.
+        self.rng = np.random.Generator(np.random.PCG64DXSM(secrets.randbits(128)))
+        self.noise = GaussianNoise()
+        self.masker = PairwiseMasker(name)
+        self.trees: list[dict[int, tuple]] = []  # per tree: node -> ("split", source, record, left, right) / ("leaf", holder)
+        self.released: list[dict[int, float]] = []  # per tree: leaf -> the weight its holder released
+        self.leaf_of_row: list[np.ndarray] = []  # per tree: the leaf of every training row (partitions are public)
+        self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> exact weight, leaves this client holds
+        self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
+        self.base_score: float | None = None
+        frame, label = resolve_rows(table)
+        if frame is None:  # a client loaded from a saved model: restore() fills it
+            return
+        check_encodable(frame, categorical, name)
+        self.rows["train"] = self.binner.fit_transform(frame, categorical, party=name)
+        self.n_rows = len(frame)
+        label = np.full(self.n_rows, np.nan) if label is None else np.asarray(label, dtype=np.float64)
+        self.own = np.flatnonzero(~np.isnan(label))
+        self.y_own = label[self.own]
+        if config.objective == "binary:logistic" and not np.isin(self.y_own, (0.0, 1.0)).all():
+            bad = self.y_own[~np.isin(self.y_own, (0.0, 1.0))][0]
+            raise DataError(f"client {name!r}: binary:logistic needs labels 0 or 1, found {bad!r}; map the labels first")
+        self.backend_spec = (config.backend, backend_options(config.gradient_bound, self.n_rows))
+        self.backend = get_backend(config.backend, **self.backend_spec[1])
+        self.spec = feature_spec(self.rows["train"], self.missing_bin)
+        self.candidates = candidate_table(self.spec)
+
+    # set-up ---------------------------------------------------------------------------------------
+    def make_keys(self) -> tuple:
+        """Step 1: a key pair of the configured backend and a key-agreement key (for the masks of
+        secure prediction); both public keys and the set of rows this client labels go to every other
+        client."""
+        self.pk, self.sk = self.backend.generate_keys(self.config.key_bits, allow_weak=self.config.allow_weak_keys)
+        self.peer_pk = {self.name: self.pk}
+        key = self.mailbox.send("pivodl_public_key", self.others, (self.backend_spec, self.pk))
+        mask = self.mailbox.send("pivodl_mask_key", self.others, self.masker.public_key())
+        labelled = np.zeros(self.n_rows, dtype=bool)
+        labelled[self.own] = True
+        rows = self.mailbox.send("pivodl_labelled_rows", self.others, np.packbits(labelled))
+        return None, key, mask, rows
+
+    def meet(self, keys: list, masks: list, labelled: list) -> tuple:
+        """Take the others' public keys and labelled rows; refuse a row labelled twice or nowhere; then
+        send every other client the bins of this client's features at *its* labelled rows (once: the
+        root of the first tree reveals them anyway, a threshold at a time) and what it needs to list
+        this client's candidates."""
+        ctx = {"backend_spec": self.backend_spec, "backend": self.backend,
+               "key_bits": self.config.key_bits if self.backend.is_encrypted else 0}
+        for msg in fetch(keys):
+            self.peer_pk[msg.sender] = self.mailbox.open(msg, "pivodl_public_key", ctx, self.others)[1]
+        self.masker.agree({m.sender: self.mailbox.open(m, "pivodl_mask_key", None, self.others) for m in fetch(masks)})
+        owner = np.full(self.n_rows, -1)
+        owner[self.own] = self.order.index(self.name)
+        self.labelled_by: dict[str, np.ndarray] = {self.name: self.own}
+        for msg in fetch(labelled):
+            bits = self.mailbox.open(msg, "pivodl_labelled_rows", {"n_rows": self.n_rows}, self.others)
+            rows = np.flatnonzero(np.unpackbits(bits, count=self.n_rows))
+            twice = rows[owner[rows] >= 0]
+            if twice.size:
+                raise DataError(f"row {int(twice[0])} (and {twice.size - 1} more) is labelled at both "
+                                f"{self.order[owner[twice[0]]]!r} and {msg.sender!r}; each row's label must be at "
+                                "exactly one client")
+            owner[rows] = self.order.index(msg.sender)
+            self.labelled_by[msg.sender] = rows
+        nowhere = np.flatnonzero(owner < 0)
+        if nowhere.size:
+            raise DataError(f"{nowhere.size} training row(s) (row {int(nowhere[0])} first) are labelled at no client; "
+                            "drop them or give their labels to one client")
+        bins = self.rows["train"]
+        self.peer_bins = {self.name: bins[self.own]}
+        self.peer_spec = {self.name: self.spec}
+        out = [self.mailbox.send("pivodl_source_bins", [p], {"bins": bins[self.labelled_by[p]], "top_bin": self.spec.top_bin,
+                                                      "has_missing": self.spec.has_missing})
+               for p in self.others]
+        return (None, *out)
+
+    def take_bins(self, messages: list) -> None:
+        """Keep every source's bins at this client's labelled rows, to sum its candidates."""
+        from .candidates import FeatureSpec
+
+        for msg in fetch(messages):
+            p = self.mailbox.open(msg, "pivodl_source_bins", {"n_own": len(self.own), "n_bins": self.n_bins}, self.others)
+            self.peer_bins[msg.sender] = p["bins"]
+            self.peer_spec[msg.sender] = FeatureSpec(p["top_bin"], p["has_missing"])
+        self.peer_tables = {s: candidate_table(spec) for s, spec in self.peer_spec.items()}
+
+    # step 2: sums of all clients, decrypted by a random encryption client --------------------------
+    def total_share(self, what: str, encryptor: str, aggregator: str) -> tuple:
+        """This client's sums for ``what`` (``"base"``: label sum and count; ``"root"``: the gradient
+        sums of its labelled rows), encrypted under the encryption client's key, for the aggregator."""
+        if what == "base":
+            g, h = np.array([self.y_own.sum()]), np.array([float(len(self.y_own))])
+        else:
+            g, h = np.array([self.g.sum()]), np.array([self.h.sum()])
+        c = self.backend.encrypt_gh_sums(self.peer_pk[encryptor], g, h)
+        self.ops["encrypt"] += len(c)
+        if aggregator == self.name:
+            self._share = c
+            return None, None
+        return None, self.mailbox.send("pivodl_total_share", [aggregator], c, len(self.trees), 0)
+
+    def aggregate(self, shares: list, encryptor: str) -> tuple:
+        """The aggregation client adds every client's ciphertexts (its own included) for the encryption client."""
+        ctx = {"backend": self.backend, "public_key": self.peer_pk[encryptor]}
+        total = self._share
+        for msg in fetch(shares):
+            total = self.backend.add(ctx["public_key"], total, self.mailbox.open(msg, "pivodl_total_share", ctx, self.others))
+            self.ops["add"] += len(total)
+        return None, self.mailbox.send("pivodl_total_sum", [encryptor], total, len(self.trees), 0)
+
+    def open_total(self, message: Any, what: str) -> tuple:
+        """The encryption client decrypts the sum and broadcasts it (``what``: base score or root totals)."""
+        (msg,) = fetch([message])
+        c = self.mailbox.open(msg, "pivodl_total_sum", {"backend": self.backend, "public_key": self.pk}, self.others)
+        G, H = self.backend.decrypt_gh(self.sk, c)
+        self.ops["decrypt"] += len(c)
+        payload = np.array([G[0], H[0]])
+        self._take_total(what, payload)
+        return None, self.mailbox.send("pivodl_totals", self.others, payload, len(self.trees), 0)
+
+    def take_total(self, message: Any, what: str) -> None:
+        (msg,) = fetch([message])
+        self._take_total(what, self.mailbox.open(msg, "pivodl_totals", None, self.others))
+
+    def _take_total(self, what: str, values: np.ndarray) -> None:
+        if what == "base":
+            mean = values[0] / values[1]
+            self.base_score = base_score_of(self.config.objective, np.array([mean]), self.config.base_score)
+            self.margin_own = np.full(len(self.own), base_margin(self.config.objective, self.base_score))
+        else:
+            self.root_totals = (float(values[0]), float(values[1]))
+
+    # trees --------------------------------------------------------------------------------------------
+    def begin_tree(self) -> None:
+        """Gradients of this client's own labelled rows at the current (released) margins."""
+        self.g, self.h = encoded_gradients(self.config.objective, self.y_own, self.margin_own)
+        self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
+        self.trees.append({})
+        self.released.append({})
+        self.scored: dict[tuple[str, int], tuple] = {}
+        self._pending: dict[int, tuple] = {}
+
+    def finish_tree(self, leaf_messages: list) -> int:
+        """Take the released leaf weights; move this client's margins by them (the partial-DP weights
+        when DP is on: they are all a client ever learns of another's leaves)."""
+        tree = len(self.trees) - 1
+        for msg in fetch(leaf_messages):
+            if msg.sender == self.name:  # its own leaves, taken when it released them
+                continue
+            p = self.mailbox.open(msg, "pivodl_leaf_weights", None, self.others)
+            self._take_leaves(tree, msg.sender, p["node"], p["weight"])
+        weights = self.released[tree]
+        missing = set(np.unique(self.node_of_row).tolist()) - set(weights)
+        if missing:
+            raise DataError(f"client {self.name!r}: no leaf weight for node(s) {sorted(missing)} of tree {tree + 1}")
+        self.leaf_of_row.append(self.node_of_row.copy())
+        lookup = np.zeros(max(weights) + 1)
+        lookup[list(weights)] = list(weights.values())
+        self.margin_own = self.margin_own + lookup[self.node_of_row[self.own]]
+        return len(self.trees[tree])
+
+    def _take_leaves(self, tree: int, holder: str, nodes: np.ndarray, weights: np.ndarray) -> None:
+        for node, w in zip(nodes.tolist(), weights.tolist()):
+            self.trees[tree][node] = ("leaf", holder)
+            self.released[tree][node] = float(w)
+
+    # reporting ----------------------------------------------------------------------------------------
+    def op_counts(self) -> dict[str, int]:
+        return dict(self.ops)
+
+    def base(self) -> float:
+        """The base score (public among clients: the encryption client broadcast the label mean)."""
+        return float(self.base_score)
+
+    def skeleton(self) -> list[dict[int, tuple]]:
+        """The tree shapes as every client knows them (who owns each split, who holds each leaf)."""
+        return [dict(t) for t in self.trees]
+
+    def encode_rows(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.binner.transform(frame, party=self.name)
+
+    def unseen_categories(self) -> dict[str, int]:
+        return {c: n for c, n in self.binner.unseen_counts.items() if n}
+
+    def truncate(self, n_trees: int) -> None:
+        """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
+        del self.trees[n_trees:], self.released[n_trees:], self.leaf_of_row[n_trees:]
+        self.held = {k: v for k, v in self.held.items() if k[0] < n_trees}
+
+    def model_part(self) -> dict[str, Any]:
+        return {"party": self.name, "binner": self.binner.to_dict(), "lookup": [list(r) for r in self.lookup],
+                "trees": [{str(k): list(v) for k, v in t.items()} for t in self.trees],
+                "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score}
+
+    def restore(self, part: dict[str, Any]) -> None:
+        self.binner = PartyBinner.from_dict(part["binner"])
+        self.missing_bin, self.n_bins = self.binner.max_bin, self.binner.max_bin + 1
+        self.lookup = [(int(f), int(b), bool(d), float(t)) for f, b, d, t in part["lookup"]]
+        self.trees = [{int(k): tuple(v) for k, v in t.items()} for t in part["trees"]]
+        self.held = {(int(t), int(n)): float(w) for t, n, w in part["held"]}
+        self.base_score = None if part["base_score"] is None else float(part["base_score"])
+        self.rows = {}

@@ -1,0 +1,147 @@
+"""What each PIVODL message carries, checked by its receiver before use (:mod:`ray_vfl.runtime.validation`).
+
+Payloads are dicts of numpy arrays (and lists of ciphertext arrays); the context names are the
+receiver's own values, given where it opens the message (:mod:`ray_vfl.pivodl.client`,
+:mod:`ray_vfl.pivodl.roles`, :mod:`ray_vfl.pivodl.prediction`). The public key reuses
+SecureBoost's ``public_key`` kind (same payload, same checks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..crypto.secure_sum import PUBLIC_KEY_BYTES
+from ..runtime.validation import Array, Ciphers, Is, Packed, Ref, Rule, Size, length, not_in, register
+from ..trees.encoding import public_key_problem
+
+__all__: list[str] = []
+
+
+def _packed_each(path: str, bits: str):
+    """Every item of list ``path`` packs ``ctx[bits]`` bits."""
+    def problem(p, c):
+        want = -(-int(c[bits]) // 8)
+        for i, item in enumerate(p[path]):
+            if not isinstance(item, np.ndarray) or item.dtype != np.uint8 or item.shape != (want,):
+                return f"{path}[{i}] is not {want} packed bytes ({c[bits]} bits)"
+        return None
+    return Rule(problem)
+
+
+def _ciphers(keys_of):
+    """Every item of ``ciphers`` is a compressed array (plain arrays with the ``plain`` backend) under
+    the key ``keys_of(payload, ctx)[i]``, holding the receiver's ``entries`` entries."""
+    def problem(p, c):
+        backend = c["backend"]
+        for i, (ct, pk) in enumerate(zip(p["ciphers"], keys_of(p, c))):
+            bad = backend.peer_problem(pk, ct, compressed=True if backend.is_encrypted else None)
+            if bad:
+                return f"ciphers[{i}] {bad}"
+            if backend.entry_count(ct) != c["entries"]:
+                return f"ciphers[{i}] holds {backend.entry_count(ct)} entries; expected {c['entries']}"
+        return None
+    return Rule(problem)
+
+
+def _open(path: str = "node"):
+    return Rule(lambda p, c: None if not not_in(p[path], c["open_nodes"]).any()
+                else f"{path} names a node that is not open at the receiver")
+
+
+def _orders(p, c) -> str | None:
+    """Each order is a permutation of the sender's candidates."""
+    want = np.arange(c["n_candidates"])
+    for i, order in enumerate(p["order"]):
+        if not isinstance(order, np.ndarray) or order.dtype.kind not in "iu" or not np.array_equal(np.sort(order), want):
+            return f"order[{i}] is not a permutation of the sender's {c['n_candidates']} candidates"
+    return None
+
+
+def _mask_key(p, c) -> str | None:
+    return None if isinstance(p, bytes) and len(p) == PUBLIC_KEY_BYTES else f"is not a {PUBLIC_KEY_BYTES}-byte key"
+
+
+register(  # every client -> every other, once: its backend, options and public key
+    "pivodl_public_key", Is("", tuple), Size("", 2), Rule(public_key_problem),
+)
+register("pivodl_mask_key", Rule(_mask_key))  # every client -> every other, once
+register("pivodl_labelled_rows", Packed("", "n_rows"))  # every client -> every other, once (step 1)
+register(  # source -> each client, once: the source's bins at the receiver's labelled rows
+    "pivodl_source_bins",
+    Is("", dict),
+    Array("top_bin", "int", (None,), low=-1, high="n_bins"),
+    Array("has_missing", "bool", (length("top_bin"),)),
+    Array("bins", "uint8", ("n_own", length("top_bin")), high="n_bins"),
+)
+register("pivodl_total_share", Ciphers("", entries=1))  # every client -> aggregation client (step 2)
+register("pivodl_total_sum", Ciphers("", entries=1))  # aggregation client -> encryption client
+register("pivodl_totals", Array("", "float", (2,), finite=True))  # encryption client -> every client
+register(  # source -> every client, per level (step 3)
+    "pivodl_candidate_request",
+    Is("", dict),
+    Array("node", "int", (None,), unique=True), _open(),
+    Array("split", "int", (length("node"),), low=0, high="n_clients"),
+    Rule(lambda p, c: "split names the source itself" if (p["split"] == c["sender_index"]).any() else None),
+    Is("order", list), Size("order", length("node")), Rule(_orders),
+)
+register(  # every client -> source, per level (step 4): in the source's record order, node total last
+    "pivodl_candidate_sums",
+    Is("", dict),
+    Array("node", "int", (None,), equals=Ref(lambda p, c: c["nodes"], "the source's open nodes")),
+    Is("ciphers", list), Size("ciphers", length("node")),
+    _ciphers(lambda p, c: c["public_keys"]),
+    Is("refused", list), Size("refused", length("node")), _packed_each("refused", "n_candidates"),
+)
+register(  # source -> split client, per level: by record number only
+    "pivodl_forwarded_sums",
+    Is("", dict),
+    Array("node", "int", (None,), unique=True), _open(),
+    Is("ciphers", list), Size("ciphers", length("node")),
+    _ciphers(lambda p, c: [c["public_key"]] * len(p["ciphers"])),
+    Is("dropped", list), Size("dropped", length("node")), _packed_each("dropped", "n_candidates"),
+)
+register(  # split client -> every client, per level (step 5)
+    "pivodl_best_gains",
+    Is("", dict),
+    Array("source", "int", (None,), low=0, high="n_clients"),
+    Array("node", "int", (length("source"),)), _open(),
+    Array("gain", "float", (length("source"),)),
+    Rule(lambda p, c: "gain holds NaN or +inf" if (np.isnan(p["gain"]) | (p["gain"] == np.inf)).any() else None),
+)
+register(  # winning split client -> source
+    "pivodl_split_won",
+    Is("", dict),
+    Array("node", "int", (None,), unique=True, among=Ref(lambda p, c: c["nodes"], "the source's open nodes")),
+    Is("records", list), Size("records", length("node")),
+    Rule(lambda p, c: next((f"records[{i}] is empty or not record numbers below {c['n_candidates']}"
+                            for i, r in enumerate(p["records"])
+                            if not isinstance(r, np.ndarray) or r.dtype.kind not in "iu" or not r.size
+                            or r.min() < 0 or r.max() >= c["n_candidates"]), None)),
+)
+register(  # source -> winning split client: the record chosen among the tied ones
+    "pivodl_chosen_record",
+    Array("", "int", (None, 2), low=0),
+    Rule(lambda p, c: None if not not_in(p[:, 0], c["open_nodes"]).any() else "names a node that is not open"),
+)
+register(  # source -> every client: where the rows of the nodes it split go
+    "pivodl_partition",
+    Is("", dict),
+    Array("node", "int", (None,), unique=True, among=Ref(lambda p, c: list(c["node_rows"]), "the open nodes")),
+    Array("record", "int", (length("node"),), low=0),
+    Packed("bits", Ref(lambda p, c: sum(c["node_rows"][n] for n in p["node"].tolist()), "the rows of those nodes")),
+)
+register(  # leaf holder -> every client: released (exact, or clipped and noised) leaf weights
+    "pivodl_leaf_weights",
+    Is("", dict), Array("node", "int", (None,), low=0, unique=True), Array("weight", "float", (length("node"),), finite=True),
+)
+register(  # source -> every client, per prediction round: left/right of the rows waiting at its nodes
+    "pivodl_route_decisions",
+    Is("", dict),
+    Array("tree", "int", (None,), low=0, high="n_trees"), Array("node", "int", (length("tree"),), low=0),
+    Packed("bits", Ref(lambda p, c: c["waiting"](p["tree"], p["node"]), "the rows waiting at those nodes")),
+)
+register(  # every client -> output client: its masked share (uint64 in the ring Z_2^64) of the scores
+    "pivodl_prediction_share",
+    Array("", "int", ("n_rows",)),
+    Rule(lambda p, c: None if p.dtype == np.uint64 else f"has dtype {p.dtype}; expected uint64"),
+)

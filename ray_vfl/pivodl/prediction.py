@@ -1,0 +1,122 @@
+"""Secure prediction (step 7) and the label-guess view of a PIVODL client.
+
+Rows move down every tree at once, one level per round: each source client decides left or right
+for the rows waiting at its own split nodes, from its private lookup table, and tells every client
+(as in training, where partitions are public among clients). When every row has reached a leaf,
+each client sums the *exact* weights of the leaves it holds over the rows in them, and sends the
+output client a share masked by pairwise masks (:mod:`ray_vfl.crypto.secure_sum`): one share alone
+is uniformly distributed, the shares sum to the exact score. No client learns another's leaf values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..crypto.secure_sum import combine
+from ..trees.kernels import base_margin, goes_left
+
+__all__ = ["PredictionRole"]
+
+
+def _fetch(messages):
+    from .client import fetch
+
+    return fetch(messages)
+
+
+class PredictionRole:
+    """Routing rows through the trees, masked shares of their scores, and the label-guess view."""
+
+    def route_start(self, key: str, n_trees: int) -> None:
+        """Every row of data set ``key`` at the root of trees ``0 .. n_trees - 1``."""
+        self.routes = getattr(self, "routes", {})
+        self.routes[key] = np.zeros((n_trees, len(self.rows[key])), dtype=np.int64)
+
+    def _waiting(self, pos: np.ndarray, trees: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        return np.array([int((pos[t] == n).sum()) for t, n in zip(trees.tolist(), nodes.tolist())], dtype=np.int64)
+
+    def route_step(self, key: str, decisions: list, depth: int, send: bool = True) -> tuple:
+        """Apply every source's decisions of the last round (the others' and this client's own, all
+        counted on the state before the round), then decide for the rows now waiting at this client's
+        own split nodes and tell every other client."""
+        pos = self.routes[key]
+        ctx = {"n_trees": len(pos), "waiting": lambda t, n: int(self._waiting(pos, t, n).sum())}
+        rounds = [self.mailbox.open(msg, "pivodl_route_decisions", ctx, self.others) for msg in _fetch(decisions)]
+        rounds += [self._pending_route.pop(key)] if key in getattr(self, "_pending_route", {}) else []
+        self._move(pos, rounds)
+        if not send:
+            return None, None
+        trees, nodes, lefts = [], [], []
+        bins = self.rows[key]
+        for t in range(len(pos)):
+            for node in np.unique(pos[t]).tolist():
+                kind = self.trees[t].get(node)
+                if kind is None or kind[0] != "split" or kind[1] != self.name:
+                    continue
+                f, b, dl, _ = self.lookup[kind[2]]
+                rows = np.flatnonzero(pos[t] == node)
+                trees.append(t)
+                nodes.append(node)
+                lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
+        payload = {"tree": np.asarray(trees, dtype=np.int64), "node": np.asarray(nodes, dtype=np.int64),
+                   "bits": np.packbits(np.concatenate(lefts)) if lefts else np.zeros(0, dtype=np.uint8)}
+        self._pending_route = getattr(self, "_pending_route", {})
+        self._pending_route[key] = payload
+        return None, self.mailbox.send("pivodl_route_decisions", self.others, payload, -1, depth)
+
+    def _move(self, pos: np.ndarray, payloads: list[dict]) -> None:
+        """Move rows by one round's decisions, every count taken before any row moves."""
+        moves = []
+        for p in payloads:
+            counts = self._waiting(pos, p["tree"], p["node"])
+            bits = np.unpackbits(p["bits"], count=int(counts.sum())).astype(bool)
+            for t, node, left in zip(p["tree"].tolist(), p["node"].tolist(), np.split(bits, np.cumsum(counts)[:-1])):
+                kind = self.trees[t][node]
+                moves.append((t, np.flatnonzero(pos[t] == node), np.where(left, kind[3], kind[4])))
+        for t, rows, to in moves:
+            pos[t, rows] = to
+
+    def prediction_share(self, key: str, nonce: bytes, output: str) -> tuple:
+        """This client's masked share of every row's score: the exact weights of the leaves it holds."""
+        pos = self.routes[key]
+        score = np.zeros(pos.shape[1])
+        for t in range(len(pos)):
+            held = {n: w for (tt, n), w in self.held.items() if tt == t}
+            if held:
+                lookup = np.zeros(int(max(pos[t].max(), max(held))) + 1)
+                lookup[list(held)] = list(held.values())
+                score += lookup[pos[t]]
+        share = self.masker.share(score, nonce, self.order)
+        if output == self.name:
+            self._own_share = share
+            return None, None
+        return None, self.mailbox.send("pivodl_prediction_share", [output], share, -1, -1)
+
+    def combine_shares(self, key: str, shares: list) -> np.ndarray:
+        """At the output client: the sum of every client's share plus the base margin, the model's margins."""
+        ctx = {"n_rows": len(self.rows[key])}
+        all_shares = [self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others) for m in _fetch(shares)]
+        self.routes.pop(key, None)
+        return combine(all_shares) + base_margin(self.config.objective, self.base_score)
+
+    def drop_rows(self, key: str) -> None:
+        super().drop_rows(key)
+        getattr(self, "routes", {}).pop(key, None)
+
+    # -- the label-guess attack's view (the paper's Table III) ----------------------------------------------
+    def guess_scores(self) -> dict[str, Any]:
+        """What this client, honest but curious, can say of every training row's label from its own view:
+        the sum over trees of the leaf weight it received (released) for the leaf each row fell in (the
+        partitions are public among clients). A high score means label 1 (or a high target). Rows it
+        labels itself are marked, so the attack is scored on the others' rows only."""
+        score = np.zeros(len(self.rows["train"]))
+        for t, leaf in enumerate(self.leaf_of_row):
+            weights = self.released[t]
+            lookup = np.zeros(max(weights) + 1)
+            lookup[list(weights)] = list(weights.values())
+            score += lookup[leaf]
+        own = np.zeros(len(score), dtype=bool)
+        own[self.own] = True
+        return {"score": score, "own": own}

@@ -1,0 +1,317 @@
+"""What a PIVODL client does in one level of a tree, role by role (steps 3-6 of the protocol).
+
+:class:`SourceRole` -- a client as the source of its own features: it picks a random split client
+per node and a random order of its candidates (temporary record numbers), adds every client's
+encrypted candidate sums, keeps the winning split in its lookup table and broadcasts the partition.
+Every client also sums its own labelled rows' gradients for every source's candidates
+(:meth:`SourceRole.sum_candidates`: the member's part) and moves its rows by the partitions.
+
+:class:`SplitRole` -- a client as the split client of other sources' nodes: it decrypts the sums
+it is sent (labelled by record numbers only), scores them with the shared kernels, compares its
+best gains with the other split clients, tells a source its winning records, and computes,
+clips and noises the weights of the leaves it holds.
+
+The tables of who sends what to whom are in :mod:`ray_vfl.pivodl.protocol`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
+from .candidates import left_sums
+
+__all__ = ["SourceRole", "SplitRole"]
+
+
+def _fetch(messages):
+    from .client import fetch  # the client module imports this one
+
+    return fetch(messages)
+
+
+def _encrypt_job(job: list, spec: tuple, keys: dict) -> list:
+    """Task on a client's own pool: encrypt packed candidate sums, one ``(split client, g, h)`` per item."""
+    from ..crypto import get_backend
+
+    backend = get_backend(spec[0], **spec[1])
+    return [backend.encrypt_gh_sums(keys[c], g, h) for c, g, h in job]
+
+
+class SourceRole:
+    """A client as the source of its own features, and as a member summing its own rows."""
+
+    # -- step 3: the source's requests ------------------------------------------------------------------
+    def propose(self, depth: int, nodes: list[int]) -> tuple:
+        """For every open node: a split client drawn among the other clients and a random order of this
+        client's candidates (record number ``r`` is candidate ``order[r]``), told to every client."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        split = np.array([self.order.index(self.others[i]) for i in self.rng.integers(len(self.others), size=len(nodes))],
+                         dtype=np.int64)
+        orders = [self.rng.permutation(len(self.candidates)).astype(np.int32) for _ in nodes]
+        self.requests = {self.name: (nodes, split, orders)}
+        payload = {"node": nodes, "split": split, "order": orders}
+        return None, self.mailbox.send("pivodl_candidate_request", self.others, payload, len(self.trees) - 1, depth)
+
+    # -- step 4: every client sums its own labelled rows for every source --------------------------------
+    def sum_candidates(self, depth: int, requests: list) -> tuple:
+        """Left-branch sums of this client's labelled rows for every source's candidates, in each source's
+        record order, plus the node total as the last entry; each encrypted under the node's split client's
+        key. A candidate whose left branch holds between 1 and ``instance_threshold - 1`` of this client's
+        rows is refused (its sum is sent as 0 and flagged, and the source drops it)."""
+        tree = len(self.trees) - 1
+        ctx = {"open_nodes": set(self._open_nodes(depth)), "n_clients": len(self.order)}
+        for msg in _fetch(requests):
+            p = self.mailbox.open(msg, "pivodl_candidate_request", {**ctx, "n_candidates": len(self.peer_tables[msg.sender]),
+                                                             "sender_index": self.order.index(msg.sender)}, self.others)
+            self.requests[msg.sender] = (p["node"], p["split"], p["order"])
+        own_node = self.node_of_row[self.own]
+        thr = self.config.instance_threshold
+        jobs, where, refused = [], [], []
+        for source in self.order:
+            nodes, split, orders = self.requests[source]
+            table, bins = self.peer_tables[source], self.peer_bins[source]
+            for node, c, order in zip(nodes.tolist(), split.tolist(), orders):
+                mine = np.flatnonzero(own_node == node)
+                G, H, rows = left_sums(bins[mine], self.g[mine], self.h[mine], table, self.n_bins)
+                G, H, rows = G[order], H[order], rows[order]
+                bad = (rows > 0) & (rows < thr)
+                G[bad], H[bad] = 0.0, 0.0
+                g = np.append(G, self.g[mine].sum())
+                h = np.append(H, self.h[mine].sum())
+                jobs.append((self.order[c], g, h))
+                where.append((source, node))
+                refused.append(np.packbits(bad))
+        ciphers = self._encrypt(jobs)
+        out = {s: {"node": [], "ciphers": [], "refused": []} for s in self.order}
+        for (source, node), c, bad in zip(where, ciphers, refused):
+            out[source]["node"].append(node)
+            out[source]["ciphers"].append(c)
+            out[source]["refused"].append(bad)
+        self._own_sums = out[self.name]
+        msgs = [self.mailbox.send("pivodl_candidate_sums", [s], {**out[s], "node": np.asarray(out[s]["node"], dtype=np.int64)},
+                                  tree, depth) for s in self.others]
+        return (None, *msgs)
+
+    def _encrypt(self, jobs: list) -> list:
+        keys = {c: self.peer_pk[c] for c in {c for c, _, _ in jobs}}
+        entries = sum(len(g) for _, g, _ in jobs)
+        per = max(1, self.backend.slots_per_ciphertext(self.pk))
+        self.ops["encrypt"] += sum(-(-len(g) // per) for _, g, _ in jobs)
+        if self.pool.workers <= 1 or not self.backend.is_encrypted or entries < 4 * per * self.pool.workers:
+            return _encrypt_job(jobs, self.backend_spec, keys)
+        chunks = self.pool.balance([len(g) for _, g, _ in jobs])
+        parts = self.pool.map(_encrypt_job, [[jobs[i] for i in chunk] for chunk in chunks], self.backend_spec, keys)
+        out: list = [None] * len(jobs)
+        for chunk, part in zip(chunks, parts):
+            for i, c in zip(chunk, part):
+                out[i] = c
+        return out
+
+    # -- step 4, at the source: add every client's sums, forward them by record number --------------------
+    def forward(self, depth: int, sums: list) -> tuple:
+        """Add every client's ciphertexts per node (this client's own included) and send each split client
+        the nodes it scores: ciphertexts in record order and which records were refused, nothing else."""
+        tree = len(self.trees) - 1
+        nodes, split, orders = self.requests[self.name]
+        total = {n: c for n, c in zip(self._own_sums["node"], self._own_sums["ciphers"])}
+        dropped = {n: np.unpackbits(b, count=len(self.candidates)).astype(bool)
+                   for n, b in zip(self._own_sums["node"], self._own_sums["refused"])}
+        splitter = dict(zip(nodes.tolist(), [self.order[c] for c in split.tolist()]))
+        for msg in _fetch(sums):
+            ctx = {"nodes": nodes, "backend": self.backend, "public_keys": [self.peer_pk[splitter[n]] for n in nodes.tolist()],
+                   "entries": len(self.candidates) + 1, "n_candidates": len(self.candidates)}
+            p = self.mailbox.open(msg, "pivodl_candidate_sums", ctx, self.others)
+            for n, c, bad in zip(p["node"].tolist(), p["ciphers"], p["refused"]):
+                total[n] = self.backend.add(self.peer_pk[splitter[n]], total[n], c)
+                self.ops["add"] += len(c)
+                dropped[n] |= np.unpackbits(bad, count=len(self.candidates)).astype(bool)
+        out = []
+        for p in self.others:
+            mine = [n for n in nodes.tolist() if splitter[n] == p]
+            payload = {"node": np.asarray(mine, dtype=np.int64), "ciphers": [total[n] for n in mine],
+                       "dropped": [np.packbits(dropped[n]) for n in mine]}
+            out.append(self.mailbox.send("pivodl_forwarded_sums", [p], payload, tree, depth) if mine else None)
+        return (None, *out)
+
+    # -- step 5, at the source: the winning split into the lookup table -----------------------------------
+    def apply_wins(self, depth: int, wins: list) -> tuple:
+        """For each node a split client says this client won: the first candidate (in the reference order)
+        among the tied records becomes a record of the lookup table; the partition of the node's rows goes
+        to every client, the chosen record number to the split client alone."""
+        tree = len(self.trees) - 1
+        nodes, split, orders = self.requests[self.name]
+        order_of = dict(zip(nodes.tolist(), orders))
+        bins = self.rows["train"]
+        won, records, lefts, chosen = [], [], [], {}
+        for msg in _fetch(wins):
+            p = self.mailbox.open(msg, "pivodl_split_won", {"nodes": nodes, "n_candidates": len(self.candidates)}, self.others)
+            for node, tied in zip(p["node"].tolist(), p["records"]):
+                order = order_of[node]
+                record = int(tied[np.argmin(order[tied])])
+                cand = int(order[record])
+                f, b, dl = (int(self.candidates.feature[cand]), int(self.candidates.bin[cand]),
+                            bool(self.candidates.default_left[cand]))
+                self.lookup.append((f, b, dl, self.binner.threshold(f, b)))
+                rows = np.flatnonzero(self.node_of_row == node)
+                won.append(node)
+                records.append(len(self.lookup) - 1)
+                lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
+                chosen.setdefault(msg.sender, []).append((node, record))
+        partition = None
+        if won:
+            payload = {"node": np.asarray(won, dtype=np.int64), "record": np.asarray(records, dtype=np.int64),
+                       "bits": np.packbits(np.concatenate(lefts))}
+            partition = self.mailbox.send("pivodl_partition", self.others, payload, tree, depth)
+            self._take_partition(self.name, payload)
+        told = []
+        for p in self.others:
+            pairs = chosen.get(p)
+            told.append(None if not pairs else self.mailbox.send(
+                "pivodl_chosen_record", [p], np.asarray(pairs, dtype=np.int64).reshape(-1, 2), tree, depth))
+        return (None, partition, *told)
+
+    # -- step 5, at every client: move the rows by the partitions ------------------------------------------
+    def apply_partitions(self, depth: int, partitions: list, next_id: int) -> list[tuple[int, int, int]]:
+        """Take every source's partitions; children get ids from ``next_id`` on, in the order of their
+        parents' ids (every client assigns the same). Returns ``(parent, left, right)`` of each split."""
+        ctx = {"node_rows": {n: int((self.node_of_row == n).sum()) for n in self._open_nodes(depth)}}
+        for msg in _fetch(partitions):
+            self._take_partition(msg.sender, self.mailbox.open(msg, "pivodl_partition", ctx, self.others))
+        splits = sorted(self._pending)
+        moves = []
+        for i, node in enumerate(splits):
+            source, record, left = self._pending[node]
+            l_child, r_child = next_id + 2 * i, next_id + 2 * i + 1
+            rows = np.flatnonzero(self.node_of_row == node)
+            self.node_of_row[rows[left]] = l_child
+            self.node_of_row[rows[~left]] = r_child
+            self.trees[-1][node] = ("split", source, record, l_child, r_child)
+            moves.append((node, l_child, r_child))
+        self._pending = {}
+        return moves
+
+    def _take_partition(self, source: str, p: dict) -> None:
+        pending = getattr(self, "_pending", None)
+        if pending is None:
+            self._pending = pending = {}
+        counts = [int((self.node_of_row == n).sum()) for n in p["node"].tolist()]
+        bits = np.unpackbits(p["bits"], count=sum(counts)).astype(bool)
+        for node, record, left in zip(p["node"].tolist(), p["record"].tolist(), np.split(bits, np.cumsum(counts)[:-1])):
+            pending[node] = (source, record, left)
+
+    def _open_nodes(self, depth: int) -> list[int]:
+        return self.open_nodes
+
+    def set_open_nodes(self, nodes: list[int]) -> None:
+        self.open_nodes = list(nodes)
+
+
+class SplitRole:
+    """A client as the split client of other sources' nodes, and as the holder of leaves."""
+
+    def score(self, depth: int, forwarded: list) -> tuple:
+        """Decrypt the sums of every (source, node) this client scores; keep each one's best gain (refused
+        records excluded) and tell every other client (the split clients compare their best gains)."""
+        tree = len(self.trees) - 1
+        cfg = self.config
+        sources, nodes, gains = [], [], []
+        for msg in _fetch(forwarded):
+            ctx = {"backend": self.backend, "public_key": self.pk,
+                   "entries": len(self.peer_tables[msg.sender]) + 1, "open_nodes": set(self.open_nodes),
+                   "n_candidates": len(self.peer_tables[msg.sender])}
+            p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
+            for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"]):
+                GL, HL = self.backend.decrypt_gh(self.sk, c)
+                self.ops["decrypt"] += len(c)
+                G, H = GL[-1], HL[-1]
+                GL, HL = GL[:-1], HL[:-1]
+                gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
+                gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
+                self.scored[(msg.sender, node)] = (GL, HL, G, H, gain)
+                sources.append(self.order.index(msg.sender))
+                nodes.append(node)
+                gains.append(gain.max(initial=-np.inf))
+        payload = {"source": np.asarray(sources, dtype=np.int64), "node": np.asarray(nodes, dtype=np.int64),
+                   "gain": np.asarray(gains, dtype=np.float64)}
+        self._bests = {self.name: payload}
+        return None, self.mailbox.send("pivodl_best_gains", self.others, payload, tree, depth)
+
+    def decide(self, depth: int, bests: list) -> tuple:
+        """Every client compares the best gains it was told (the same everywhere, so the same outcome):
+        per node the best gain wins, ties to the first source in client order. The winning split client
+        sends the source the records tied with it; a node whose best gain does not pass ``gamma`` and
+        ``min_child_weight`` becomes a leaf, held by the split client of its first source."""
+        tree = len(self.trees) - 1
+        ctx = {"open_nodes": set(self.open_nodes), "n_clients": len(self.order)}
+        for msg in _fetch(bests):
+            self._bests[msg.sender] = self.mailbox.open(msg, "pivodl_best_gains", ctx, self.others)
+        per_node: dict[int, list[tuple[int, str, float]]] = {}
+        for splitter, p in self._bests.items():
+            for s, n, g in zip(p["source"].tolist(), p["node"].tolist(), p["gain"].tolist()):
+                per_node.setdefault(n, []).append((s, splitter, g))
+        wins: dict[str, list] = {}
+        leaves = []
+        for node in sorted(per_node):
+            entries = sorted(per_node[node])  # by source, in client order
+            gains = np.array([g for _, _, g in entries])
+            top = gains.max()
+            if not is_splittable(top, self.config.gamma):
+                if entries[0][1] == self.name:
+                    leaves.append((self.order[entries[0][0]], node))
+                continue
+            s, splitter, _ = entries[int(np.argmax(ties_with(gains, top)))]
+            if splitter == self.name:
+                gain = self.scored[(self.order[s], node)][4]
+                wins.setdefault(self.order[s], []).append((node, np.flatnonzero(ties_with(gain, top)).astype(np.int64)))
+        out = []
+        for p in self.others:
+            won = wins.get(p)
+            out.append(None if not won else self.mailbox.send(
+                "pivodl_split_won", [p], {"node": np.asarray([n for n, _ in won], dtype=np.int64), "records": [r for _, r in won]},
+                tree, depth))
+        leaf = self._release([(node, *self.scored[(source, node)][2:4]) for source, node in leaves], depth)
+        return (None, leaf, *out)
+
+    def apply_chosen(self, depth: int, chosen: list, children: list[tuple[int, int, int]], last: bool) -> tuple:
+        """The split client learns which of its tied records the source chose; at the last level the two
+        children are leaves, and it holds them: it alone knows their sums."""
+        child = {parent: (left, right) for parent, left, right in children}
+        leaves = []
+        for msg in _fetch(chosen):
+            pairs = self.mailbox.open(msg, "pivodl_chosen_record", {"open_nodes": set(self.open_nodes)}, self.others)
+            for node, record in pairs.tolist():
+                GL, HL, G, H, _ = self.scored[(msg.sender, node)]
+                if last:
+                    left, right = child[node]
+                    leaves += [(left, GL[record], HL[record]), (right, G - GL[record], H - HL[record])]
+        return None, self._release(leaves, depth)
+
+    def _release(self, leaves: list[tuple[int, float, float]], depth: int) -> Any:
+        """Leaf weights of the leaves this client holds: the exact ones kept for prediction; released to
+        every client (for their margins) exact, or clipped to ``[-C, C]`` with Gaussian noise of standard
+        deviation ``z * min(2C, eta * dg / (H + lambda))`` under partial DP (``dg`` = 1 for the logistic
+        loss: one label moves one gradient by at most 1 and no hessian; unbounded, so ``2C``, for squared
+        error), drawn from this client's own OS-entropy generator."""
+        if not leaves:
+            return None
+        cfg = self.config
+        tree = len(self.trees) - 1
+        nodes = np.array([n for n, _, _ in leaves], dtype=np.int64)
+        G = np.array([g for _, g, _ in leaves])
+        H = np.array([h for _, _, h in leaves])
+        exact = leaf_weights(G, H, cfg.reg_lambda, cfg.learning_rate)
+        for node, w in zip(nodes.tolist(), exact.tolist()):
+            self.held[(tree, node)] = w
+        released = exact
+        if cfg.dp:
+            C = cfg.leaf_clip
+            step = cfg.learning_rate / (H + cfg.reg_lambda) if cfg.objective == "binary:logistic" else np.inf
+            sensitivity = np.minimum(2 * C, step)
+            released = np.clip(exact, -C, C) + self.noise.sample(len(exact), cfg.noise_multiplier * sensitivity)
+        payload = {"node": nodes, "weight": released.astype(np.float64)}
+        self._take_leaves(tree, self.name, nodes, payload["weight"])
+        return self.mailbox.send("pivodl_leaf_weights", self.others, payload, tree, depth)
+
