@@ -235,6 +235,10 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         """The base score (public among clients: the encryption client broadcast the label mean)."""
         return float(self.base_score)
 
+    def released_weights(self) -> list[dict[int, float]]:
+        """The leaf weights this client received (or released), per tree: its view of the leaves."""
+        return [dict(t) for t in self.released]
+
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes as every client knows them (who owns each split, who holds each leaf)."""
         return [dict(t) for t in self.trees]

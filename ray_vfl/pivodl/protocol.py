@@ -194,6 +194,31 @@ class PIVODLModel:
         """The tree shapes (owner of every split, holder of every leaf), as every client knows them."""
         return self._calls().value("skeleton", self.order[:1], lambda p: (), "trees")[0]
 
+    def assembled_trees(self, n_features: dict[str, int]) -> list[dict[str, np.ndarray]]:
+        """Diagnostic only (tests, benchmarks): the trees put together from every client's private
+        part -- split features as global indices (clients' features concatenated in client order, as
+        ``n_features`` counts them), bins, missing directions and exact leaf weights, in the centralized
+        reference's layout. In a deployment no one can do this: each part stays with its client."""
+        parts = self._calls().value("model_part", self.order, lambda p: (), "model parts")
+        lookup = {p: part["lookup"] for p, part in zip(self.order, parts)}
+        held = {(t, n): w for part in parts for t, n, w in part["held"]}
+        offset = dict(zip(self.order, np.cumsum([0] + [n_features[p] for p in self.order])))
+        out = []
+        for t, tree in enumerate(self.skeleton()):
+            size = max(tree) + 1
+            arrays = {"left": np.full(size, -1), "right": np.full(size, -1), "feature": np.full(size, -1),
+                      "bin": np.full(size, -1), "default_left": np.zeros(size, dtype=bool), "weight": np.zeros(size)}
+            for node, kind in tree.items():
+                if kind[0] == "split":
+                    _, source, record, left, right = kind
+                    f, b, dl, _ = lookup[source][record]
+                    arrays["left"][node], arrays["right"][node] = left, right
+                    arrays["feature"][node], arrays["bin"][node], arrays["default_left"][node] = offset[source] + f, b, dl
+                else:
+                    arrays["weight"][node] = held[(t, node)]
+            out.append(arrays)
+        return out
+
     def label_guess_scores(self) -> dict[str, dict[str, np.ndarray]]:
         """Every client's label-guess scores of the training rows from its own view (the paper's attack).
         For experiments in simulation only: it returns what a curious client could compute."""

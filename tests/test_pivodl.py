@@ -1,0 +1,218 @@
+"""PIVODL: lossless against the centralized reference, the instance threshold, the view audit,
+partial DP, secure prediction, failures and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ray_vfl import vertical_split
+from ray_vfl.data.binning import PartyBinner
+from ray_vfl.data.bundled import load_named
+from ray_vfl.errors import ConfigError, DataError, PartyFailedError
+from ray_vfl.pivodl import PIVODLConfig, train
+from ray_vfl.trees.kernels import base_margin
+from ray_vfl.trees.reference import fit_reference, predict_reference
+
+
+def reference_bins(data, max_bin, fitted_on=None):
+    fitted_on = fitted_on or data
+    return np.concatenate([PartyBinner(max_bin).fit(fitted_on.features[p], [], p).transform(data.features[p], p)
+                           for p in data.party_names], axis=1)
+
+
+def assert_lossless(model, train_data, test_data, config):
+    """Every tree equals the centralized reference on the same bins, split for split and leaf for leaf;
+    secure prediction equals the reference's margins."""
+    y = train_data.label
+    base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6)) if config.objective == "binary:logistic" else float(y.mean())
+    ref = fit_reference(reference_bins(train_data, config.max_bin), y, config, base)
+    fed = model.assembled_trees({p: train_data.n_features(p) for p in train_data.party_names})
+    assert len(fed) == len(ref) == config.n_trees
+    splits = 0
+    for f, r in zip(fed, ref):
+        np.testing.assert_array_equal(f["left"], r.left)
+        np.testing.assert_array_equal(f["right"], r.right)
+        inner = r.left >= 0
+        np.testing.assert_array_equal(f["feature"][inner], r.feature[inner])
+        np.testing.assert_array_equal(f["bin"][inner], r.bin[inner])
+        np.testing.assert_array_equal(f["default_left"][inner], r.default_left[inner])
+        np.testing.assert_array_equal(f["weight"], r.weight)
+        splits += int(inner.sum())
+    assert splits > 0
+    expect = predict_reference(ref, reference_bins(test_data, config.max_bin, train_data),
+                               base_margin(config.objective, base), config.max_bin)
+    np.testing.assert_allclose(model.predict_margin(test_data), expect, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def credit_frame():
+    frame, label, _, _ = load_named("credit")
+    return frame.iloc[:2400].reset_index(drop=True), label
+
+
+def spread(frame, label, clients, fractions, seed=0):
+    owners = dict(zip([f"party{i}" for i in range(clients)], fractions))
+    return vertical_split(frame, clients, label=label, label_owners=owners, seed=seed)
+
+
+@pytest.mark.parametrize("clients, fractions", [
+    (2, (0.5, 0.5)),
+    (3, (0.7, 0.0, 0.3)),          # a client with no labels at all
+    (5, (0.1, 0.2, 0.3, 0.15, 0.25)),
+])
+def test_lossless_plain(runtime, credit_frame, clients, fractions):
+    frame, label = credit_frame
+    train_data, test_data = spread(frame, label, clients, fractions, seed=clients).train_test_split(0.25, seed=1)
+    config = PIVODLConfig(n_trees=3, max_depth=3, max_bin=16, backend="plain")
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+
+
+def test_lossless_paillier_regression(runtime):
+    """Encrypted sums, squared error (labels of the appliances energy data), uneven spread over 4 clients."""
+    frame, label, _, _ = load_named("energy")
+    frame = frame.iloc[:1500].reset_index(drop=True)
+    data = spread(frame, label, 4, (0.4, 0.3, 0.2, 0.1), seed=2)
+    train_data, test_data = data.train_test_split(0.25, seed=0)
+    config = PIVODLConfig(n_trees=2, max_depth=3, max_bin=8, backend="paillier", key_bits=1024, allow_weak_keys=True,
+                          objective="reg:squarederror", gradient_bound=4096.0)
+    model = train(runtime, train_data, config)
+    assert_lossless(model, train_data, test_data, config)
+    assert model.op_counts["encrypt"] > 0 and model.op_counts["decrypt"] > 0
+
+
+def test_instance_threshold_drops_exactly_the_small_splits(runtime):
+    """A hand-built case: client a labels rows 0-5, client b rows 6-11. With threshold 3 a candidate whose
+    left branch holds 1 or 2 of one client's rows is refused; the best split that is left wins."""
+    x = np.arange(12, dtype=float)
+    frame = pd.DataFrame({"xa": x, "xb": (x * 7) % 12, "y": [0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1]})
+    owners = ["a"] * 6 + ["b"] * 6
+    data = vertical_split(frame, {"a": ["xa"], "b": ["xb"]}, label="y", label_owners=owners)
+    base = dict(n_trees=1, max_depth=1, max_bin=16, backend="plain", min_child_weight=0.0, learning_rate=1.0)
+    free = train(runtime, data, PIVODLConfig(**base))
+    held = train(runtime, data, PIVODLConfig(**base, instance_threshold=3))
+    feats = {"a": 1, "b": 1}
+    f_free, f_held = free.assembled_trees(feats)[0], held.assembled_trees(feats)[0]
+    # what the reference says among only the candidates the threshold keeps
+    bins = reference_bins(data, 16)
+    y = data.label
+    g = 0.5 - y  # base score 0.5 (half the labels are 1): p - y
+    own = np.array(owners)
+
+    def allowed(f, b):
+        left = bins[:, f] <= b
+        return all(not (0 < int((left & (own == c)).sum()) < 3) for c in ("a", "b"))
+
+    def gain(f, b):
+        left = bins[:, f] <= b
+        gl, gr, hl, hr = g[left].sum(), g[~left].sum(), 0.25 * left.sum(), 0.25 * (~left).sum()
+        if hl == 0 or hr == 0:
+            return -np.inf
+        return gl**2 / (hl + 1) + gr**2 / (hr + 1) - g.sum()**2 / (0.25 * 12 + 1)
+
+    cands = [(f, b) for f in range(2) for b in range(int(bins[:, f].max()))]
+    best_free = max(cands, key=lambda c: (gain(*c), -c[0], -c[1]))
+    kept = [c for c in cands if allowed(*c)]
+    best_held = max(kept, key=lambda c: (gain(*c), -c[0], -c[1]))
+    assert best_free != best_held  # the case is built so that the threshold matters
+    assert (f_free["feature"][0], f_free["bin"][0]) == best_free
+    assert (f_held["feature"][0], f_held["bin"][0]) == best_held
+
+
+def test_views_match_the_table(runtime, credit_frame):
+    """What each client received, against the view table: a split client gets sums by record number
+    only (no feature, threshold or row ids), a source never a plaintext sum of others' gradients, and
+    no client another's exact leaf weights (with DP the released ones are noisy)."""
+    frame, label = credit_frame
+    data = spread(frame, label, 3, (0.5, 0.3, 0.2))
+    config = PIVODLConfig(n_trees=2, max_depth=3, max_bin=8, backend="paillier", key_bits=1024, allow_weak_keys=True,
+                          epsilon=5.0)
+    model = train(runtime, data, config)
+    allowed = {"pivodl_public_key", "pivodl_mask_key", "pivodl_labelled_rows", "pivodl_source_bins", "pivodl_total_share",
+               "pivodl_total_sum", "pivodl_totals", "pivodl_candidate_request", "pivodl_candidate_sums",
+               "pivodl_forwarded_sums", "pivodl_best_gains", "pivodl_split_won", "pivodl_chosen_record",
+               "pivodl_partition", "pivodl_leaf_weights"}
+    records = model.comm_stats.records
+    assert {r.kind for r in records} <= allowed
+    for r in records:
+        text = repr(r.shape)
+        if r.kind in ("pivodl_candidate_sums", "pivodl_forwarded_sums", "pivodl_total_share", "pivodl_total_sum"):
+            assert "float" not in text, (r.kind, text)  # ciphertexts only, never a plaintext sum
+        if r.kind == "pivodl_forwarded_sums":
+            assert "feature" not in text and "bin" not in text
+    # released leaf weights differ from the exact ones the holders keep (partial DP)
+    exact = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
+    released = model._calls().value("released_weights", model.order, lambda p: (), "released")
+    for t, tree in enumerate(exact):
+        leaves = [n for n in np.flatnonzero(tree["left"] < 0).tolist() if n in released[0][t]]
+        got = np.array([released[0][t][n] for n in leaves])
+        assert not np.allclose(got, tree["weight"][leaves])
+        for other in released[1:]:  # every client received the same released values
+            assert [other[t][n] for n in leaves] == got.tolist()
+    assert model.epsilon == pytest.approx(5.0, rel=1e-2)
+
+
+def test_dp_noise_has_the_configured_deviation():
+    """The leaf-weight mechanism alone: its noise has the standard deviation z * sensitivity
+    (a chi-square test on the sample variance, false-alarm rate 1e-4)."""
+    from ray_vfl.crypto.gaussian_dp import GaussianNoise
+
+    config = PIVODLConfig(epsilon=1.0, n_trees=5, backend="plain", learning_rate=0.3, reg_lambda=1.0)
+    H = 20.0
+    sigma = config.noise_multiplier * min(2 * config.leaf_clip, config.learning_rate / (H + config.reg_lambda))
+    noise = GaussianNoise().sample(20_000, sigma)
+    n = len(noise)
+    statistic = (n - 1) * noise.var(ddof=1) / sigma**2
+    lo, hi = stats.chi2.ppf([5e-5, 1 - 5e-5], n - 1)
+    assert lo < statistic < hi
+
+
+def test_secure_prediction_shares(runtime, credit_frame):
+    frame, label = credit_frame
+    data = spread(frame, label, 3, (0.4, 0.4, 0.2))
+    model = train(runtime, data, PIVODLConfig(n_trees=2, max_depth=2, backend="plain"))
+    margins = model.predict_margin(data)
+    assert margins.shape == (data.n_rows,) and np.isfinite(margins).all()
+    kinds = {r.kind for r in model.comm_stats.records}
+    assert "pivodl_leaf_weights" in kinds
+
+
+def test_bad_inputs(runtime, credit_frame):
+    frame, label = credit_frame
+    with pytest.raises(ConfigError, match="instance_threshold"):
+        PIVODLConfig(instance_threshold=0)
+    with pytest.raises(ConfigError, match="epsilon"):
+        PIVODLConfig(epsilon=0.0)
+    with pytest.raises(ConfigError, match="epsilon"):
+        PIVODLConfig(epsilon=-1.0)
+    one = vertical_split(frame, 1, label=label)
+    with pytest.raises(DataError, match="at least two clients"):
+        train(runtime, one, PIVODLConfig(backend="plain"))
+
+
+def test_failed_client_is_named(runtime, credit_frame):
+    import ray
+
+    from ray_vfl import Runtime
+
+    frame, label = credit_frame
+    data = spread(frame, label, 3, (0.4, 0.4, 0.2))
+    rt = Runtime(timeout_s=60)
+    try:
+        config = PIVODLConfig(n_trees=50, max_depth=3, backend="plain")
+        from ray_vfl.trees.callbacks import TrainingCallback
+
+        class KillAfterFirst(TrainingCallback):
+            def after_iteration(self, iteration, logs):
+                if iteration == 0:
+                    ray.kill(rt.actor("party1"), no_restart=True)
+                return False
+
+        with pytest.raises(PartyFailedError) as info:
+            train(rt, data, config, callbacks=[KillAfterFirst()])
+        assert info.value.party == "party1"
+    finally:
+        rt.kill_all()
