@@ -134,8 +134,8 @@ class PartyHeldDataset:
         stores = {p: runtime.spawn_helper(p, "data", PartyStore, p, keep=True) for p in specs}
         base = f"source-{uuid.uuid4().hex[:8]}"
         # A path source takes the common label name if its table has that column (only its party can tell).
-        # Missing labels are allowed while opening unless labels="single"; refused below if one party labels all.
-        calls = [(p, stores[p].open.remote(base, spec, label, labels != "single")) for p, spec in specs.items()]
+        # Missing labels are allowed while opening, and refused below if one party holds every label.
+        calls = [(p, stores[p].open.remote(base, spec, label, True)) for p, spec in specs.items()]
         schemas = dict(zip(specs, runtime.get(calls, "open party data")))
         owners = [p for p, s in schemas.items() if s["has_label"]]
         if label is not None and not owners:
@@ -150,7 +150,7 @@ class PartyHeldDataset:
         if spread:
             calls = [(p, stores[p].spread_labels.remote(base)) for p in specs]
             schemas = dict(zip(specs, runtime.get(calls, "spread labels")))
-        elif owners and labels == "auto":
+        elif owners:
             runtime.get([(owners[0], stores[owners[0]].require_complete_labels.remote(base))], "check labels")
         data = cls(runtime, stores, {p: base for p in specs}, schemas, None if spread else (owners[0] if owners else None))
         return data._aligned_by_psi(workers) if align == "psi" else data._check_row_order()
