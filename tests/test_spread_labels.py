@@ -335,3 +335,19 @@ def test_party_held_single_owner_path_is_unchanged(runtime, spread_files, tmp_pa
     np.testing.assert_array_equal(bank_rows[1], y)
     assert shop_rows[1] is None
     data.train_test_split(0.5, seed=0, stratify=True)
+
+
+def test_party_sources_naming_their_own_label_columns_align_by_psi(runtime, tmp_path):
+    """Each PartySource names its own label column (other names, other ID columns); PSI keeps the common rows."""
+    bank, shop, _, y = spread_frames()
+    bank.rename(columns={"y": "default"}).iloc[::-1].to_csv(tmp_path / "bank.csv", index=False)
+    shop.rename(columns={"id": "cid", "y": "churn"}).iloc[1:].to_csv(tmp_path / "shop.csv", index=False)
+    data = VerticalDataset.from_sources({"bank": PartySource(str(tmp_path / "bank.csv"), id_column="id", label="default"),
+                                         "shop": PartySource(str(tmp_path / "shop.csv"), id_column="cid", label="churn")},
+                                        align="psi", runtime=runtime)
+    assert data.n_rows == 5 and data.labels_spread and data.label_parties == ["bank", "shop"]
+    got = dict(zip(data.party_names, ray.get([_resolve.remote(r) for r in data.tables().values()], timeout=120)))
+    owner = np.array(["bank"] * 2 + ["shop"] * 3)  # IDs 11..15 in ascending order
+    for p in ("bank", "shop"):
+        np.testing.assert_array_equal(got[p][1][owner == p], y[1:][owner == p])
+        assert np.isnan(got[p][1][owner != p]).all()
