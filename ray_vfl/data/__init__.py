@@ -3,6 +3,8 @@
 :mod:`.dataset` (:class:`VerticalDataset`, :func:`vertical_split`, :func:`read_table`),
 :mod:`.alignment` (rows aligned by private set intersection), :mod:`.binning` (each party's
 quantile bins) and :mod:`.bundled` (the credit table shipped with the package, named datasets).
+Labels are held by one party (``label_party``) or spread over several, each row's label at one of
+them (``label_owner``, ``label_parties``; PIVODL).
 """
 
 from .. import _lazy_exports

@@ -54,7 +54,7 @@ def align_frames(
 ) -> AlignedDataset:
     """Align per-party tables whose ID sets differ by PSI; what ``from_frames(..., align="psi")`` runs.
 
-    The label party (when there is one) leads the intersection. Without a
+    The label party (when there is one; not when the labels are spread) leads the intersection. Without a
     ``runtime`` a fresh one is used and its PSI actors are killed afterwards
     (Ray itself keeps running for the training that follows).
     """
@@ -74,4 +74,4 @@ def align_frames(
     unaligned = {p: f.iloc[result.unaligned_rows[p]].reset_index(drop=True) for p, f in frames.items()}
     base = VerticalDataset.from_frames(aligned, id_column, label, label_party, categorical)
     return AlignedDataset(base.features, base.ids, base.label, base.label_party, base.categorical,
-                          unaligned=unaligned, psi=result)
+                          base.label_owner, unaligned=unaligned, psi=result)

@@ -3,7 +3,8 @@
 A :class:`VerticalDataset` holds, for every party, a pandas frame of that
 party's feature columns; all frames share one row order (row ``i`` of every
 party is the same customer, identified by ``ids[i]``). One party, the label
-owner, also holds the labels. Here the data starts in one process (a
+owner, also holds the labels; or the labels are spread over several parties
+(PIVODL), each row's label at exactly one of them (``label_owner``). Here the data starts in one process (a
 simulation, a notebook, a test): :func:`vertical_split` and
 :meth:`VerticalDataset.from_frames` build it, and the first protocol run puts
 each party's block into Ray's object store once (:meth:`VerticalDataset.tables`);
@@ -50,6 +51,66 @@ def _as_frame(table, party: str) -> pd.DataFrame:
     raise DataError(f"party {party!r}: expected a pandas DataFrame or pyarrow Table, got {type(table).__name__}")
 
 
+def _merge_spread_labels(labels: Mapping[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's label and its owner from each label party's column (NaN: not labelled there);
+    raise :class:`DataError` for a row labelled at two parties or at none."""
+    parties = list(labels)
+    held = np.stack([~np.isnan(labels[p]) for p in parties])  # (party, row): labelled there
+    count = held.sum(axis=0)
+    twice = np.flatnonzero(count > 1)
+    if len(twice):
+        i = twice[0]
+        a, b = [parties[j] for j in np.flatnonzero(held[:, i])[:2]]
+        raise DataError(f"{len(twice)} row(s) are labelled at more than one party: row id {ids[i:i + 1].tolist()[0]!r} "
+                        f"is labelled at both {a!r} and {b!r}; each row's label must be at exactly one party "
+                        "(leave it missing at the others)")
+    nowhere = np.flatnonzero(count == 0)
+    if len(nowhere):
+        raise DataError(f"{len(nowhere)} row(s) are labelled at no party, e.g. row id "
+                        f"{ids[nowhere[0]:nowhere[0] + 1].tolist()[0]!r}; each row's label must be at exactly one "
+                        "party: give it to one party's label column, or drop the row")
+    y = np.full(len(ids), np.nan)
+    owner = np.empty(len(ids), dtype=object)
+    for j, p in enumerate(parties):
+        y[held[j]] = labels[p][held[j]]
+        owner[held[j]] = p
+    return y, owner
+
+
+def _deal_label_owners(label_owners, parties: list[str], n_rows: int, seed: int) -> np.ndarray:
+    """Per row, the party holding its label: from fractions per party (rows dealt at random with
+    ``seed``, exact counts by largest remainder) or from one party name per row."""
+    if isinstance(label_owners, Mapping):
+        fractions = {}
+        for party, f in label_owners.items():
+            if str(party) not in parties:
+                raise DataError(f"label_owners names party {party!r}, which is not one of the parties {parties}")
+            if isinstance(f, bool) or not isinstance(f, (int, float, np.integer, np.floating)) or not 0.0 <= f <= 1.0:
+                raise DataError(f"label_owners[{party!r}] must be a fraction in [0, 1], got {f!r}")
+            fractions[str(party)] = float(f)
+        total = sum(fractions.values())
+        if abs(total - 1.0) > 1e-9:
+            raise DataError(f"label_owners fractions sum to {total!r}, not 1; give each party its share of the "
+                            f"labelled rows, e.g. {{{', '.join(f'{p!r}: {1 / len(parties):.3g}' for p in parties)}}}")
+        names = [p for p in parties if p in fractions]
+        exact = np.array([fractions[p] / total * n_rows for p in names])  # sums to n_rows, not n_rows * (1 ± 1e-9)
+        counts = np.floor(exact).astype(np.int64)
+        # Largest remainder: the rows left over go to the largest fractional parts (ties: party order).
+        extra = np.argsort(-(exact - counts), kind="stable")[: n_rows - int(counts.sum())]
+        counts[extra] += 1
+        owner = np.empty(n_rows, dtype=object)
+        owner[np.random.default_rng(seed).permutation(n_rows)] = np.repeat(np.array(names, dtype=object), counts)
+        return owner
+    if isinstance(label_owners, (str, bytes)) or not isinstance(label_owners, (Sequence, np.ndarray, pd.Series)):
+        raise DataError("label_owners must be a mapping party -> fraction of the labelled rows, or one party name "
+                        f"per row (a list, array or Series); got {type(label_owners).__name__}")
+    owner = np.asarray(label_owners.to_numpy() if isinstance(label_owners, pd.Series) else label_owners, dtype=object)
+    if owner.ndim != 1 or len(owner) != n_rows:
+        raise DataError(f"label_owners names {len(owner) if owner.ndim == 1 else owner.shape} owner(s) for {n_rows} "
+                        "rows; give one party name per row (or a mapping party -> fraction)")
+    return owner
+
+
 @dataclass(frozen=True)
 class VerticalDataset:
     """Feature blocks of several parties over one shared row order.
@@ -61,11 +122,16 @@ class VerticalDataset:
     ids : numpy.ndarray
         Row identifiers, the same for every party.
     label : numpy.ndarray or None
-        Labels (held by ``label_party``), or None for unlabelled data.
+        Labels (held by ``label_party``, or spread as ``label_owner`` says), or None for unlabelled
+        data. With spread labels it still holds every row's label: in a simulation the driver
+        holds the whole table anyway; each party's actor receives only its own (:meth:`tables`).
     label_party : str or None
-        Name of the party that owns the labels.
+        Name of the party that owns the labels (None when they are spread).
     categorical : dict[str, list[str]]
         Per party, the columns to encode as categories inside that party.
+    label_owner : numpy.ndarray or None
+        Labels spread over parties (PIVODL): per row, the name of the party holding its label.
+        None: the classic single ``label_party``.
 
     Example
     -------
@@ -75,6 +141,13 @@ class VerticalDataset:
     >>> data = VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="id", label="y")
     >>> data.party_names, data.label_party, data.n_rows
     (['bank', 'shop'], 'bank', 4)
+
+    Labels spread over parties: each row's label at one party.
+
+    >>> spread = VerticalDataset(data.features, data.ids, data.label,
+    ...                          label_owner=np.array(["bank", "shop", "shop", "bank"]))
+    >>> spread.labels_spread, spread.label_parties, spread.label_party
+    (True, ['bank', 'shop'], None)
     """
 
     features: dict[str, pd.DataFrame]
@@ -82,6 +155,7 @@ class VerticalDataset:
     label: np.ndarray | None = None
     label_party: str | None = None
     categorical: dict[str, list[str]] = field(default_factory=dict)
+    label_owner: np.ndarray | None = None
     # the Ray session and each party's reference (see tables()): the frames are put once per session
     _placed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -95,17 +169,40 @@ class VerticalDataset:
                 raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
             if len(frame) != len(self.ids):
                 raise DataError(f"party {party!r} has {len(frame)} rows but the dataset has {len(self.ids)} ids")
+        if self.label_owner is not None:
+            self._check_label_owner()
         if self.label is not None:
-            if self.label_party not in self.features:
+            if self.label_owner is None and self.label_party not in self.features:
                 raise DataError(f"label_party {self.label_party!r} is not one of the parties {self.party_names}")
             if len(self.label) != len(self.ids):
                 raise DataError(f"{len(self.label)} labels for {len(self.ids)} rows")
             if not np.all(np.isfinite(self.label)):
                 bad = int(np.sum(~np.isfinite(self.label)))
-                raise DataError(f"{bad} label(s) are NaN or inf; drop or impute those rows before training")
+                where = (" (with labels spread over parties every row needs its label at one party)"
+                         if self.label_owner is not None else "")
+                raise DataError(f"{bad} label(s) are NaN or inf{where}; drop or impute those rows before training")
         for party in self.categorical:
             if party not in self.features:
                 raise DataError(f"categorical columns given for unknown party {party!r}; parties are {self.party_names}")
+
+    def _check_label_owner(self) -> None:
+        if self.label is None:
+            raise DataError("label_owner says which party holds each row's label, but there are no labels; "
+                            "pass label= too, or leave label_owner out")
+        if self.label_party is not None:
+            raise DataError(f"pass label_party={self.label_party!r} (one party holds every label) or label_owner "
+                            "(labels spread over parties, one owner per row), not both")
+        owner = np.asarray(self.label_owner, dtype=object)
+        if owner.ndim != 1 or len(owner) != len(self.ids):
+            raise DataError(f"the label owners name {len(owner) if owner.ndim == 1 else owner.shape} owner(s) for "
+                            f"{len(self.ids)} rows; give one party name per row")
+        known = set(self.features)
+        unknown = ~np.fromiter((o in known for o in owner.tolist()), dtype=bool, count=len(owner))
+        if unknown.any():
+            names = list(dict.fromkeys(owner[unknown].tolist()))[:5]
+            raise DataError(f"the label owners give {int(unknown.sum())} row(s) to parties that do not exist, e.g. "
+                            f"{names}; every owner must be one of the parties {self.party_names}")
+        object.__setattr__(self, "label_owner", owner)
 
     @staticmethod
     def ensure(data: object, role: str = "fit") -> "VerticalDataset":
@@ -140,6 +237,19 @@ class VerticalDataset:
         IDs in ascending order, whose ``unaligned[party]`` keeps each party's
         other rows. ``label`` names the label column; the party whose table
         holds it is the label owner (and leads the PSI).
+
+        If several parties' tables hold the label column (and ``label_party`` is
+        not given), the labels are spread over them (PIVODL): each table's label
+        column holds that party's labels, missing (NaN) for the rows it does not
+        label, and each row must be labelled at exactly one party.
+
+        Example
+        -------
+        >>> a = pd.DataFrame({"id": [1, 2, 3], "x": [0.1, 0.2, 0.3], "y": [1, None, None]})
+        >>> b = pd.DataFrame({"id": [1, 2, 3], "z": [5.0, 6.0, 7.0], "y": [None, 0, 1]})
+        >>> data = VerticalDataset.from_frames({"a": a, "b": b}, id_column="id", label="y")
+        >>> data.label_parties, data.label.tolist(), data.label_owner.tolist()
+        (['a', 'b'], [1.0, 0.0, 1.0], ['a', 'b', 'b'])
         """
         if not frames:
             raise DataError("from_frames needs at least one party table; got none")
@@ -153,13 +263,13 @@ class VerticalDataset:
         owners = [p for p, f in frames.items() if label is not None and label in f.columns]
         if label is not None and not owners:
             raise DataError(f"no party holds the label column {label!r}; add it to the label owner's table")
-        if label_party is None and len(owners) > 1:
-            raise DataError(f"several parties hold a column {label!r} ({owners}); pass label_party= to choose the owner")
-        owner = label_party if label_party is not None else (owners[0] if owners else None)
+        spread = label_party is None and len(owners) > 1  # labels spread over parties (PIVODL)
+        owner = label_party if label_party is not None else (owners[0] if owners and not spread else None)
         if owner is not None and owner not in owners:
             raise DataError(f"label_party {owner!r} does not hold the label column {label!r}")
         # The checks every party's table passes, here or in the party's own store.
-        tables = {p: split_table(f, p, id_column, label if p == owner else None) for p, f in frames.items()}
+        tables = {p: split_table(f, p, id_column, label if p == owner or (spread and p in owners) else None, spread)
+                  for p, f in frames.items()}
         first, ids = next((p, t.ids) for p, t in tables.items())
         for party, table in tables.items():
             if len(table.ids) != len(ids) or not np.array_equal(table.ids, ids):
@@ -170,27 +280,31 @@ class VerticalDataset:
                 raise DataError(f"rows of parties {first!r} and {party!r} are misaligned; {hint}")
         features = {p: t.features for p, t in tables.items()}
         y = tables[owner].label if owner is not None else None
+        label_owner = None
+        if spread:
+            y, label_owner = _merge_spread_labels({p: tables[p].label for p in owners}, np.asarray(ids))
         cats = {p: list(c) for p, c in (categorical or {}).items()}
-        return cls(features, np.asarray(ids), y, owner, cats)
+        return cls(features, np.asarray(ids), y, owner, cats, label_owner)
 
     @classmethod
     def from_sources(cls, sources, id_column: str | None = "id", label: str | None = None,
                      categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
-                     runtime: "Runtime | None" = None):
+                     runtime: "Runtime | None" = None, labels: str = "auto"):
         """Open each party's table inside that party's own store actor; see
-        :meth:`PartyHeldDataset.open <ray_vfl.data.party_held.PartyHeldDataset.open>`. The driver
-        never reads a party's table, IDs or labels: it gets a handle (counts and column schemas)."""
+        :meth:`PartyHeldDataset.open <ray_vfl.data.party_held.PartyHeldDataset.open>` (``labels``:
+        "auto", "single" or "spread"). The driver never reads a party's table, IDs or labels: it gets
+        a handle (counts and column schemas)."""
         from .party_held import PartyHeldDataset
 
-        return PartyHeldDataset.open(sources, id_column, label, categorical, align, runtime)
+        return PartyHeldDataset.open(sources, id_column, label, categorical, align, runtime, labels=labels)
 
     @classmethod
     def from_files(cls, paths, id_column: str | None = "id", label: str | None = None,
                    categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
-                   runtime: "Runtime | None" = None):
+                   runtime: "Runtime | None" = None, labels: str = "auto"):
         """One CSV/Parquet file (or Parquet folder) per party, each read by its own party's actor:
         :meth:`from_sources` with paths."""
-        return cls.from_sources(paths, id_column, label, categorical, align, runtime)
+        return cls.from_sources(paths, id_column, label, categorical, align, runtime, labels)
 
     # what protocols use (shared with PartyHeldDataset) -----------------------
     def columns(self, party: str) -> list[str]:
@@ -200,7 +314,10 @@ class VerticalDataset:
     def tables(self, runtime: "Runtime") -> dict:
         """Per party, a reference to its block (and the label owner's labels) that the party's actor
         fetches: each block is put into Ray's object store once per Ray session, then every fit,
-        eval set and prediction on this dataset passes the same reference."""
+        eval set and prediction on this dataset passes the same reference.
+
+        With spread labels every party's reference carries ``(frame, labels)``: its own labels, NaN
+        for the rows it does not label (all NaN for a party that labels none, see :meth:`labels_of`)."""
         import ray
 
         from .store import PutRows
@@ -211,15 +328,45 @@ class VerticalDataset:
             self._placed.clear()
             self._placed["session"] = session
             self._placed["refs"] = {
-                p: PutRows(p, ray.put((frame, self.label if p == self.label_party else None)), runtime.timeout_s)
+                p: PutRows(p, ray.put((frame, self.labels_of(p))), runtime.timeout_s)
                 for p, frame in self.features.items()
             }
         return dict(self._placed["refs"])
+
+    def labels_of(self, party: str) -> np.ndarray | None:
+        """The labels ``party``'s actors receive: all of them at the label party, None at the others; with
+        spread labels a float64 array with the party's own labels and NaN elsewhere.
+
+        Example
+        -------
+        >>> frames = {"a": pd.DataFrame({"x": [1.0, 2.0]}), "b": pd.DataFrame({"z": [3.0, 4.0]})}
+        >>> data = VerticalDataset(frames, np.array([7, 8]), np.array([1.0, 0.0]), label_owner=np.array(["b", "b"]))
+        >>> data.labels_of("b").tolist(), data.labels_of("a").tolist()
+        ([1.0, 0.0], [nan, nan])
+        """
+        if party not in self.features:
+            raise DataError(f"unknown party {party!r}; parties are {self.party_names}")
+        if self.label_owner is None:
+            return self.label if party == self.label_party else None
+        return np.where(self.label_owner == party, self.label, np.nan).astype(np.float64)
 
     # views ----------------------------------------------------------------
     @property
     def party_names(self) -> list[str]:
         return list(self.features)
+
+    @property
+    def labels_spread(self) -> bool:
+        """Whether the labels are spread over parties (``label_owner``) rather than held by ``label_party``."""
+        return self.label_owner is not None
+
+    @property
+    def label_parties(self) -> list[str]:
+        """The parties holding at least one label, in party order (``[label_party]`` in the classic case)."""
+        if self.label_owner is None:
+            return [] if self.label is None or self.label_party is None else [self.label_party]
+        held = set(self.label_owner.tolist())
+        return [p for p in self.features if p in held]
 
     @property
     def n_rows(self) -> int:
@@ -238,12 +385,14 @@ class VerticalDataset:
             features={p: f.iloc[rows].reset_index(drop=True) for p, f in self.features.items()},
             ids=self.ids[rows],
             label=None if self.label is None else self.label[rows],
+            label_owner=None if self.label_owner is None else self.label_owner[rows],
         )
 
     def train_test_split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = False):
         """Seeded random split into ``(train, test)`` datasets.
 
-        ``stratify=True`` keeps the class balance of the labels in both parts.
+        ``stratify=True`` keeps the class balance of the labels in both parts (with spread labels too:
+        the simulation's driver holds them all; each row keeps its label owner).
         """
         if not 0.0 < test_size < 1.0:
             raise DataError(f"test_size must be in (0, 1), got {test_size!r}")
@@ -264,7 +413,16 @@ class VerticalDataset:
 
     def check_labels(self, objective: str) -> None:
         """Raise :class:`DataError` unless the labels suit ``objective`` (the check a party-held
-        label party runs in its own store: :func:`ray_vfl.data.store.check_labels`)."""
+        label party runs in its own store: :func:`ray_vfl.data.store.check_labels`).
+
+        With spread labels each party's own labels are checked (naming the party), then all of them
+        together (for a binary objective, both classes must occur)."""
+        if self.label_owner is not None:
+            for party in self.label_parties:
+                try:
+                    check_labels(self.labels_of(party), objective, spread=True)
+                except DataError as exc:
+                    raise DataError(f"party {party!r}: {exc}") from None
         check_labels(self.label, objective)
 
 
@@ -276,6 +434,7 @@ def vertical_split(
     id_column: str | None = None,
     categorical: Sequence[str] = (),
     seed: int = 0,
+    label_owners: Mapping[str, float] | Sequence[str] | np.ndarray | pd.Series | None = None,
 ) -> VerticalDataset:
     """Split one table's columns over parties.
 
@@ -284,12 +443,25 @@ def vertical_split(
     ``party0 .. party{N-1}``. The label goes to ``label_party`` (default: the
     first party). ``categorical`` lists columns to encode inside their party.
 
+    ``label_owners`` spreads the labels over parties instead (PIVODL): either a
+    mapping ``{party: fraction}`` (fractions in [0, 1] summing to 1; the rows are
+    dealt at random with ``seed``, each party getting its fraction of the rows
+    rounded by largest remainder; unnamed parties label none) or one party name
+    per row (an explicit row -> party map). It excludes ``label_party``.
+
     Example
     -------
     >>> frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "c": [5.0, 6.0], "y": [0, 1]})
     >>> data = vertical_split(frame, {"bank": ["a"], "shop": ["b", "c"]}, label="y")
     >>> {p: list(f.columns) for p, f in data.features.items()}
     {'bank': ['a'], 'shop': ['b', 'c']}
+    >>> spread = vertical_split(frame, {"bank": ["a"], "shop": ["b", "c"]}, label="y", label_owners=["shop", "bank"])
+    >>> spread.label_parties, spread.labels_of("bank").tolist()
+    (['bank', 'shop'], [nan, 1.0])
+    >>> half = vertical_split(frame, {"bank": ["a"], "shop": ["b", "c"]}, label="y",
+    ...                       label_owners={"bank": 0.5, "shop": 0.5}, seed=1)
+    >>> sorted(half.label_owner.tolist())
+    ['bank', 'shop']
     """
     if id_column is not None and id_column not in frame.columns:
         raise DataError(f"id column {id_column!r} not in the table's columns")
@@ -317,8 +489,15 @@ def vertical_split(
             raise DataError(f"columns {missing} are given to no party; map them to one or drop them from the table first")
     else:
         raise DataError(f"parties must be an int or a mapping party -> columns, got {type(parties).__name__}")
-    owner = None
-    if label is not None:
+    owner, owners = None, None
+    if label_owners is not None:
+        if label is None:
+            raise DataError("label_owners spreads the labels over parties: name the label column too (label=)")
+        if label_party is not None:
+            raise DataError(f"pass label_party={label_party!r} (one party holds every label) or label_owners "
+                            "(labels spread over parties), not both")
+        owners = _deal_label_owners(label_owners, list(mapping), len(frame), seed)
+    elif label is not None:
         owner = label_party if label_party is not None else next(iter(mapping))
         if owner not in mapping:
             raise DataError(f"label_party {owner!r} is not one of the parties {list(mapping)}")
@@ -333,4 +512,4 @@ def vertical_split(
         if not pd.api.types.is_numeric_dtype(col):
             raise DataError(f"label column {label!r} is not numeric (dtype {col.dtype}); map it to 0/1 or numbers first")
         y = col.to_numpy(dtype=np.float64, na_value=np.nan)
-    return VerticalDataset(features, ids, y, owner, {p: c for p, c in cats.items() if c})
+    return VerticalDataset(features, ids, y, owner, {p: c for p, c in cats.items() if c}, owners)

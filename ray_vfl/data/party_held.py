@@ -9,8 +9,17 @@ parties' PSI actors (:mod:`ray_vfl.psi`), whose result each party hands to its o
 aligned order reaches each party as positions into its own table, and the driver learns sizes.
 
 Protocols use the same methods as on the in-process
-:class:`~ray_vfl.data.dataset.VerticalDataset`: ``party_names``, ``label_party``, ``n_rows``,
-``columns``, ``categorical``, ``tables(runtime)``, ``check_labels``, ``train_test_split``.
+:class:`~ray_vfl.data.dataset.VerticalDataset`: ``party_names``, ``label_party``, ``label_parties``,
+``labels_spread``, ``n_rows``, ``columns``, ``categorical``, ``tables(runtime)``, ``check_labels``,
+``train_test_split``.
+
+Labels spread over parties (PIVODL): when more than one source has the label column (or with
+``labels="spread"``), each of those parties keeps its own label column, a missing value marking a row
+it does not label; ``label_party`` is None and every party's reference serves ``(features, labels)``
+with NaN where the party labels no row (all NaN for a party without a label column). Each party's
+store checks only its own labels. Whether every row is labelled at exactly one party needs every
+party's labelled-row set: the protocol's parties compare those among themselves at set-up (PIVODL's
+step 1); the driver never receives labels, IDs or labelled masks, so it cannot and does not check.
 """
 
 from __future__ import annotations
@@ -43,9 +52,9 @@ class PartyHeldDataset:
     Attributes
     ----------
     schemas : dict[str, dict]
-        Per party: ``n_rows``, ``columns``, ``dtypes``, ``has_label``, ``categorical``.
+        Per party: ``n_rows``, ``columns``, ``dtypes``, ``has_label``, ``labels_spread``, ``categorical``.
     label_party : str or None
-        The party that holds the labels.
+        The party that holds the labels (None when they are spread over parties: ``label_parties``).
     unaligned : dict[str, int]
         After alignment by PSI: per party, how many of its rows lie outside the intersection (kept
         in its store as ``unaligned_table(party)``).
@@ -79,8 +88,8 @@ class PartyHeldDataset:
     @classmethod
     def open(cls, sources: Mapping[str, PartySource | str | os.PathLike], id_column: str | None = "id",
              label: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None,
-             align: str | None = None, runtime: "Runtime | None" = None, workers: int | None = None
-             ) -> "PartyHeldDataset":
+             align: str | None = None, runtime: "Runtime | None" = None, workers: int | None = None,
+             labels: str = "auto") -> "PartyHeldDataset":
         """Have each party open its own source and align the rows.
 
         Parameters
@@ -100,6 +109,12 @@ class PartyHeldDataset:
             ``"psi"``: intersect the ID sets by ECDH-PSI among the parties.
         runtime : Runtime, optional
             Where the store actors run (default: a new :class:`~ray_vfl.runtime.actors.Runtime`).
+        labels : "auto", "single" or "spread"
+            ``"single"``: one party holds every row's label (a second label column is an error, a
+            missing label too). ``"spread"``: the labels are spread over the parties whose tables
+            have the label column, each leaving the rows it does not label missing (PIVODL).
+            ``"auto"`` (default): spread if more than one party's table has the label column,
+            single otherwise.
         """
         from ..runtime.actors import Runtime
 
@@ -107,6 +122,8 @@ class PartyHeldDataset:
             raise DataError("give one source per party: {party: path or PartySource}; got none")
         if align not in (None, "psi"):
             raise ConfigError(f"align must be None or 'psi', got {align!r}")
+        if labels not in ("auto", "single", "spread"):
+            raise ConfigError(f"labels must be 'auto', 'single' or 'spread', got {labels!r}")
         categorical = dict(categorical or {})
         unknown = sorted(set(categorical) - set(map(str, sources)))
         if unknown:
@@ -117,14 +134,25 @@ class PartyHeldDataset:
         stores = {p: runtime.spawn_helper(p, "data", PartyStore, p, keep=True) for p in specs}
         base = f"source-{uuid.uuid4().hex[:8]}"
         # A path source takes the common label name if its table has that column (only its party can tell).
-        calls = [(p, stores[p].open.remote(base, spec, label)) for p, spec in specs.items()]
+        # Missing labels are allowed while opening, and refused below if one party holds every label.
+        calls = [(p, stores[p].open.remote(base, spec, label, True)) for p, spec in specs.items()]
         schemas = dict(zip(specs, runtime.get(calls, "open party data")))
         owners = [p for p, s in schemas.items() if s["has_label"]]
         if label is not None and not owners:
             raise DataError(f"no party holds the label column {label!r}; add it to the label owner's table")
-        if len(owners) > 1:
-            raise DataError(f"several parties hold the label column ({owners}); keep it at one party only")
-        data = cls(runtime, stores, {p: base for p in specs}, schemas, owners[0] if owners else None)
+        spread = labels == "spread" or (labels == "auto" and len(owners) > 1)
+        if len(owners) > 1 and not spread:
+            raise DataError(f"several parties hold the label column ({owners}); keep it at one party only, or pass "
+                            "labels='spread' if each labels some of the rows (labels spread over parties, for PIVODL)")
+        if spread and not owners:
+            raise DataError("labels='spread' needs a label column at one party at least; name it with label= "
+                            "or in each label party's PartySource")
+        if spread:
+            calls = [(p, stores[p].spread_labels.remote(base)) for p in specs]
+            schemas = dict(zip(specs, runtime.get(calls, "spread labels")))
+        elif owners:
+            runtime.get([(owners[0], stores[owners[0]].require_complete_labels.remote(base))], "check labels")
+        data = cls(runtime, stores, {p: base for p in specs}, schemas, None if spread else (owners[0] if owners else None))
         return data._aligned_by_psi(workers) if align == "psi" else data._check_row_order()
 
     def _check_row_order(self) -> "PartyHeldDataset":
@@ -164,6 +192,19 @@ class PartyHeldDataset:
         return int(next(iter(self.schemas.values()))["n_rows"])
 
     @property
+    def labels_spread(self) -> bool:
+        """Whether the labels are spread over several parties (PIVODL) rather than held by ``label_party``."""
+        return any(s.get("labels_spread", False) for s in self.schemas.values())
+
+    @property
+    def label_parties(self) -> list[str]:
+        """The parties holding labels, in party order: ``[label_party]``, or with spread labels every party
+        whose table has the label column (only a party knows how many of its rows it labels)."""
+        if self.labels_spread:
+            return [p for p, s in self.schemas.items() if s["has_label"]]
+        return [] if self.label_party is None else [self.label_party]
+
+    @property
     def categorical(self) -> dict[str, list[str]]:
         return {p: list(s["categorical"]) for p, s in self.schemas.items() if s["categorical"]}
 
@@ -192,11 +233,15 @@ class PartyHeldDataset:
         return self._ref(party, self.unaligned_keys[party])
 
     def check_labels(self, objective: str) -> None:
-        """Have the label party check that its labels suit ``objective`` (it raises DataError if not)."""
-        if self.label_party is None:
+        """Have the label party check that its labels suit ``objective`` (it raises DataError if not).
+
+        With spread labels every label party checks its own labelled rows (for a binary objective:
+        values 0/1); that both classes occur overall is for the parties to check among themselves.
+        """
+        if not self.label_parties:
             raise DataError("no party holds labels; build the dataset with label= naming the label column")
-        p = self.label_party
-        self.runtime.get([(p, self.stores[p].check_labels.remote(self.keys[p], objective))], "check labels")
+        calls = [(p, self.stores[p].check_labels.remote(self.keys[p], objective)) for p in self.label_parties]
+        self.runtime.get(calls, "check labels")
 
     def source_reads(self) -> dict[str, list[dict]]:
         """Per party, where its store read its source (host, node, process)."""
@@ -225,9 +270,13 @@ class PartyHeldDataset:
         The driver draws an unstratified split from the row count and ``seed`` alone. With
         ``stratify=True`` the label party draws it (keeping the class balance) and sends the test
         positions to the other parties through the metered send path: the driver learns sizes.
+        Labels spread over parties cannot be stratified this way (no party sees them all).
         """
         if not 0.0 < test_size < 1.0:
             raise DataError(f"test_size must be in (0, 1), got {test_size!r}")
+        if stratify and self.labels_spread:
+            raise DataError(f"the labels are spread over parties {self.label_parties}: no one party can stratify "
+                            "the split by label; use train_test_split(..., stratify=False)")
         tag = uuid.uuid4().hex[:8]
         keys = (f"train-{tag}", f"test-{tag}")
         if stratify and self.label_party is not None:

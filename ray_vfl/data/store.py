@@ -10,12 +10,17 @@ reports: row counts, column names and dtypes, and which party holds labels.
 Row selections (train/test splits) are positions into the party's own table. A seeded split is
 drawn by the driver from the row count alone; a split stratified by label is drawn by the label
 party's store, which sends the positions to the other stores through the metered send path.
+
+Labels spread over parties (PIVODL): each label party's table keeps its own labels, with NaN for the
+rows it does not label, and a party without a label column serves an all-NaN label array. Each store
+checks only its own labels; whether every row is labelled at exactly one party is checked among the
+parties by the protocol that consumes them (the driver never sees labels, IDs or labelled masks).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,26 +40,44 @@ register("split_rows", Array("", "int", (None,), low=0, high="n_rows", unique=Tr
 
 @dataclass(frozen=True)
 class Table:
-    """One data set of one party: its feature columns, its row IDs (or None) and its labels (or None)."""
+    """One data set of one party: its feature columns, its row IDs (or None) and its labels (or None).
+
+    ``spread``: the dataset's labels are spread over parties, so NaN in ``label`` marks a row this
+    party does not label (and a party without labels serves an all-NaN array, see :meth:`labels`).
+    """
 
     features: pd.DataFrame
     ids: np.ndarray | None
     label: np.ndarray | None
+    spread: bool = False
 
     def take(self, rows: np.ndarray) -> "Table":
         return Table(self.features.iloc[rows].reset_index(drop=True),
                      None if self.ids is None else self.ids[rows],
-                     None if self.label is None else self.label[rows])
+                     None if self.label is None else self.label[rows], self.spread)
+
+    def labels(self) -> np.ndarray | None:
+        """The labels this party serves its own actors: with spread labels, NaN where it labels no row."""
+        if self.spread and self.label is None:
+            return np.full(len(self.features), np.nan)
+        return self.label
 
 
-def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: str | None) -> Table:
+def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: str | None,
+                partial: bool = False) -> Table:
     """Split one party's table into features, IDs and labels, checking each.
+
+    ``partial=True``: the labels are spread over parties, and a missing label (NaN) marks a row
+    this party does not label; inf is still refused.
 
     Example
     -------
     >>> t = split_table(pd.DataFrame({"id": [1, 2], "x": [0.5, 0.1], "y": [0, 1]}), "bank", "id", "y")
     >>> list(t.features.columns), t.ids.tolist(), t.label.tolist()
     (['x'], [1, 2], [0.0, 1.0])
+    >>> split_table(pd.DataFrame({"id": [1, 2], "x": [0.5, 0.1], "y": [None, 1]}), "bank", "id", "y",
+    ...             partial=True).label.tolist()
+    [nan, 1.0]
     """
     if len(frame) == 0:
         raise DataError(f"party {party!r}: its table has no rows (columns {list(frame.columns)}); "
@@ -71,17 +94,30 @@ def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: s
     y = None
     if label is not None:
         col = frame[label]
+        if partial and col.isna().all():  # a label party labelling none of these rows (pandas: object dtype)
+            col = col.astype(np.float64)
         if not pd.api.types.is_numeric_dtype(col):
             raise DataError(f"party {party!r}: label column {label!r} is not numeric (dtype {col.dtype}); "
                             "map it to 0/1 or numbers first")
         y = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        if not np.all(np.isfinite(y)):
-            raise DataError(f"party {party!r}: {int(np.sum(~np.isfinite(y)))} label(s) are NaN or inf; "
-                            "drop or impute those rows before training")
+        if partial and np.isinf(y).any():
+            raise DataError(f"party {party!r}: {int(np.isinf(y).sum())} label(s) are inf; fix them, or leave "
+                            "them missing (NaN) where this party does not label the row")
+        if not partial:
+            check_complete(y, party)
     features = frame.drop(columns=[c for c in (id_column, label) if c is not None]).reset_index(drop=True)
     if features.shape[1] == 0:
         raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
     return Table(features, ids, y)
+
+
+def check_complete(label: np.ndarray, party: str) -> None:
+    """Raise :class:`DataError` if a single label party's labels are missing or infinite anywhere."""
+    bad = ~np.isfinite(label)
+    if bad.any():
+        raise DataError(f"party {party!r}: {int(bad.sum())} label(s) are NaN or inf; drop or impute those rows "
+                        "before training (or, if other parties label those rows, give each of them the label "
+                        "column: the labels are then spread over the parties)")
 
 
 def stratified_test_rows(label: np.ndarray, test_size: float, seed: int) -> np.ndarray:
@@ -189,13 +225,16 @@ class PartyStore:
         t = self._table(key)
         return {"n_rows": len(t.features), "columns": list(t.features.columns),
                 "dtypes": [str(d) for d in t.features.dtypes], "has_label": t.label is not None,
+                "labels_spread": t.spread,
                 "has_ids": t.ids is not None, "categorical": list(self.categorical.get(key, [])),
                 "id_digest": id_digest(t.ids)}
 
     # opening ------------------------------------------------------------------
-    def open(self, key: str, source: PartySource, label: str | None = None) -> dict[str, Any]:
+    def open(self, key: str, source: PartySource, label: str | None = None, partial: bool = False) -> dict[str, Any]:
         """Read ``source`` here, on this party's node, and keep it as ``key``; ``label`` names a
-        label column that this party holds if its table has it (a source's own label must exist)."""
+        label column that this party holds if its table has it (a source's own label must exist).
+        ``partial``: missing labels are allowed for now (spread labels; see :meth:`spread_labels`
+        and :meth:`require_complete_labels`)."""
         import os
         import socket
 
@@ -203,13 +242,24 @@ class PartyStore:
         self.reads.append({"location": source.location, "pid": os.getpid(), "host": socket.gethostname(),
                            "node_id": _node_id()})
         label = source.label or (label if label in frame.columns else None)
-        return self.put(key, frame, source.id_column, label, list(source.categorical))
+        return self.put(key, frame, source.id_column, label, list(source.categorical), partial)
 
     def put(self, key: str, frame: pd.DataFrame, id_column: str | None, label: str | None,
-            categorical: Sequence[str]) -> dict[str, Any]:
+            categorical: Sequence[str], partial: bool = False) -> dict[str, Any]:
         """Keep a table given as a frame (a simulation's data, moved into the party once)."""
-        self.tables[key] = split_table(frame, self.name, id_column, label)
+        self.tables[key] = split_table(frame, self.name, id_column, label, partial)
         self.categorical[key] = [c for c in categorical if c in self.tables[key].features.columns]
+        return self.schema(key)
+
+    def require_complete_labels(self, key: str) -> None:
+        """The one label party of a dataset: refuse missing labels (they were allowed while opening)."""
+        table = self._table(key)
+        if table.label is not None:
+            check_complete(table.label, self.name)
+
+    def spread_labels(self, key: str) -> dict[str, Any]:
+        """Mark ``key``'s labels as spread over parties: NaN marks a row this party does not label."""
+        self.tables[key] = replace(self._table(key), spread=True)
         return self.schema(key)
 
     # selections ---------------------------------------------------------------
@@ -232,6 +282,9 @@ class PartyStore:
         table = self._table(base)
         if table.label is None:
             raise DataError(f"party {self.name!r} holds no labels to stratify by")
+        if table.spread:
+            raise DataError(f"party {self.name!r} holds only part of the labels (they are spread over parties): "
+                            "it cannot stratify a split alone; use train_test_split(..., stratify=False)")
         test = stratified_test_rows(table.label, test_size, seed)
         message = self.mailbox.send("split_rows", list(peers), test)
         ray.get([h.apply_split.remote(message, base, keys) for h in peers.values()], timeout=600)
@@ -259,7 +312,7 @@ class PartyStore:
     # serving the party's own actors ---------------------------------------------
     def rows(self, key: str) -> tuple[pd.DataFrame, np.ndarray | None]:
         table = self._table(key)
-        return table.features, table.label
+        return table.features, table.labels()
 
     def ids(self, key: str) -> np.ndarray:
         table = self._table(key)
@@ -268,8 +321,13 @@ class PartyStore:
         return table.ids
 
     def check_labels(self, key: str, objective: str) -> None:
-        """Raise :class:`DataError` unless the labels suit ``objective`` (at the label party)."""
-        check_labels(self._table(key).label, objective)
+        """Raise :class:`DataError` unless the labels suit ``objective`` (at the label party; with
+        spread labels, at each label party, for its own labelled rows)."""
+        table = self._table(key)
+        try:
+            check_labels(table.labels(), objective, spread=table.spread)
+        except DataError as exc:
+            raise DataError(f"party {self.name!r}: {exc}") from None
 
     def drop(self, keys: Sequence[str]) -> None:
         for key in keys:
@@ -284,10 +342,14 @@ class PartyStore:
         return self.mailbox.drain()
 
 
-def check_labels(label: np.ndarray | None, objective: str) -> None:
+def check_labels(label: np.ndarray | None, objective: str, spread: bool = False) -> None:
     """Raise :class:`DataError` unless ``label`` exists and suits ``objective``: for the binary
     objective, 0/1 values of both classes (with one class there is nothing to learn, and AUC is
     undefined).
+
+    ``spread=True``: ``label`` is one party's share of labels spread over parties; NaN marks a row
+    it does not label and is skipped, and only the values are checked (one party may hold one class,
+    or no label at all).
 
     Example
     -------
@@ -295,9 +357,12 @@ def check_labels(label: np.ndarray | None, objective: str) -> None:
     Traceback (most recent call last):
     ...
     ray_vfl.errors.DataError: the labels hold one class only (all 3 rows are 0): a binary classifier needs rows of both classes; check the label column, or split with train_test_split(..., stratify=True)
+    >>> check_labels(np.array([np.nan, 1.0, 1.0]), "binary:logistic", spread=True)   # one party's share
     """
     if label is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
+    if spread:
+        label = label[~np.isnan(label)]
     if objective == "binary:logistic":
         bad = ~np.isin(label, (0.0, 1.0))
         if bad.any():
@@ -306,7 +371,7 @@ def check_labels(label: np.ndarray | None, objective: str) -> None:
                 "map the classes to 0/1 (or use a regression objective)"
             )
         classes = np.unique(label)
-        if len(classes) < 2:
+        if len(classes) < 2 and not spread:
             raise DataError(f"the labels hold one class only (all {len(label)} rows are {int(classes[0])}): a binary "
                             "classifier needs rows of both classes; check the label column, or split with "
                             "train_test_split(..., stratify=True)")

@@ -367,6 +367,10 @@ def _check_training_input(data: VerticalDataset, config: BoostConfig, eval_sets:
     VerticalDataset.ensure(data, "train")
     if not isinstance(config, BoostConfig):
         raise ConfigError(f"config must be a BoostConfig, got {type(config).__name__}")
+    for role, checked in [("", data)] + [(f"eval set {k!r}: ", e) for k, e in eval_sets.items()]:
+        if getattr(checked, "labels_spread", False):  # PIVODL's data: each row's label at one of several parties
+            raise DataError(f"{role}labels are spread over parties {checked.label_parties}; SecureBoost needs one "
+                            "label party: use PIVODL, or give all labels to one party")
     if data.label_party is None:
         raise DataError("no party holds labels; build the dataset with label= naming the label column")
     data.check_labels(config.objective)  # at the label party for party-held data; the label party checks the bound
