@@ -13,9 +13,9 @@ import pytest
 import ray
 
 from ray_vfl import BoostConfig, SecureBoostClassifier, VerticalDataset, vertical_split
-from ray_vfl.errors import ConfigError, DataError
 from ray_vfl.data.party_held import PartyHeldDataset
 from ray_vfl.data.sources import PartySource
+from ray_vfl.errors import ConfigError, DataError
 from ray_vfl.secureboost import train
 
 N = 60
@@ -192,7 +192,7 @@ def test_from_frames_spreads_a_label_column_held_by_several_parties():
 
 
 def test_a_row_labelled_at_two_parties_or_at_none_is_refused_naming_an_id():
-    bank, shop, other, _ = spread_frames()
+    bank, shop, _, _ = spread_frames()
     twice = shop.assign(y=[np.nan, 1.0, np.nan, 1.0, 1.0, 0.0])  # row id 11 labelled at bank and shop
     with pytest.raises(DataError, match=r"1 row\(s\) are labelled at more than one party: row id 11 is labelled at "
                                         "both 'bank' and 'shop'; each row's label must be at exactly one party"):
@@ -209,7 +209,7 @@ def test_a_row_labelled_at_two_parties_or_at_none_is_refused_naming_an_id():
 
 
 def test_spread_labels_survive_alignment_by_psi(runtime):
-    bank, shop, other, y = spread_frames()
+    bank, shop, _, y = spread_frames()
     data = VerticalDataset.from_frames({"bank": bank.iloc[::-1], "shop": shop.iloc[1:]}, label="y", align="psi",
                                        runtime=runtime)
     assert data.ids.tolist() == [11, 12, 13, 14, 15] and data.label_owner.tolist() == ["bank"] * 2 + ["shop"] * 3
@@ -323,9 +323,8 @@ def test_party_held_spread_labels_bad_input(runtime, spread_files, tmp_path):
         SecureBoostClassifier(n_estimators=1, backend="plain", runtime=runtime).fit(data)
 
 
-def test_party_held_single_owner_path_is_unchanged(runtime, spread_files, tmp_path):
-    folder, y = spread_files
-    bank, shop, other, _ = spread_frames()
+def test_party_held_single_owner_path_is_unchanged(runtime, tmp_path):
+    bank, shop, _, y = spread_frames()
     bank.assign(y=y).to_csv(tmp_path / "bank.csv", index=False)
     shop.drop(columns="y").to_csv(tmp_path / "shop.csv", index=False)
     data = VerticalDataset.from_files({"bank": str(tmp_path / "bank.csv"), "shop": str(tmp_path / "shop.csv")},
