@@ -88,30 +88,30 @@ def test_instance_threshold_drops_exactly_the_small_splits(runtime):
     """A hand-built case: client a labels rows 0-5, client b rows 6-11. With threshold 3 a candidate whose
     left branch holds 1 or 2 of one client's rows is refused; the best split that is left wins."""
     x = np.arange(12, dtype=float)
-    frame = pd.DataFrame({"xa": x, "xb": (x * 7) % 12, "y": [0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1]})
-    owners = ["a"] * 6 + ["b"] * 6
-    data = vertical_split(frame, {"a": ["xa"], "b": ["xb"]}, label="y", label_owners=owners)
+    frame = pd.DataFrame({"xa": x, "xb": (x * 7) % 12, "y": [0] * 7 + [1] * 5})
+    owners = ["bank"] * 6 + ["shop"] * 6
+    data = vertical_split(frame, {"bank": ["xa"], "shop": ["xb"]}, label="y", label_owners=owners)
     base = dict(n_trees=1, max_depth=1, max_bin=16, backend="plain", min_child_weight=0.0, learning_rate=1.0)
-    free = train(runtime, data, PIVODLConfig(**base))
-    held = train(runtime, data, PIVODLConfig(**base, instance_threshold=3))
-    feats = {"a": 1, "b": 1}
-    f_free, f_held = free.assembled_trees(feats)[0], held.assembled_trees(feats)[0]
+    feats = {"bank": 1, "shop": 1}
+    f_free = train(runtime, data, PIVODLConfig(**base)).assembled_trees(feats)[0]  # a fit reuses the actors
+    f_held = train(runtime, data, PIVODLConfig(**base, instance_threshold=3)).assembled_trees(feats)[0]
     # what the reference says among only the candidates the threshold keeps
     bins = reference_bins(data, 16)
     y = data.label
-    g = 0.5 - y  # base score 0.5 (half the labels are 1): p - y
+    g = 5 / 12 - y  # the base score is the label mean: p - y
     own = np.array(owners)
 
     def allowed(f, b):
         left = bins[:, f] <= b
-        return all(not (0 < int((left & (own == c)).sum()) < 3) for c in ("a", "b"))
+        return all(not (0 < int((left & (own == c)).sum()) < 3) for c in ("bank", "shop"))
 
     def gain(f, b):
         left = bins[:, f] <= b
-        gl, gr, hl, hr = g[left].sum(), g[~left].sum(), 0.25 * left.sum(), 0.25 * (~left).sum()
+        p = 5 / 12
+        gl, gr, hl, hr = g[left].sum(), g[~left].sum(), p * (1 - p) * left.sum(), p * (1 - p) * (~left).sum()
         if hl == 0 or hr == 0:
             return -np.inf
-        return gl**2 / (hl + 1) + gr**2 / (hr + 1) - g.sum()**2 / (0.25 * 12 + 1)
+        return gl**2 / (hl + 1) + gr**2 / (hr + 1) - g.sum()**2 / (12 * p * (1 - p) + 1)
 
     cands = [(f, b) for f in range(2) for b in range(int(bins[:, f].max()))]
     best_free = max(cands, key=lambda c: (gain(*c), -c[0], -c[1]))
