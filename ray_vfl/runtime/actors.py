@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -220,6 +221,7 @@ class Runtime:
         self._actors: dict[str, Any] = {}
         self._classes: dict[str, type] = {}
         self._token = uuid.uuid4().hex[:8]
+        self._serial = itertools.count()
 
     # connection ----------------------------------------------------------
     def connect(self, parties: Sequence[str]) -> None:
@@ -288,11 +290,15 @@ class Runtime:
                 return handle
             except PartyFailedError:
                 self._actors.pop(key, None)
+            except VFLError:  # the user's input refused: a live actor stays; one that never started goes
+                if self._answers(handle):
+                    raise
+                self.kill(key)
         elif handle is not None:
             self.kill(key)
         actor_cls = ray.remote(**_ray_options(cls))(_actor_class(cls))
         handle = actor_cls.options(
-            name=f"vfl-{self._token}-{key.replace(':', '-')}",
+            name=f"vfl-{self._token}-{key.replace(':', '-')}-{next(self._serial)}",  # a dead actor's name may linger
             num_cpus=0,
             resources={party_resource(party): 1},
             max_restarts=0,
@@ -300,6 +306,15 @@ class Runtime:
         self._actors[key] = handle
         self._classes[key] = cls
         return handle
+
+    @staticmethod
+    def _answers(handle) -> bool:
+        """Whether an actor answers a probe (one whose constructor failed answers with its error)."""
+        try:
+            ray.get(handle.alive.remote(), timeout=_PROBE_S)
+            return True
+        except Exception:  # dead, never started, or silent
+            return False
 
     def actor(self, party: str):
         if party not in self._actors:
