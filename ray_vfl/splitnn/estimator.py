@@ -87,6 +87,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.losses_ = list(self.model_.losses)
         self.comm_stats_ = self.model_.comm_stats
         self.label_party_ = self.model_.label_party
+        self.privacy_ = self.model_.privacy  # GaussianDP: the accounted epsilon of this training; else None
         return self
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
