@@ -45,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--defenses", nargs="*", default=None, metavar="DATA",
                    help="measure the defenses on these datasets (fedads_like, ipinyou, credit, open_bandit)")
     p.add_argument("--generator-rows", type=int, default=200_000, help="rows of fedads_like for --defenses")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate (--defenses)")
+    p.add_argument("--top-hidden", type=int, nargs="*", default=[], help="hidden widths of the top model (--defenses; "
+                   "none: FedAds' one logistic layer)")
     return p.parse_args(argv)
 
 
@@ -59,7 +62,8 @@ def _defense_data(name: str, rows: int):
 
 def defenses(args) -> int:
     """Every defense against every attack, one-sided and two-sided, on each dataset (a Markdown table)."""
-    config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs)
+    config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.learning_rate,
+                           top_hidden=tuple(args.top_hidden))
     runtime = Runtime()
     table = []
     try:

@@ -11,9 +11,10 @@ labels.
 - Norm attack (Li et al., ICLR 2022): the score is the gradient's L2 norm. With
   rare positives, a positive row's loss gradient ``p - 1`` dwarfs a negative's ``p``.
 - Direction attack (Li et al., ICLR 2022, without a known positive): the
-  score is minus the cosine between a received gradient row and the batch
-  mean of the received rows. With rare positives the mean points the
-  negatives' way and a positive's loss gradient points the other way.
+  score is the cosine between a received gradient row and the batch mean of
+  the received rows, oriented per batch so that the minority side scores
+  high (positives are rare: a positive's loss gradient ``(p - 1) dz/dh``
+  points against a negative's ``p dz/dh``).
 - Clustering attack (Sun et al. 2022, as in FedAds): k-means (k=2) on the
   party's own federated embeddings, each row by its latest one (what the
   trained bottom model outputs), compared by direction (cosine); the smaller cluster is taken as
@@ -86,7 +87,8 @@ def norm_attack(view: NonLabelView) -> list[np.ndarray]:
 
 
 def direction_attack(view: NonLabelView) -> list[np.ndarray]:
-    """Per batch, minus the cosine of each received gradient row with the batch mean of the received rows.
+    """Per batch, the cosine of each received gradient row with the batch mean of the received rows,
+    signed so that the rows on the less populated side (cosine below or above 0) score high.
 
     Example
     -------
@@ -100,7 +102,8 @@ def direction_attack(view: NonLabelView) -> list[np.ndarray]:
         g = np.asarray(g, dtype=np.float64)
         mean = g.mean(axis=0)
         norms = np.linalg.norm(g, axis=1) * np.linalg.norm(mean)
-        scores.append(-(g @ mean) / np.maximum(norms, 1e-300))
+        cos = (g @ mean) / np.maximum(norms, 1e-300)
+        scores.append(-cos if (cos < 0).sum() <= (cos > 0).sum() else cos)
     return scores
 
 

@@ -47,6 +47,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         max_categories: int = 1_000_000,
         nonlabel_hidden: tuple[int, ...] = (128, 32),
         label_hidden: tuple[int, ...] = (256, 128),
+        top_hidden: tuple[int, ...] = (),
         batch_size: int = 256,
         epochs: int = 1,
         learning_rate: float = 1e-3,
@@ -61,6 +62,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.max_categories = max_categories
         self.nonlabel_hidden = nonlabel_hidden
         self.label_hidden = label_hidden
+        self.top_hidden = top_hidden
         self.batch_size = batch_size
         self.epochs = epochs
         self.learning_rate = learning_rate
@@ -74,6 +76,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         return SplitNNConfig(
             embedding_dim=self.embedding_dim, n_bins=self.n_bins, max_categories=self.max_categories,
             nonlabel_hidden=tuple(self.nonlabel_hidden), label_hidden=tuple(self.label_hidden),
+            top_hidden=tuple(self.top_hidden),
             batch_size=self.batch_size, epochs=self.epochs, learning_rate=self.learning_rate,
             optimizer=self.optimizer, seed=self.random_state, timeout_s=self.timeout_s,
         )
@@ -117,7 +120,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         model = SplitNNModel.load(directory, runtime)
         cfg = model.config
         est = cls(embedding_dim=cfg.embedding_dim, n_bins=cfg.n_bins, max_categories=cfg.max_categories,
-                  nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, batch_size=cfg.batch_size,
+                  nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, top_hidden=cfg.top_hidden, batch_size=cfg.batch_size,
                   epochs=cfg.epochs, learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, defense=model.defense,
                   random_state=cfg.seed, timeout_s=cfg.timeout_s, runtime=model.runtime)
         est.model_ = model
