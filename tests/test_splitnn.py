@@ -23,6 +23,7 @@ from ray_vfl.splitnn import (  # noqa: E402
     NonLabelView,
     SplitNNConfig,
     cluster_attack,
+    direction_attack,
     leak_auc,
     leak_aucs,
     make_fedads_like,
@@ -64,6 +65,9 @@ def test_config_validates_itself():
         SplitNNConfig(nonlabel_hidden=())
     with pytest.raises(ConfigError, match="optimizer"):
         SplitNNConfig(optimizer="rmsprop")
+    with pytest.raises(ConfigError, match="top_hidden"):
+        SplitNNConfig(top_hidden=(0,))
+    assert SplitNNConfig.from_dict({"top_hidden": [16]}).top_hidden == (16,) and SplitNNConfig().top_hidden == ()
     with pytest.raises(ConfigError, match="unknown SplitNNConfig parameter"):
         SplitNNConfig.from_dict({"batchsize": 10})
     assert SplitNNConfig.from_dict({"label_hidden": [16, 8]}).label_hidden == (16, 8)
@@ -82,9 +86,11 @@ def test_defense_parameters_out_of_range(make):
 
 # ---------------------------------------------------------------------------
 # federated == one process
-def test_split_gradients_equal_single_process(runtime):
+@pytest.mark.parametrize("top_hidden", [(), (8,)])
+def test_split_gradients_equal_single_process(runtime, top_hidden):
     small = make_fedads_like(1_000, seed=3, label_party=LABEL, nonlabel_party=OTHER).train.take(np.arange(48))
-    cfg = SplitNNConfig(batch_size=48, dtype="float64", label_hidden=(32, 16), nonlabel_hidden=(16, 8), seed=5)
+    cfg = SplitNNConfig(batch_size=48, dtype="float64", label_hidden=(32, 16), nonlabel_hidden=(16, 8), seed=5,
+                        top_hidden=top_hidden)
     fed = train(runtime, small, cfg).param_grads()
 
     twin = InProcessSplitNet(cfg)
@@ -189,6 +195,7 @@ def test_each_defense_against_the_norm_attack_one_and_two_sided(runtime, fedads,
     # classes almost perfectly, only the direction of the ranking flips from batch to batch.
     mix = views["mixpro"]
     assert leak_aucs(norm_attack(mix), mix.rows, y)["two_sided"] > 0.9  # measured 0.99
+    assert leak_aucs(direction_attack(mix), mix.rows, y)["two_sided"] > 0.9  # the zeroed rows have no direction
 
 
 def test_mixpro_meets_the_cosine_bound_and_lambda():
