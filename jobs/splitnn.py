@@ -35,7 +35,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=1, help="passes over the aligned training rows")
     p.add_argument("--batch-size", type=int, default=256, help="rows per split-NN step")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate of both parties")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data, the models and the defenses")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, the models and the batch order (the defenses' noise comes from the label party's OS entropy)")
     p.add_argument("--out", default="results/splitnn", help="folder for the CSV/JSON tables")
     return p.parse_args(argv)
 

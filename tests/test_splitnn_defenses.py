@@ -28,8 +28,8 @@ from ray_vfl.splitnn import (  # noqa: E402
     leak_auc,
     leak_aucs,
     make_fedads_like,
-    two_sided_chance,
     train,
+    two_sided_chance,
 )
 from ray_vfl.splitnn.attacks import NonLabelView  # noqa: E402
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import cached_property
 
 import numpy as np
-from scipy.stats import norm
 
 from ..crypto.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
 from ..errors import ConfigError

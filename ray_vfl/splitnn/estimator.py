@@ -25,14 +25,15 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     """Split neural network for 0/1 labels: the label party's bottom model and top, each other party's bottom model.
 
     Parameters mirror :class:`~ray_vfl.splitnn.config.SplitNNConfig`
-    (``random_state`` is its ``seed``); ``defense`` wraps the embedding
+    (``random_state`` is its ``seed``: models and batch order; a defense's noise
+    never depends on it); ``defense`` wraps the embedding
     gradients the label party sends (default: none).
 
     Example
     -------
-    >>> from ray_vfl.splitnn import SplitNNClassifier, MixPro, make_fedads_like   # doctest: +SKIP
+    >>> from ray_vfl.splitnn import SplitNNClassifier, Marvell, make_fedads_like  # doctest: +SKIP
     >>> data = make_fedads_like(50_000, seed=0)                                    # doctest: +SKIP
-    >>> clf = SplitNNClassifier(epochs=2, defense=MixPro()).fit(data.train)        # doctest: +SKIP
+    >>> clf = SplitNNClassifier(epochs=2, defense=Marvell()).fit(data.train)       # doctest: +SKIP
     >>> clf.predict_proba(data.test)[:, 1]                                         # doctest: +SKIP
     >>> clf.save_model("cvr_model")                                               # doctest: +SKIP
     >>> SplitNNClassifier.load_model("cvr_model").predict(data.test)               # doctest: +SKIP

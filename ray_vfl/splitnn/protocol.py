@@ -199,9 +199,11 @@ def train(
 
     Example
     -------
-    >>> from ray_vfl.splitnn import make_fedads_like, SplitNNConfig, MixPro   # doctest: +SKIP
+    >>> from ray_vfl.splitnn import make_fedads_like, SplitNNConfig, GaussianDP  # doctest: +SKIP
     >>> data = make_fedads_like(50_000, seed=0)                                # doctest: +SKIP
-    >>> model = train(Runtime(), data.train, SplitNNConfig(), MixPro())        # doctest: +SKIP
+    >>> model = train(Runtime(), data.train, SplitNNConfig(), GaussianDP(epsilon=1.0))  # doctest: +SKIP
+    >>> model.privacy["epsilon"]                                              # doctest: +SKIP
+    1.0
     >>> model.evaluate(data.test)                                              # doctest: +SKIP
     """
     config = config or SplitNNConfig()
