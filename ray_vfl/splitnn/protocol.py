@@ -2,7 +2,9 @@
 
 A label party holds the labels, some features, its bottom model and the top
 model; each non-label party holds other features of the same (aligned) rows
-and its bottom model. Both sides derive the batch order from the shared seed.
+and its bottom model. Both sides derive the batch order from the shared seed;
+the defense's randomness comes from the label party's own OS entropy, which
+no other party can derive (see :mod:`ray_vfl.splitnn.defenses`).
 
 Rounds per batch ``b`` (``P`` non-label parties):
 
