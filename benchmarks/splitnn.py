@@ -8,6 +8,12 @@ Both are measured in the same run, on the same FedAds-like rows, with the FedAds
 "split (loop)" times the batch loop only (actors up, data encoded); "split (end to end)" adds
 spawning or resetting the actors and encoding. Centralized torch is timed with 1 thread (what each
 party actor uses) and with torch's default thread count.
+
+``--defenses`` measures the defenses instead: per dataset and defense, test AUC, the accounted epsilon
+(DP) and every attack's LeakAUC one-sided and two-sided (max(auc, 1 - auc) per batch), as a Markdown
+table (the "Split-NN defenses, two-sided" section of benchmarks/RESULTS.md)::
+
+    python benchmarks/splitnn.py --defenses fedads_like ipinyou --json results/splitnn_defenses.json
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ import torch
 
 from ray_vfl import Runtime
 from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig, make_fedads_like, train
+from ray_vfl.splitnn.experiments import privacy_table
+
+DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+ATTACKS = ("norm", "direction", "cluster")
 
 
 def parse_args(argv=None):
@@ -32,11 +42,53 @@ def parse_args(argv=None):
     p.add_argument("--depths", type=int, nargs="+", default=[1, 32], help="pipeline depths to measure")
     p.add_argument("--repeats", type=int, default=2, help="timed repetitions (the best is reported)")
     p.add_argument("--json", default=None)
+    p.add_argument("--defenses", nargs="*", default=None, metavar="DATA",
+                   help="measure the defenses on these datasets (fedads_like, ipinyou, credit, open_bandit)")
+    p.add_argument("--generator-rows", type=int, default=200_000, help="rows of fedads_like for --defenses")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate (--defenses)")
+    p.add_argument("--top-hidden", type=int, nargs="*", default=[], help="hidden widths of the top model (--defenses; "
+                   "none: FedAds' one logistic layer)")
     return p.parse_args(argv)
+
+
+def _defense_data(name: str, rows: int):
+    import ray_vfl.splitnn as splitnn
+
+    if name == "fedads_like":
+        return make_fedads_like(rows, seed=0)
+    loaders = {"ipinyou": "load_ipinyou", "credit": "load_credit_vfl", "open_bandit": "load_open_bandit"}
+    return getattr(splitnn, loaders[name])(DATA_DIR)
+
+
+def defenses(args) -> int:
+    """Every defense against every attack, one-sided and two-sided, on each dataset (a Markdown table)."""
+    config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.learning_rate,
+                           top_hidden=tuple(args.top_hidden))
+    runtime = Runtime()
+    table = []
+    try:
+        for name in args.defenses or ["fedads_like", "ipinyou"]:
+            table += privacy_table(runtime, _defense_data(name, args.generator_rows), config)
+    finally:
+        runtime.shutdown()
+    head = ["data", "defense", "test AUC", "epsilon"] + [f"{a} {side}" for a in ATTACKS for side in ("1-sided", "2-sided")]
+    print("| " + " | ".join(head + ["2-sided chance"]) + " |")
+    print("|" + "---|" * (len(head) + 1))
+    for row in table:
+        cells = [row["dataset"], row["defense"], row["auc"], "" if row["epsilon"] is None else row["epsilon"]]
+        cells += [row[f"{a}_leak_auc{side}"] for a in ATTACKS for side in ("", "_two_sided")]
+        print("| " + " | ".join(str(c) for c in cells + [row["two_sided_chance"]]) + " |")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"config": config.to_dict(), "rows": table}, fh, indent=2)
+    return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.defenses is not None:
+        return defenses(args)
     data = make_fedads_like(int(args.rows / 0.75) + 200, aligned_fraction=1.0, seed=0).train  # 3 of 4 weeks are training
     config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs)
     samples = data.n_rows * args.epochs

@@ -5,15 +5,24 @@ Needs torch (``pip install torch==2.13.0``, the CPU build; or the ``nn`` extra).
 Example
 -------
 >>> from ray_vfl import Runtime                                               # doctest: +SKIP
->>> from ray_vfl.splitnn import make_fedads_like, train, SplitNNConfig, MixPro  # doctest: +SKIP
+>>> from ray_vfl.splitnn import make_fedads_like, train, SplitNNConfig, Marvell  # doctest: +SKIP
 >>> data = make_fedads_like(50_000, seed=0)                                    # doctest: +SKIP
->>> model = train(Runtime(), data.train, SplitNNConfig(), defense=MixPro())    # doctest: +SKIP
+>>> model = train(Runtime(), data.train, SplitNNConfig(), defense=Marvell())   # doctest: +SKIP
 >>> model.evaluate(data.test)                                                  # doctest: +SKIP
 
-Or, scikit-learn style: ``SplitNNClassifier(defense=MixPro()).fit(data.train)``.
+Or, scikit-learn style: ``SplitNNClassifier(defense=GaussianDP(epsilon=1.0)).fit(data.train)``.
 """
 
-from .attacks import NonLabelView, cluster_attack, d_leak_auc, leak_auc, norm_attack
+from .attacks import (
+    NonLabelView,
+    cluster_attack,
+    d_leak_auc,
+    direction_attack,
+    leak_auc,
+    leak_aucs,
+    norm_attack,
+    two_sided_chance,
+)
 from .baselines import InProcessSplitNet
 from .config import SplitNNConfig
 from .data import (
@@ -53,7 +62,9 @@ __all__ = [
     "analytic_gaussian_sigma",
     "cluster_attack",
     "d_leak_auc",
+    "direction_attack",
     "leak_auc",
+    "leak_aucs",
     "load_credit_vfl",
     "load_fedads",
     "load_ipinyou",
@@ -61,4 +72,5 @@ __all__ = [
     "make_fedads_like",
     "norm_attack",
     "train",
+    "two_sided_chance",
 ]

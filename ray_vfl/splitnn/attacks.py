@@ -10,6 +10,11 @@ labels.
 
 - Norm attack (Li et al., ICLR 2022): the score is the gradient's L2 norm. With
   rare positives, a positive row's loss gradient ``p - 1`` dwarfs a negative's ``p``.
+- Direction attack (Li et al., ICLR 2022, without a known positive): the
+  score is the cosine between a received gradient row and the batch mean of
+  the received rows, oriented per batch so that the minority side scores
+  high (positives are rare: a positive's loss gradient ``(p - 1) dz/dh``
+  points against a negative's ``p dz/dh``).
 - Clustering attack (Sun et al. 2022, as in FedAds): k-means (k=2) on the
   party's own federated embeddings, each row by its latest one (what the
   trained bottom model outputs), compared by direction (cosine); the smaller cluster is taken as
@@ -18,7 +23,14 @@ labels.
 
 LeakAUC is the ROC AUC of the scores, computed per batch (as Li et al.) and
 averaged over batches that hold both classes; ``dLeakAUC = (LeakAUC_defense -
-LeakAUC_none) / LeakAUC_none``.
+LeakAUC_none) / LeakAUC_none``. Every attack is reported two ways
+(:func:`leak_aucs`): one-sided, the AUC of the scores as the attack orients
+them, and two-sided, ``max(AUC, 1 - AUC)`` per batch, what an attacker who
+inverts its guess when that separates better achieves. A defense that flips
+the ranking from batch to batch (MixPro with a one-layer top) looks perfect
+one-sided (~0.5) and is not. Two-sided figures have a chance level above 0.5
+when batches hold few positives (``E max(a, 1 - a)`` for random scores);
+:func:`two_sided_chance` measures it on the same batches.
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ import numpy as np
 from ..errors import DataError
 from ..metrics import auc
 
-__all__ = ["NonLabelView", "norm_attack", "cluster_attack", "latest_rows", "leak_auc", "d_leak_auc", "ATTACKS"]
+__all__ = ["NonLabelView", "norm_attack", "direction_attack", "cluster_attack", "latest_rows", "leak_auc", "leak_aucs",
+           "two_sided_chance", "d_leak_auc", "ATTACKS"]
 
 
 @dataclass
@@ -71,6 +84,27 @@ class NonLabelView:
 def norm_attack(view: NonLabelView) -> list[np.ndarray]:
     """Per batch, the L2 norm of each received gradient row."""
     return [np.linalg.norm(g, axis=1) for g in view.gradients]
+
+
+def direction_attack(view: NonLabelView) -> list[np.ndarray]:
+    """Per batch, the cosine of each received gradient row with the batch mean of the received rows,
+    signed so that the rows on the less populated side (cosine below or above 0) score high.
+
+    Example
+    -------
+    >>> g = np.vstack([np.full((2, 3), -1.0), np.full((30, 3), 0.1)])  # two rows against the rest
+    >>> view = NonLabelView("shop", rows=[np.arange(32)], gradients=[g])
+    >>> leak_auc(direction_attack(view), view.rows, (np.arange(32) < 2).astype(float))
+    1.0
+    """
+    scores = []
+    for g in view.gradients:
+        g = np.asarray(g, dtype=np.float64)
+        mean = g.mean(axis=0)
+        norms = np.linalg.norm(g, axis=1) * np.linalg.norm(mean)
+        cos = (g @ mean) / np.maximum(norms, 1e-300)
+        scores.append(-cos if (cos < 0).sum() <= (cos > 0).sum() else cos)
+    return scores
 
 
 def latest_rows(view: NonLabelView, source: str = "embeddings") -> tuple[np.ndarray, np.ndarray]:
@@ -168,9 +202,25 @@ def leak_auc(scores: list[np.ndarray], rows: list[np.ndarray], labels: np.ndarra
     return max(value, 1.0 - value) if two_sided else value
 
 
+def leak_aucs(scores: list[np.ndarray], rows: list[np.ndarray], labels: np.ndarray) -> dict[str, float]:
+    """Per-batch LeakAUC both ways: ``{"one_sided": ..., "two_sided": ...}`` (see :func:`leak_auc`)."""
+    return {"one_sided": leak_auc(scores, rows, labels), "two_sided": leak_auc(scores, rows, labels, two_sided=True)}
+
+
+def two_sided_chance(rows: list[np.ndarray], labels: np.ndarray, seed: int = 0, repeats: int = 5) -> float:
+    """The two-sided per-batch LeakAUC of random scores on these batches: the level that means "no leak".
+
+    With ``k`` positives in a batch a random score's AUC spreads about 0.5 by
+    roughly ``1 / sqrt(12 k)``; ``max(a, 1 - a)`` turns that spread into a bias.
+    """
+    rng = np.random.default_rng(seed)
+    return float(np.mean([leak_auc([rng.random(len(r)) for r in rows], rows, labels, two_sided=True)
+                          for _ in range(repeats)]))
+
+
 def d_leak_auc(leak_defended: float, leak_none: float) -> float:
     """Relative change of LeakAUC a defense brings: ``(defended - none) / none``."""
     return (leak_defended - leak_none) / leak_none
 
 
-ATTACKS = {"norm": norm_attack, "cluster": cluster_attack}
+ATTACKS = {"norm": norm_attack, "direction": direction_attack, "cluster": cluster_attack}

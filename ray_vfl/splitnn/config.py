@@ -52,6 +52,11 @@ class SplitNNConfig(ValidatedConfig):
         Non-label bottom DNN widths; the last one is the federated embedding width.
     label_hidden : tuple of int
         Label party bottom DNN widths.
+    top_hidden : tuple of int
+        Hidden ReLU layers of the top model before its logistic output; empty
+        (the default) is FedAds' single logistic layer. With it every row of
+        an embedding gradient is a multiple of one vector, which is what makes
+        MixPro's projection leak (see :class:`~ray_vfl.splitnn.defenses.MixPro`).
     batch_size : int
         Rows per mini-batch, in [1, 10**6].
     epochs : int
@@ -88,6 +93,7 @@ class SplitNNConfig(ValidatedConfig):
     max_categories: int = 1_000_000
     nonlabel_hidden: tuple[int, ...] = (128, 32)
     label_hidden: tuple[int, ...] = (256, 128)
+    top_hidden: tuple[int, ...] = ()
     batch_size: int = 256
     epochs: int = 1
     learning_rate: float = 1e-3
@@ -98,7 +104,7 @@ class SplitNNConfig(ValidatedConfig):
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("nonlabel_hidden", "label_hidden"):
+        for name in ("nonlabel_hidden", "label_hidden", "top_hidden"):
             value = getattr(self, name)
             if isinstance(value, list):  # accept lists from JSON, store tuples (hashable, frozen)
                 object.__setattr__(self, name, tuple(value))
@@ -107,6 +113,8 @@ class SplitNNConfig(ValidatedConfig):
         check_int("max_categories", self.max_categories, 2, 10**7)
         _layers("nonlabel_hidden", self.nonlabel_hidden)
         _layers("label_hidden", self.label_hidden)
+        if self.top_hidden != ():
+            _layers("top_hidden", self.top_hidden)
         check_int("batch_size", self.batch_size, 1, 1_000_000)
         check_int("epochs", self.epochs, 1, 1000)
         _positive("learning_rate", self.learning_rate, 10.0)

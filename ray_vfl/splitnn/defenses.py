@@ -1,10 +1,19 @@
 """Label-leakage defenses: wrappers of the embedding gradients the label party sends.
 
 Every defense is a small frozen value with one method,
-``protect(grad, labels, rng) -> grad``, applied by the label party to what it
+``protect(grad, labels, noise) -> grad``, applied by the label party to what it
 sends and to nothing else: its own bottom and top models always train on the
 true gradients. The protocol has no ``if defense:`` branch; "no defense" is
 :class:`NoDefense`, the identity.
+
+``noise`` is a :class:`~ray_vfl.crypto.gaussian_dp.GaussianNoise` the label
+party builds inside its own actor, seeded from the operating system's entropy:
+every random draw of every defense (DP's and Marvell's Gaussian noise, MixPro's
+pairs and mixing weights) comes from it, never from ``SplitNNConfig.seed``, which
+the non-label parties know (it orders the batches). A non-label party that
+could regenerate the noise could subtract it (``tests/test_splitnn_defenses.py``
+shows the attack working against a seed-derived generator and failing against
+this one).
 
 ``grad`` is the ``(B, d)`` gradient of the batch's mean loss with respect to
 one non-label party's embedding; ``labels`` are the batch's 0/1 labels (the
@@ -15,7 +24,7 @@ defense        what it does to the rows it sends                            para
 =============  ==========================================================  =====================
 NoDefense      nothing                                                      -
 GaussianDP     clip each row's per-example gradient to ``clip_norm``, add   epsilon, delta,
-               N(0, sigma^2 I), sigma from the analytic Gaussian mechanism  clip_norm
+               N(0, sigma^2 I), sigma calibrated for every release          clip_norm
 Marvell        per-batch Gaussian noise, class-dependent covariance         power_scale
                optimised to minimise leakage under a noise power budget
 MixPro         mix each row with a random other row (lambda > 1/2), then    alpha, phi_goal
@@ -30,9 +39,8 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import cached_property
 
 import numpy as np
-from scipy.stats import norm
 
-from ..crypto.gaussian_dp import analytic_gaussian_sigma
+from ..crypto.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
 from ..errors import ConfigError
 
 __all__ = ["Defense", "NoDefense", "GaussianDP", "Marvell", "MixPro", "analytic_gaussian_sigma", "marvell_covariances",
@@ -53,7 +61,7 @@ class Defense:
 
     name = "none"
 
-    def protect(self, grad: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def protect(self, grad: np.ndarray, labels: np.ndarray, noise: GaussianNoise) -> np.ndarray:
         return grad
 
     def params(self) -> dict:
@@ -62,8 +70,12 @@ class Defense:
 
     def for_releases(self, releases: int) -> "Defense":
         """This defense for a training that releases each example's gradient row ``releases`` times
-        (once per epoch); only budgets that compose (DP) change."""
+        (once per epoch and non-label party); only budgets that compose (DP) change."""
         return self
+
+    def accounting(self) -> dict | None:
+        """The privacy this defense proves for the training it was set up for (``None``: no guarantee)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -75,29 +87,38 @@ class NoDefense(Defense):
 
 @dataclass(frozen=True)
 class GaussianDP(Defense):
-    """Per-example clipping plus Gaussian noise (label DP of each released row).
+    """Per-example clipping plus Gaussian noise: label differential privacy of what is sent.
 
     Each row is rescaled to the gradient of its own example's loss (``B *
     row``), clipped to L2 norm ``clip_norm``, given N(0, sigma^2 I) noise and
     scaled back by ``1/B``. Changing one example's label moves its clipped row
-    by at most ``2 * clip_norm``, so with sigma from
-    :func:`analytic_gaussian_sigma` at that sensitivity each released row is
-    (epsilon, delta)-DP with respect to its label.
+    by at most ``2 * clip_norm`` (the sensitivity).
 
-    ``(epsilon, delta)`` is the budget of the whole training: every epoch
-    releases each example's row once (batches partition the rows), so with
-    ``releases = epochs > 1`` (set by :func:`~ray_vfl.splitnn.protocol.train`
-    through :meth:`for_releases`) sigma is calibrated by zero-concentrated DP
-    (Bun & Steinke, TCC 2016): the total ``rho = (sqrt(eps + log(1/delta)) -
-    sqrt(log(1/delta)))^2`` is split evenly, ``sigma = D / sqrt(2 rho / releases)``;
-    one release uses the (tighter) analytic Gaussian mechanism. Not accounted:
-    the label's later influence through the trained model.
+    What is protected: the label of one row, against everything the non-label
+    parties receive (every embedding-gradient row of every epoch), given the
+    model, i.e. taking the other rows' labels, every party's features and the
+    models' weights at each step as known. ``(epsilon, delta)`` is the budget
+    of the whole training: with ``P`` non-label parties and ``E`` epochs a row's
+    gradient goes out ``releases = E * P`` times (batches partition the rows;
+    each non-label party gets the gradient of its own embedding), set by
+    :func:`~ray_vfl.splitnn.protocol.train` through :meth:`for_releases`. Sigma
+    is ``noise_multiplier(epsilon, delta, releases) * sensitivity``
+    (:func:`ray_vfl.crypto.gaussian_dp.noise_multiplier`: exact Gaussian
+    composition, no slack), and :meth:`accounting` reports the epsilon that
+    ``dp-accounting``'s PLD accountant gives for those releases.
+
+    Not covered: a label's influence through the label party's own model
+    updates. The top model trains on the true labels, so the gradients of
+    later batches (and the trained model) depend on every earlier label; the
+    guarantee treats the model as given and does not bound that channel.
 
     Example
     -------
     >>> one, three = GaussianDP(epsilon=1.0), GaussianDP(epsilon=1.0).for_releases(3)
     >>> three.sigma > one.sigma
     True
+    >>> round(three.accounting()["epsilon"], 2)
+    1.0
     """
 
     epsilon: float = 1.0
@@ -111,26 +132,33 @@ class GaussianDP(Defense):
         _check("delta", self.delta, 0.0, 1.0, hi_open=True)
         _check("clip_norm", self.clip_norm, 0.0, 1e12)
         if isinstance(self.releases, bool) or not isinstance(self.releases, int) or self.releases < 1:
-            raise ConfigError(f"releases must be a positive int (the number of epochs), got {self.releases!r}")
+            raise ConfigError(f"releases must be a positive int (epochs times non-label parties), got {self.releases!r}")
 
     def for_releases(self, releases: int) -> "GaussianDP":
         return replace(self, releases=int(releases))
 
     @cached_property
-    def sigma(self) -> float:
-        sensitivity = 2.0 * self.clip_norm
-        if self.releases == 1:
-            return analytic_gaussian_sigma(self.epsilon, self.delta, sensitivity)
-        log_inv_delta = math.log(1.0 / self.delta)
-        rho = (math.sqrt(self.epsilon + log_inv_delta) - math.sqrt(log_inv_delta)) ** 2
-        return sensitivity / math.sqrt(2.0 * rho / self.releases)
+    def noise_multiplier(self) -> float:
+        """``sigma / sensitivity`` for ``releases`` releases that together are (epsilon, delta)-DP."""
+        return noise_multiplier(self.epsilon, self.delta, self.releases)
 
-    def protect(self, grad, labels, rng):
+    @cached_property
+    def sigma(self) -> float:
+        return self.noise_multiplier * 2.0 * self.clip_norm
+
+    def accounting(self) -> dict:
+        """The training's label-DP guarantee, epsilon from the PLD accountant (``dp-accounting``)."""
+        return {"mechanism": "gaussian", "protects": "the label of one row, given the model",
+                "epsilon": accounted_epsilon(self.noise_multiplier, self.releases, self.delta),
+                "delta": self.delta, "releases": self.releases, "noise_multiplier": self.noise_multiplier,
+                "sigma": self.sigma, "clip_norm": self.clip_norm}
+
+    def protect(self, grad, labels, noise):
         n = len(grad)
         per_example = grad * n
         norms = np.linalg.norm(per_example, axis=1, keepdims=True)
         clipped = per_example * np.minimum(1.0, self.clip_norm / np.maximum(norms, 1e-300))
-        noisy = clipped + rng.normal(0.0, self.sigma, size=grad.shape)
+        noisy = clipped + noise.sample(grad.shape, self.sigma)
         return (noisy / n).astype(grad.dtype, copy=False)
 
 
@@ -247,9 +275,8 @@ class Marvell(Defense):
 
     Example
     -------
-    >>> rng = np.random.default_rng(0)
     >>> grad = np.where(np.arange(64)[:, None] < 4, -1.0, 0.05) * np.ones((64, 8)) / 64
-    >>> noisy = Marvell(power_scale=4.0).protect(grad, (np.arange(64) < 4).astype(float), rng)
+    >>> noisy = Marvell(power_scale=4.0).protect(grad, (np.arange(64) < 4).astype(float), GaussianNoise())
     >>> noisy.shape
     (64, 8)
     """
@@ -278,22 +305,22 @@ class Marvell(Defense):
         lam = marvell_covariances(d2, u0, u1, float(pos.mean()), dim, self.power_scale * d2)
         return diff / math.sqrt(d2), lam
 
-    def protect(self, grad, labels, rng):
+    def protect(self, grad, labels, noise):
         pos = np.asarray(labels) == 1
         solved = self.solve(grad, labels)
         if solved is not None:
             self._last["solution"] = solved
         elif "solution" not in self._last:
             power = self.power_scale * float((np.asarray(grad, dtype=np.float64) ** 2).sum(axis=1).mean())
-            noise = rng.normal(0.0, math.sqrt(power / grad.shape[1]), size=grad.shape)
-            return (grad + noise).astype(grad.dtype, copy=False)
+            added = noise.sample(grad.shape, math.sqrt(power / grad.shape[1]))
+            return (grad + added).astype(grad.dtype, copy=False)
         unit, lam = solved if solved is not None else self._last["solution"]
         along = np.where(pos, math.sqrt(lam[1]), math.sqrt(lam[0]))
         across = np.where(pos, math.sqrt(lam[3]), math.sqrt(lam[2]))
-        z = rng.standard_normal(grad.shape)
+        z = noise.sample(grad.shape, 1.0)
         # covariance l2 I + (l1 - l2) u u^T: scale z by sqrt(l2), then fix its component along u
-        noise = across[:, None] * z + ((along - across) * (z @ unit))[:, None] * unit[None, :]
-        return (grad + noise).astype(grad.dtype, copy=False)
+        added = across[:, None] * z + ((along - across) * (z @ unit))[:, None] * unit[None, :]
+        return (grad + added).astype(grad.dtype, copy=False)
 
 
 @dataclass(frozen=True)
@@ -311,24 +338,28 @@ class MixPro(Defense):
        of ``h`` orthogonal to ``m`` is kept, so the norm is *not* preserved:
        it becomes ``|h| sqrt(1 - phi^2) / sqrt(1 - phi_goal^2)``.
 
-    What this does to the norm attack depends on the geometry. With FedAds'
-    top model, one logistic layer, every row of the embedding gradient is
-    ``(p_i - y_i) / B`` times the same weight vector, so all rows are
-    collinear: the mixup keeps them collinear and the projection sets every
-    row that points against the batch mean to (numerically) zero and leaves
-    the others as they were. Which class gets zeroed depends on the sign of
-    ``sum(p_i - y_i)`` in the batch: if the model over-predicts, the
-    positives (and negatives mixed with them) vanish and the norm attack's
-    per-batch AUC is near 0; if it under-predicts, the negatives vanish and it
-    is near 1. The averaged LeakAUC lands in between, but the rows still
-    split into two groups by label; see the measured figures in the tests and
-    in ``jobs/splitnn.py``.
+    It does not protect labels: keep it to reproduce FedAds' tables, not to
+    defend. With FedAds' top model, one logistic layer, every row of the
+    embedding gradient is ``(p_i - y_i) / B`` times the same weight vector, so
+    all rows are collinear: the mixup keeps them collinear and the projection
+    sets every row that points against the batch mean to (numerically) zero
+    and leaves the others as they were. Which class vanishes depends on the
+    sign of ``sum(p_i - y_i)`` in the batch, so the one-sided norm LeakAUC
+    averages to ~0.5 while within each batch the norm still splits the
+    classes: two-sided LeakAUC 0.99 (norm and direction attacks, FedAds-like
+    data and iPinYou). A deeper top (``SplitNNConfig(top_hidden=(64,))`` or
+    ``(128, 64)``) makes the rows non-collinear but the projection still marks
+    them: rows lifted to exactly ``cos = phi_goal`` are the ones that pointed
+    against the mean, mostly positives (two-sided direction LeakAUC 0.98, norm
+    0.89-0.95). Batch composition only decides which class a batch's
+    projection marks, not whether it marks one: the projection is a
+    deterministic function of each row's gradient and the batch mean. Figures: ``benchmarks/RESULTS.md``,
+    "Split-NN defenses, two-sided".
 
     Example
     -------
-    >>> rng = np.random.default_rng(0)
-    >>> grad = rng.normal(size=(64, 8))
-    >>> out = MixPro().protect(grad, np.zeros(64), rng)
+    >>> grad = np.random.default_rng(0).normal(size=(64, 8))
+    >>> out = MixPro().protect(grad, np.zeros(64), GaussianNoise())
     >>> m = grad.mean(axis=0)
     >>> bool((out @ m / np.linalg.norm(out, axis=1) / np.linalg.norm(m) >= MixPro().phi_goal - 1e-9).all())
     True
@@ -364,8 +395,8 @@ class MixPro(Defense):
         step = r_norm * (goal * np.sqrt(1.0 - cos**2) - cos * sin_goal) / (m_norm * sin_goal)
         return np.where((cos < goal)[:, None], rows + step[:, None] * mean[None, :], rows)
 
-    def protect(self, grad, labels, rng):
-        mixed, _ = self.mix(grad, rng)
+    def protect(self, grad, labels, noise):
+        mixed, _ = self.mix(grad, noise.generator)
         return self.project(mixed, np.asarray(grad, dtype=np.float64).mean(axis=0)).astype(grad.dtype, copy=False)
 
 

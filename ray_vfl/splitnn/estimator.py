@@ -25,14 +25,15 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     """Split neural network for 0/1 labels: the label party's bottom model and top, each other party's bottom model.
 
     Parameters mirror :class:`~ray_vfl.splitnn.config.SplitNNConfig`
-    (``random_state`` is its ``seed``); ``defense`` wraps the embedding
+    (``random_state`` is its ``seed``: models and batch order; a defense's noise
+    never depends on it); ``defense`` wraps the embedding
     gradients the label party sends (default: none).
 
     Example
     -------
-    >>> from ray_vfl.splitnn import SplitNNClassifier, MixPro, make_fedads_like   # doctest: +SKIP
+    >>> from ray_vfl.splitnn import SplitNNClassifier, Marvell, make_fedads_like  # doctest: +SKIP
     >>> data = make_fedads_like(50_000, seed=0)                                    # doctest: +SKIP
-    >>> clf = SplitNNClassifier(epochs=2, defense=MixPro()).fit(data.train)        # doctest: +SKIP
+    >>> clf = SplitNNClassifier(epochs=2, defense=Marvell()).fit(data.train)       # doctest: +SKIP
     >>> clf.predict_proba(data.test)[:, 1]                                         # doctest: +SKIP
     >>> clf.save_model("cvr_model")                                               # doctest: +SKIP
     >>> SplitNNClassifier.load_model("cvr_model").predict(data.test)               # doctest: +SKIP
@@ -47,6 +48,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         max_categories: int = 1_000_000,
         nonlabel_hidden: tuple[int, ...] = (128, 32),
         label_hidden: tuple[int, ...] = (256, 128),
+        top_hidden: tuple[int, ...] = (),
         batch_size: int = 256,
         epochs: int = 1,
         learning_rate: float = 1e-3,
@@ -61,6 +63,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.max_categories = max_categories
         self.nonlabel_hidden = nonlabel_hidden
         self.label_hidden = label_hidden
+        self.top_hidden = top_hidden
         self.batch_size = batch_size
         self.epochs = epochs
         self.learning_rate = learning_rate
@@ -74,6 +77,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         return SplitNNConfig(
             embedding_dim=self.embedding_dim, n_bins=self.n_bins, max_categories=self.max_categories,
             nonlabel_hidden=tuple(self.nonlabel_hidden), label_hidden=tuple(self.label_hidden),
+            top_hidden=tuple(self.top_hidden),
             batch_size=self.batch_size, epochs=self.epochs, learning_rate=self.learning_rate,
             optimizer=self.optimizer, seed=self.random_state, timeout_s=self.timeout_s,
         )
@@ -87,6 +91,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.losses_ = list(self.model_.losses)
         self.comm_stats_ = self.model_.comm_stats
         self.label_party_ = self.model_.label_party
+        self.privacy_ = self.model_.privacy  # GaussianDP: the accounted epsilon of this training; else None
         return self
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
@@ -116,7 +121,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         model = SplitNNModel.load(directory, runtime)
         cfg = model.config
         est = cls(embedding_dim=cfg.embedding_dim, n_bins=cfg.n_bins, max_categories=cfg.max_categories,
-                  nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, batch_size=cfg.batch_size,
+                  nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, top_hidden=cfg.top_hidden, batch_size=cfg.batch_size,
                   epochs=cfg.epochs, learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, defense=model.defense,
                   random_state=cfg.seed, timeout_s=cfg.timeout_s, runtime=model.runtime)
         est.model_ = model

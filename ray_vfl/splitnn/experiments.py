@@ -4,10 +4,11 @@
   (federated, on Ray) and the centralized upper bound (all features in one
   process): test AUC and NLL.
 - :func:`privacy_table`: VanillaVFL with no defense, DP, Marvell and MixPro:
-  test AUC, and per attack LeakAUC and dLeakAUC, the attacks computed only
-  from the non-label party's recorded view; for the norm attack also the
-  two-sided LeakAUC (per batch ``max(AUC, 1 - AUC)``), which shows what a
-  defense flips rather than removes.
+  test AUC, the accounted epsilon (DP), and per attack (norm, direction,
+  clustering) LeakAUC and dLeakAUC both one-sided and two-sided (per batch
+  ``max(AUC, 1 - AUC)``: what a defense flips rather than removes), next to the
+  two-sided level of random scores on the same batches; the attacks are
+  computed only from the non-label party's recorded view.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from ..runtime.actors import Runtime
-from .attacks import cluster_attack, d_leak_auc, leak_auc, norm_attack
+from .attacks import ATTACKS, cluster_attack, d_leak_auc, leak_aucs, two_sided_chance
 from .baselines import InProcessSplitNet
 from .config import SplitNNConfig
 from .data import SplitNNData
@@ -62,7 +63,12 @@ def effectiveness_table(runtime: Runtime, data: SplitNNData, config: SplitNNConf
 
 def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
                   defenses: Mapping[str, Defense] | None = None, cluster_seed: int = 0) -> list[dict[str, Any]]:
-    """Per defense: test AUC, norm- and clustering-attack LeakAUC and dLeakAUC (vs the first row)."""
+    """Per defense: test AUC, epsilon, and per attack LeakAUC and dLeakAUC (vs the first row), one- and two-sided.
+
+    Columns per attack ``a`` in ``norm``, ``direction``, ``cluster``: ``a_leak_auc`` (one-sided),
+    ``a_leak_auc_two_sided``, ``a_d_leak_auc`` and ``a_d_leak_auc_two_sided``; ``two_sided_chance`` is
+    the two-sided LeakAUC of random scores on the same batches (what "no leak" reads as).
+    """
     defenses = dict(defenses or default_defenses())
     y = data.train.label
     rows: list[dict[str, Any]] = []
@@ -70,20 +76,22 @@ def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
         model = train(runtime, data.train, config, defense=defense)
         view = model.recorded_view()
         metrics = model.evaluate(data.test)
-        rows.append({
-            "dataset": data.name,
-            "defense": name,
-            "params": defense.params(),
-            "auc": round(metrics["auc"], 4),
-            "nll": round(metrics["nll"], 4),
-            "norm_leak_auc": round(leak_auc(norm_attack(view), view.rows, y), 4),
-            "norm_leak_auc_two_sided": round(leak_auc(norm_attack(view), view.rows, y, two_sided=True), 4),
-            "cluster_leak_auc": round(leak_auc(cluster_attack(view, seed=cluster_seed), view.rows, y), 4),
-        })
+        row = {"dataset": data.name, "defense": name, "params": defense.params(), "auc": round(metrics["auc"], 4),
+               "nll": round(metrics["nll"], 4),
+               "epsilon": None if model.privacy is None else round(model.privacy["epsilon"], 4)}
+        for attack, run in ATTACKS.items():
+            scores = run(view, seed=cluster_seed) if run is cluster_attack else run(view)
+            both = leak_aucs(scores, view.rows, y)
+            row[f"{attack}_leak_auc"] = round(both["one_sided"], 4)
+            row[f"{attack}_leak_auc_two_sided"] = round(both["two_sided"], 4)
+        row["two_sided_chance"] = round(two_sided_chance(view.rows, y), 4)
+        rows.append(row)
     base = rows[0]
     for row in rows:
-        for attack in ("norm", "cluster"):
-            row[f"{attack}_d_leak_auc"] = round(d_leak_auc(row[f"{attack}_leak_auc"], base[f"{attack}_leak_auc"]), 4)
+        for attack in ATTACKS:
+            for side in ("", "_two_sided"):
+                value, ref = row[f"{attack}_leak_auc{side}"], base[f"{attack}_leak_auc{side}"]
+                row[f"{attack}_d_leak_auc{side}"] = round(d_leak_auc(value, ref), 4)
     return rows
 
 

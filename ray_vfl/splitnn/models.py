@@ -78,14 +78,20 @@ class BottomModel(nn.Module):
 
 
 class TopModel(nn.Module):
-    """A single logistic layer over the concatenated bottom outputs (returns logits)."""
+    """Over the concatenated bottom outputs: a ReLU DNN of widths ``hidden`` (none by default: FedAds'
+    single logistic layer), then one logistic layer (returns logits)."""
 
-    def __init__(self, in_width: int) -> None:
+    def __init__(self, in_width: int, hidden: Sequence[int] = ()) -> None:
         super().__init__()
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers += [nn.Linear(in_width, h), nn.ReLU()]
+            in_width = h
+        self.dnn = nn.Sequential(*layers)  # empty: the identity, no parameters (saved parts stay as before)
         self.linear = nn.Linear(in_width, 1)
 
     def forward(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
-        return self.linear(torch.cat(list(parts), dim=1)).squeeze(1)
+        return self.linear(self.dnn(torch.cat(list(parts), dim=1))).squeeze(1)
 
 
 def _seeded(seed: int, make):
@@ -102,7 +108,7 @@ def build_bottom(vocab_sizes: Sequence[int], hidden: Sequence[int], config: Spli
 
 
 def build_top(in_width: int, config: SplitNNConfig) -> TopModel:
-    return _seeded(config.seed * 1009 + TOP_SEED, lambda: TopModel(in_width)).to(torch_dtype(config.dtype))
+    return _seeded(config.seed * 1009 + TOP_SEED, lambda: TopModel(in_width, config.top_hidden)).to(torch_dtype(config.dtype))
 
 
 def make_optimizer(params, config: SplitNNConfig) -> torch.optim.Optimizer:

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..crypto.gaussian_dp import GaussianNoise
 from ..data.binning import check_encodable
 from ..errors import DataError
 from ..metrics import auc, logloss
@@ -223,7 +224,9 @@ class LabelParty(_SplitParty):
         self.y = None if y is None else torch.as_tensor(y, dtype=self.dtype)
         self.nonlabel = list(nonlabel)
         self.defense = defense if defense is not None else NoDefense()
-        self.rng = np.random.default_rng([config.seed, 7919])  # the defense's noise
+        # The defense's randomness: OS entropy drawn inside this actor, never config.seed (the non-label
+        # parties know it: it orders the batches), so no other party can regenerate the noise and subtract it.
+        self.noise = GaussianNoise()
         self.losses: list[float] = []
         if frame is not None:
             self._build()
@@ -291,7 +294,7 @@ class LabelParty(_SplitParty):
         y = self.y[rows].numpy()
         # The defense wraps what leaves this party; the party's own models trained on the true gradients above.
         return tuple(
-            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.rng), tree=batch)
+            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.noise), tree=batch)
             for party, e in zip(self.nonlabel, embs)
         )
 

@@ -2,7 +2,9 @@
 
 A label party holds the labels, some features, its bottom model and the top
 model; each non-label party holds other features of the same (aligned) rows
-and its bottom model. Both sides derive the batch order from the shared seed.
+and its bottom model. Both sides derive the batch order from the shared seed;
+the defense's randomness comes from the label party's own OS entropy, which
+no other party can derive (see :mod:`ray_vfl.splitnn.defenses`).
 
 Rounds per batch ``b`` (``P`` non-label parties):
 
@@ -70,6 +72,9 @@ class SplitNNModel:
     comm_stats: CommStats = field(default_factory=CommStats)
     losses: list[float] = field(default_factory=list)
     train_seconds: float = 0.0  # the batch loop alone (actors already up, data encoded)
+    # The defense's guarantee for this training (GaussianDP: epsilon from the PLD accountant over every
+    # release, delta, releases, sigma); None for defenses that prove none.
+    privacy: dict | None = None
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """Federated prediction: probabilities of the positive class for every row of ``data``."""
@@ -143,7 +148,7 @@ class SplitNNModel:
             handle = runtime.spawn(p, NonLabelParty, p, None, [], config, label_name, i)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.pt"))))
         runtime.get(calls, "load", config.timeout_s)
-        return cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)))
+        return cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)), privacy=defense.accounting())
 
     def param_grads(self) -> dict[str, dict[str, np.ndarray]]:
         """Every party's parameter gradients from the last batch (diagnostic; used by the tests)."""
@@ -196,9 +201,11 @@ def train(
 
     Example
     -------
-    >>> from ray_vfl.splitnn import make_fedads_like, SplitNNConfig, MixPro   # doctest: +SKIP
+    >>> from ray_vfl.splitnn import make_fedads_like, SplitNNConfig, GaussianDP  # doctest: +SKIP
     >>> data = make_fedads_like(50_000, seed=0)                                # doctest: +SKIP
-    >>> model = train(Runtime(), data.train, SplitNNConfig(), MixPro())        # doctest: +SKIP
+    >>> model = train(Runtime(), data.train, SplitNNConfig(), GaussianDP(epsilon=1.0))  # doctest: +SKIP
+    >>> model.privacy["epsilon"]                                              # doctest: +SKIP
+    1.0
     >>> model.evaluate(data.test)                                              # doctest: +SKIP
     """
     config = config or SplitNNConfig()
@@ -206,9 +213,10 @@ def train(
     _check_input(data, config, defense)
     if config.timeout_s is None:  # the one timeout: the config's if set, else the runtime's
         config = config.replace(timeout_s=runtime.timeout_s)
-    defense = defense.for_releases(config.epochs)  # a DP budget covers every epoch's release of a row
     label_name = data.label_party
     nonlabel = [p for p in data.party_names if p != label_name]
+    # A DP budget covers every release of a row's gradient: once per epoch to each non-label party.
+    defense = defense.for_releases(config.epochs * len(nonlabel))
     runtime.connect(data.party_names)
     cats = data.categorical
     tables = data.tables(runtime)  # references: each party's actor fetches its rows from its own store
@@ -235,4 +243,4 @@ def train(
     losses = runtime.get([(label_name, label.training_losses.remote())], "losses")[0]
     log.info("split-NN trained %d batches over %d aligned rows (defense %s)", n_batches, data.n_rows, defense.name)
     return SplitNNModel(runtime, label_name, nonlabel, config, defense, data.n_rows,
-                        CommStats(r for batch in records for r in batch), losses, seconds)
+                        CommStats(r for batch in records for r in batch), losses, seconds, defense.accounting())
