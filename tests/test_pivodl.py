@@ -216,3 +216,52 @@ def test_failed_client_is_named(runtime, credit_frame):
         assert info.value.party == "party1"
     finally:
         rt.kill_all()
+
+
+def test_estimator_eval_early_stopping_save_load(runtime, credit_frame, tmp_path):
+    from ray_vfl import PIVODLClassifier
+
+    frame, label = credit_frame
+    train_data, test_data = spread(frame, label, 3, (0.5, 0.25, 0.25)).train_test_split(0.25, seed=0)
+    clf = PIVODLClassifier(n_estimators=6, max_depth=3, backend="plain", early_stopping_rounds=2, runtime=runtime)
+    clf.fit(train_data, eval_set=[test_data])
+    history = clf.evals_result_["validation_0"]
+    assert len(history) >= 1 and {"logloss", "error"} <= set(history[0])
+    # the secure evaluation equals the metrics computed where all labels are
+    p = clf.predict_proba(test_data)[:, 1]
+    y = test_data.label
+    expect = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+    assert clf.evaluate(test_data)["logloss"] == pytest.approx(expect, rel=1e-6)
+    clf.save_model(str(tmp_path / "model"))
+    loaded = PIVODLClassifier.load_model(str(tmp_path / "model"), runtime=runtime)
+    np.testing.assert_allclose(loaded.predict_proba(test_data), clf_proba := np.column_stack([1 - p, p]), atol=1e-9)
+    assert clf_proba.shape == (test_data.n_rows, 2)
+
+
+def test_checkpoint_resume_gives_the_same_model(runtime, credit_frame, tmp_path):
+    from ray_vfl.trees.callbacks import TrainingCallback
+    from ray_vfl.trees.checkpoint import Checkpoint
+
+    frame, label = credit_frame
+    data = spread(frame, label, 3, (0.4, 0.4, 0.2))
+    config = PIVODLConfig(n_trees=4, max_depth=3, backend="plain")
+    feats = {p: data.n_features(p) for p in data.party_names}
+    whole = train(runtime, data, config).assembled_trees(feats)
+
+    class Stop(Exception):
+        pass
+
+    class FailAfter(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            if iteration == 1:
+                raise Stop()
+            return False
+
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(Stop):
+        train(runtime, data, config, callbacks=[Checkpoint(folder), FailAfter()])
+    resumed = train(runtime, data, config, callbacks=[Checkpoint(folder)]).assembled_trees(feats)
+    assert len(resumed) == len(whole) == 4
+    for a, b in zip(whole, resumed):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])

@@ -259,6 +259,35 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
                 "trees": [{str(k): list(v) for k, v in t.items()} for t in self.trees],
                 "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score}
 
+    def training_state(self) -> dict[str, Any]:
+        """The model part plus what continuing needs: released weights, leaf of every training row, margins."""
+        return {**self.model_part(), "released": [{str(k): v for k, v in t.items()} for t in self.released],
+                "leaf_of_row": [leaf.tolist() for leaf in self.leaf_of_row], "margin_own": self.margin_own.tolist()}
+
+    def resume_training(self, state: dict[str, Any]) -> None:
+        """Take up a checkpoint after checking that the training data bin as then."""
+        import json
+
+        if json.loads(json.dumps(self.binner.to_dict())) != state["binner"]:
+            raise DataError(f"client {self.name!r}: its training data bin differently from the checkpoint's; resume "
+                            "with the same data, or start with a new checkpoint_dir")
+        if len(state["margin_own"]) != len(self.own):
+            raise DataError(f"client {self.name!r} labels {len(self.own)} rows, the checkpoint {len(state['margin_own'])}; "
+                            "resume with the same data")
+        rows = self.rows
+        self.restore(state)
+        self.rows = rows
+        self.released = [{int(k): float(v) for k, v in t.items()} for t in state["released"]]
+        self.leaf_of_row = [np.asarray(leaf, dtype=np.int64) for leaf in state["leaf_of_row"]]
+        self.margin_own = np.asarray(state["margin_own"], dtype=np.float64)
+
+    def mask_key(self) -> tuple:
+        """A fresh key-agreement key for every other client (a loaded model's clients agree anew)."""
+        return None, self.mailbox.send("pivodl_mask_key", self.others, self.masker.public_key())
+
+    def agree(self, messages: list) -> None:
+        self.masker.agree({m.sender: self.mailbox.open(m, "pivodl_mask_key", None, self.others) for m in fetch(messages)})
+
     def restore(self, part: dict[str, Any]) -> None:
         self.binner = PartyBinner.from_dict(part["binner"])
         self.missing_bin, self.n_bins = self.binner.max_bin, self.binner.max_bin + 1

@@ -145,3 +145,8 @@ register(  # every client -> output client: its masked share (uint64 in the ring
     Array("", "int", ("n_rows",)),
     Rule(lambda p, c: None if p.dtype == np.uint64 else f"has dtype {p.dtype}; expected uint64"),
 )
+register(  # every client -> output client: its masked share of the eval loss sums (3 values)
+    "pivodl_metric_share",
+    Array("", "int", (3,)),
+    Rule(lambda p, c: None if p.dtype == np.uint64 else f"has dtype {p.dtype}; expected uint64"),
+)

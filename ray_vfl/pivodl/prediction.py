@@ -78,7 +78,7 @@ class PredictionRole:
         for t, rows, to in moves:
             pos[t, rows] = to
 
-    def prediction_share(self, key: str, nonce: bytes, output: str) -> tuple:
+    def _score_share(self, key: str, nonce: bytes) -> np.ndarray:
         """This client's masked share of every row's score: the exact weights of the leaves it holds."""
         pos = self.routes[key]
         score = np.zeros(pos.shape[1])
@@ -88,7 +88,11 @@ class PredictionRole:
                 lookup = np.zeros(int(max(pos[t].max(), max(held))) + 1)
                 lookup[list(held)] = list(held.values())
                 score += lookup[pos[t]]
-        share = self.masker.share(score, nonce, self.order)
+        return self.masker.share(score, nonce, self.order)
+
+    def prediction_share(self, key: str, nonce: bytes, output: str) -> tuple:
+        """This client's masked share of every row's score, for the output client."""
+        share = self._score_share(key, nonce)
         if output == self.name:
             self._own_share = share
             return None, None
@@ -101,9 +105,63 @@ class PredictionRole:
         self.routes.pop(key, None)
         return combine(all_shares) + base_margin(self.config.objective, self.base_score)
 
+    # -- evaluation: margins reach only each row's label owner; the metrics' sums are masked too ----------
+    def eval_labelled(self, key: str) -> tuple:
+        """Tell every other client which rows of eval set ``key`` this client labels (as at set-up)."""
+        label = self.labels.get(key)
+        n = len(self.rows[key])
+        mine = np.zeros(n, dtype=bool) if label is None else ~np.isnan(label)
+        self.eval_owned = getattr(self, "eval_owned", {})
+        self.eval_owned[key] = {self.name: np.flatnonzero(mine)}
+        return None, self.mailbox.send("pivodl_labelled_rows", self.others, np.packbits(mine))
+
+    def take_eval_labelled(self, key: str, messages: list) -> None:
+        n = len(self.rows[key])
+        for msg in _fetch(messages):
+            bits = self.mailbox.open(msg, "pivodl_labelled_rows", {"n_rows": n}, self.others)
+            self.eval_owned[key][msg.sender] = np.flatnonzero(np.unpackbits(bits, count=n))
+
+    def eval_shares(self, key: str, nonce: bytes) -> tuple:
+        """The masked share of every eval row's score, each label owner sent the entries of its own rows."""
+        share = self._score_share(key, nonce)
+        owned = self.eval_owned[key]
+        self._own_share = share[owned[self.name]]
+        return (None, *[self.mailbox.send("pivodl_prediction_share", [p], share[owned[p]], -1, -1) for p in self.others])
+
+    def eval_sums(self, key: str, shares: list, nonce: bytes, output: str) -> tuple:
+        """Margins of this client's own eval rows (its shares summed), their loss sums, masked for ``output``."""
+        from ..trees.kernels import transform_margin
+
+        own = self.eval_owned[key][self.name]
+        ctx = {"n_rows": len(own)}
+        margin = combine([self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others)
+                                              for m in _fetch(shares)]) + base_margin(self.config.objective, self.base_score)
+        y = self.labels[key][own] if len(own) else np.zeros(0)
+        if self.config.objective == "binary:logistic":
+            p = np.clip(transform_margin(self.config.objective, margin), 1e-15, 1 - 1e-15)
+            sums = np.array([-(y * np.log(p) + (1 - y) * np.log(1 - p)).sum(), float(((p > 0.5) != (y == 1)).sum()),
+                             float(len(y))])
+        else:
+            sums = np.array([((margin - y) ** 2).sum(), float(np.abs(margin - y).sum()), float(len(y))])
+        share = self.masker.share(sums, nonce, self.order)
+        if output == self.name:
+            self._metric_share = share
+            return None, None
+        return None, self.mailbox.send("pivodl_metric_share", [output], share, -1, -1)
+
+    def eval_metrics(self, messages: list) -> dict[str, float]:
+        """At the output client: the metrics from every client's masked sums (nothing per client)."""
+        total = combine([self._metric_share] + [self.mailbox.open(m, "pivodl_metric_share", None, self.others)
+                                                for m in _fetch(messages)])
+        count = max(total[2], 1.0)
+        if self.config.objective == "binary:logistic":
+            return {"logloss": float(total[0] / count), "error": float(total[1] / count)}
+        return {"rmse": float(np.sqrt(max(total[0], 0.0) / count)), "mae": float(total[1] / count)}
+
     def drop_rows(self, key: str) -> None:
         super().drop_rows(key)
         getattr(self, "routes", {}).pop(key, None)
+        getattr(self, "eval_owned", {}).pop(key, None)
 
     # -- the label-guess attack's view (the paper's Table III) ----------------------------------------------
     def guess_scores(self) -> dict[str, Any]:

@@ -72,11 +72,12 @@ their holders for prediction, so DP costs accuracy only through the training mar
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -85,8 +86,9 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from ..runtime.party import warn_unseen_categories
+from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
+from ..trees.checkpoint import Checkpoint
 from ..trees.kernels import transform_margin
 from .client import Client
 from .config import PIVODLConfig
@@ -149,6 +151,7 @@ class PIVODLModel:
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     epsilon: float | None = None
     best_iteration: int | None = None
+    label_party: None = None  # no single label party (what checkpoints record of a federation)
 
     def _calls(self) -> _Calls:
         return _Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
@@ -170,13 +173,7 @@ class PIVODLModel:
         try:
             reports = calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load prediction rows")
             warn_unseen_categories(self.order, reports, "prediction data")
-            calls.value("route_start", self.order, lambda p: (key, n_trees), "prediction")
-            sent = {p: [] for p in self.order}
-            for depth in range(self.config.max_depth + 1):
-                last = depth == self.config.max_depth
-                sent = calls.each("route_step", self.order,
-                                  lambda p: (key, calls.to(p, sent, lambda s, r: 0) if depth else [], depth, not last),
-                                  1, f"prediction round {depth + 1}")
+            _route(calls, self.config, key, n_trees)
             nonce = secrets.token_bytes(16)
             shares = calls.each("prediction_share", self.order, lambda p: (key, nonce, output), 1, "prediction shares")
             refs = [shares[p][0] for p in self.order if p != output]
@@ -189,6 +186,51 @@ class PIVODLModel:
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Predictions (probabilities for the logistic objective)."""
         return transform_margin(self.config.objective, self.predict_margin(data, n_trees))
+
+    def evaluate(self, data: VerticalDataset, n_trees: int | None = None) -> dict[str, float]:
+        """Metrics on labelled ``data`` (logloss and error, or RMSE and MAE): each client scores the rows
+        it labels from margins only it receives; the driver gets the totals (AUC needs every label in
+        one place and is not computed: use :meth:`predict` where the labels are)."""
+        n_trees = self.n_trees if n_trees is None else int(n_trees)
+        VerticalDataset.ensure(data, "evaluate")
+        calls, key = self._calls(), f"evaluate-{uuid.uuid4().hex[:8]}"
+        tables = data.tables(self.runtime)
+        try:
+            calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load evaluation rows")
+            owned = calls.each("eval_labelled", self.order, lambda p: (key,), 1, "evaluation")
+            calls.value("take_eval_labelled", self.order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), "evaluation")
+            return _evaluate(calls, self.config, key, n_trees)
+        finally:
+            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+
+    def save(self, directory: str) -> dict[str, str]:
+        """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,
+        the exact weights of the leaves it holds); the driver writes ``federation.json``."""
+        meta = {"order": self.order, "n_trees": self.n_trees, "config": self.config.to_dict(), "epsilon": self.epsilon}
+        return save_parts(self.runtime, self.order, directory, meta, ".json", kind="pivodl")
+
+    @classmethod
+    def load(cls, directory: str, runtime: Runtime | None = None, objective: str | None = None) -> "PIVODLModel":
+        """One actor per client, each reading its own saved part; the clients agree on fresh mask keys."""
+        meta = load_meta(directory, "PIVODLModel.save", kind="pivodl")
+        try:
+            config, order, n_trees = PIVODLConfig.from_dict(meta["config"]), list(meta["order"]), int(meta["n_trees"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{directory!r} holds no complete PIVODL federation file ({type(exc).__name__}: {exc}); "
+                            "save the model again") from exc
+        if objective is not None and config.objective != objective:
+            raise DataError(f"{directory!r} holds a model with objective {config.objective!r}, not {objective!r}: "
+                            "load it with the estimator of that objective")
+        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
+        runtime.connect(order)
+        for p in order:
+            runtime.spawn(p, Client, p, None, [], config, runtime.pool(p, 1), order)
+        model = cls(runtime, order, config, n_trees, epsilon=meta.get("epsilon"))
+        calls = model._calls()
+        calls.value("load_part", order, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
+        keys = calls.each("mask_key", order, lambda p: (), 1, "load")
+        calls.value("agree", order, lambda p: (calls.to(p, keys, lambda s, r: 0),), "load")
+        return model
 
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes (owner of every split, holder of every leaf), as every client knows them."""
@@ -226,7 +268,8 @@ class PIVODLModel:
         return dict(zip(self.order, views))
 
 
-def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig, callbacks: Sequence[TrainingCallback] = ()
+def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
+          eval_sets: Mapping[str, VerticalDataset] | None = None, callbacks: Sequence[TrainingCallback] = ()
           ) -> PIVODLModel:
     """Train PIVODL with one actor per client.
 
@@ -237,15 +280,20 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig, callbac
     data : VerticalDataset
         Training rows with labels spread over the clients (``label_owner``), or held by one client.
     config : PIVODLConfig
+    eval_sets : mapping of str to VerticalDataset, optional
+        Labelled data sets scored after every tree (logloss and error, or RMSE and MAE): each client
+        gets the margins of the eval rows it labels, and only masked sums leave it.
     callbacks : sequence of TrainingCallback
-        Progress bar, logging.
+        Progress bar, evaluation logging, early stopping, checkpoints
+        (:class:`~ray_vfl.trees.checkpoint.Checkpoint`: a run started again resumes from it).
 
     Example
     -------
     >>> data = vertical_split(frame, 4, label="y", label_owners={"party0": .5, "party1": .5})  # doctest: +SKIP
     >>> model = train(Runtime(), data, PIVODLConfig(backend="plain", n_trees=3))              # doctest: +SKIP
     """
-    _check_input(data, config)
+    eval_sets = dict(eval_sets or {})
+    _check_input(data, config, eval_sets)
     config.warn_if_weak(stacklevel=2)
     if config.timeout_s is None:
         config = config.replace(timeout_s=runtime.timeout_s)
@@ -254,8 +302,8 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig, callbac
     tables = data.tables(runtime)
     cats = data.categorical
     for p in order:
-        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, config.workers_per_party or
-                                                                                   max(1, runtime.party_cpus(p) // len(order))), order)
+        workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
+        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order)
     calls = _Calls(runtime, order, config.timeout_s)
     other = _other_index(order)
     # step 1: keys, key-agreement keys, labelled rows; then every source's bins at every client's rows
@@ -264,21 +312,84 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig, callbac
                       len(order) - 1, "set-up")
     calls.value("take_bins", order, lambda p: (calls.to(p, bins, other),), "set-up")
     _secure_total(calls, order, "base")
+    for key, eval_data in eval_sets.items():
+        eval_tables = eval_data.tables(runtime)
+        reports = calls.value("load_rows", order, lambda p: (key, eval_tables[p]), f"eval set {key!r}")
+        warn_unseen_categories(order, reports, f"eval set {key!r}")
+        owned = calls.each("eval_labelled", order, lambda p: (key,), 1, f"eval set {key!r}")
+        calls.value("take_eval_labelled", order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), f"eval set {key!r}")
     model = PIVODLModel(runtime, order, config, 0)
+    start = _resume(calls, model, callbacks)
     cb = CallbackList(callbacks)
     cb.before_training(config)
-    for t in range(config.n_trees):
+    for t in range(start, config.n_trees):
         _grow_tree(calls, order, config, t)
         model.n_trees = t + 1
-        if cb.after_iteration(t, {}):
+        logs = {key: _evaluate(calls, config, key, t + 1) for key in eval_sets}
+        for key, metrics in logs.items():
+            model.history.setdefault(key, []).append(metrics)
+        if cb.after_iteration(t, logs):
             break
     cb.after_training(model)
+    if cb.best_iteration is not None:
+        model.best_iteration = cb.best_iteration
+        model.n_trees = cb.best_iteration + 1
+        calls.value("truncate", order, lambda p: (model.n_trees,), "truncate")
+    for key in eval_sets:
+        calls.value("drop_rows", order, lambda p: (key,), "cleanup")
     records = calls.value("comm_records", order, lambda p: (), "communication statistics")
     model.comm_stats = CommStats(r for rs in records for r in rs)
     model.op_counts = dict(sum((Counter(c) for c in calls.value("op_counts", order, lambda p: (), "counts")), Counter()))
     if config.dp:
         model.epsilon = accounted_epsilon(config.noise_multiplier, model.n_trees, config.delta)
     return model
+
+
+def _route(calls: _Calls, config: PIVODLConfig, key: str, n_trees: int) -> None:
+    """Move the rows of data set ``key`` through the first ``n_trees`` trees, one level per round."""
+    calls.value("route_start", calls.order, lambda p: (key, n_trees), "prediction")
+    sent: dict[str, list] = {}
+    for depth in range(config.max_depth + 1):
+        last = depth == config.max_depth
+        sent = calls.each("route_step", calls.order,
+                          lambda p: (key, calls.to(p, sent, lambda s, r: 0) if depth else [], depth, not last),
+                          1, f"prediction round {depth + 1}")
+
+
+def _evaluate(calls: _Calls, config: PIVODLConfig, key: str, n_trees: int) -> dict[str, float]:
+    """Metrics of eval set ``key`` after ``n_trees`` trees: margins reach each row's label owner only,
+    the loss sums reach a random output client masked, and the driver gets the metrics."""
+    order = calls.order
+    _route(calls, config, key, n_trees)
+    other = _other_index(order)
+    nonce = secrets.token_bytes(16)
+    shares = calls.each("eval_shares", order, lambda p: (key, nonce), len(order) - 1, f"evaluation of {key!r}")
+    output, nonce = secrets.choice(order), secrets.token_bytes(16)
+    sums = calls.each("eval_sums", order, lambda p: (key, calls.to(p, shares, other), nonce, output), 1,
+                      f"evaluation of {key!r}")
+    refs = [sums[p][0] for p in order if p != output]
+    return calls.value("eval_metrics", [output], lambda p: (refs,), f"evaluation of {key!r}")[0]
+
+
+def _resume(calls: _Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> int:
+    """Every client takes up the run's checkpoint, if a :class:`Checkpoint` callback has one; returns
+    the number of trees already grown (0 for a new run)."""
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    if len(checkpoints) > 1:
+        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
+    if not checkpoints:
+        return 0
+    trees, files = checkpoints[0].resume_point(model)
+    if not trees:
+        return 0
+    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in model.order}
+    calls.value("resume_from", model.order, lambda p: (paths[p],), "resume from checkpoint")
+    start = min(trees, model.config.n_trees)
+    if start < trees:
+        calls.value("truncate", model.order, lambda p: (start,), "truncate")
+    log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoints[0].directory)
+    model.n_trees = start
+    return start
 
 
 def _secure_total(calls: _Calls, order: list[str], what: str) -> None:
@@ -324,12 +435,24 @@ def _grow_tree(calls: _Calls, order: list[str], config: PIVODLConfig, tree: int)
     calls.value("finish_tree", order, lambda p: (leaves,), f"tree {tree + 1}")
 
 
-def _check_input(data: VerticalDataset, config: PIVODLConfig) -> None:
+def _check_input(data: VerticalDataset, config: PIVODLConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:
     VerticalDataset.ensure(data, "train")
     if not isinstance(config, PIVODLConfig):
         raise ConfigError(f"config must be a PIVODLConfig, got {type(config).__name__}")
     if len(data.party_names) < 2:
         raise DataError(f"PIVODL needs at least two clients (a split client is another client than the source); "
                         f"got {data.party_names}")
-    if data.label is None and not getattr(data, "label_parties", None):
+    if not data.label_parties:
         raise DataError("no client holds labels; build the dataset with label= (and label_owners= to spread them)")
+    data.check_labels(config.objective)
+    for key, eval_data in eval_sets.items():
+        VerticalDataset.ensure(eval_data, f"eval set {key!r}")
+        if eval_data.party_names != data.party_names:
+            raise DataError(f"eval set {key!r} must have the training clients {data.party_names}, "
+                            f"got {eval_data.party_names}")
+        if not eval_data.label_parties:
+            raise DataError(f"eval set {key!r} holds no labels; build it with label= as the training data")
+        for p in data.party_names:
+            if eval_data.columns(p) != data.columns(p):
+                raise DataError(f"eval set {key!r}: client {p!r} has columns {eval_data.columns(p)}, "
+                                f"training had {data.columns(p)}")
