@@ -188,6 +188,8 @@ def test_bad_inputs(runtime, credit_frame):
         PIVODLConfig(epsilon=0.0)
     with pytest.raises(ConfigError, match="epsilon"):
         PIVODLConfig(epsilon=-1.0)
+    with pytest.raises(ConfigError, match="leaf_clip must be given"):
+        PIVODLConfig(epsilon=1.0, objective="reg:squarederror")
     one = vertical_split(frame, 1, label=label)
     with pytest.raises(DataError, match="at least two clients"):
         train(runtime, one, PIVODLConfig(backend="plain"))
