@@ -162,7 +162,8 @@ def test_dp_noise_has_the_configured_deviation():
 
     config = PIVODLConfig(epsilon=1.0, n_trees=5, backend="plain", learning_rate=0.3, reg_lambda=1.0)
     H = 20.0
-    sigma = config.noise_multiplier * min(2 * config.leaf_clip, config.learning_rate / (H + config.reg_lambda))
+    sigma = config.noise_multiplier * float(config.leaf_sensitivity(np.array([H]))[0])
+    assert sigma == pytest.approx(config.noise_multiplier * min(2 * config.leaf_clip, config.learning_rate / config.reg_lambda))
     noise = GaussianNoise().sample(20_000, sigma)
     n = len(noise)
     statistic = (n - 1) * noise.var(ddof=1) / sigma**2

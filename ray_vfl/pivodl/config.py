@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import check_float, check_int
 from ..crypto.gaussian_dp import check_budget, noise_multiplier
 from ..errors import ConfigError
@@ -34,6 +36,15 @@ class PIVODLConfig(BoostConfig):
         ``C``: a released leaf weight is first clipped to ``[-C, C]``. ``None``: 1.0 for the
         logistic objective; squared error needs it given with ``epsilon`` (the scale of its leaf
         weights is the label's).
+    dp_sensitivity : str
+        How far one row's label can move a released leaf weight (:meth:`leaf_sensitivity`).
+        ``"global"`` (the default): ``min(2C, eta * dg / lambda)``, the same bound for every leaf
+        (``dg`` = 1 for the logistic loss, whose gradient ``p - y`` moves by at most 1 when a label
+        flips; unbounded, so ``2C``, for squared error). ``"leaf"``: ``min(2C, eta * dg / (H + lambda))``
+        with the leaf's own hessian sum ``H`` -- still label-DP (``H`` does not depend on the labels
+        given the margins) and far less noise in big leaves; but then the released weights keep
+        telling every client the label *mean* of each big leaf, which the paper's label-guess attack
+        exploits (see ``benchmarks/RESULTS.md``).
 
     Example
     -------
@@ -47,6 +58,7 @@ class PIVODLConfig(BoostConfig):
     epsilon: float | None = None
     delta: float = 1e-5
     leaf_clip: float | None = None
+    dp_sensitivity: str = "global"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -55,6 +67,8 @@ class PIVODLConfig(BoostConfig):
             check_budget(self.epsilon, self.delta)
         else:
             check_budget(1.0, self.delta)
+        if self.dp_sensitivity not in ("global", "leaf"):
+            raise ConfigError(f"dp_sensitivity must be 'global' or 'leaf', got {self.dp_sensitivity!r}")
         if self.leaf_clip is not None:
             check_float("leaf_clip", self.leaf_clip, 0.0, 1e15, lo_open=True)
         elif self.epsilon is not None:
@@ -67,6 +81,23 @@ class PIVODLConfig(BoostConfig):
     def dp(self) -> bool:
         """Whether released leaf weights get noise."""
         return self.epsilon is not None
+
+    def leaf_sensitivity(self, H):
+        """How far one label can move each released (clipped) leaf weight, for leaves with hessian sums ``H``.
+
+        Example
+        -------
+        >>> cfg = PIVODLConfig(epsilon=1.0, backend="plain", learning_rate=0.3)
+        >>> float(cfg.leaf_sensitivity(np.array([9.0]))[0]), float(cfg.replace(dp_sensitivity="leaf").leaf_sensitivity(np.array([9.0]))[0])
+        (0.3, 0.03)
+        """
+        H = np.asarray(H, dtype=np.float64)
+        if self.objective != "binary:logistic":
+            return np.full(H.shape, 2.0 * self.leaf_clip)
+        denominator = self.reg_lambda + (H if self.dp_sensitivity == "leaf" else np.zeros_like(H))
+        with np.errstate(divide="ignore"):
+            step = np.where(denominator > 0, self.learning_rate / np.maximum(denominator, 1e-300), np.inf)
+        return np.minimum(2.0 * self.leaf_clip, step)
 
     @property
     def noise_multiplier(self) -> float | None:

@@ -292,9 +292,8 @@ class SplitRole:
     def _release(self, leaves: list[tuple[int, float, float]], depth: int) -> Any:
         """Leaf weights of the leaves this client holds: the exact ones kept for prediction; released to
         every client (for their margins) exact, or clipped to ``[-C, C]`` with Gaussian noise of standard
-        deviation ``z * min(2C, eta * dg / (H + lambda))`` under partial DP (``dg`` = 1 for the logistic
-        loss: one label moves one gradient by at most 1 and no hessian; unbounded, so ``2C``, for squared
-        error), drawn from this client's own OS-entropy generator."""
+        deviation ``z * sensitivity`` under partial DP (:meth:`~ray_vfl.pivodl.config.PIVODLConfig.leaf_sensitivity`),
+        drawn from this client's own OS-entropy generator."""
         if not leaves:
             return None
         cfg = self.config
@@ -308,9 +307,8 @@ class SplitRole:
         released = exact
         if cfg.dp:
             C = cfg.leaf_clip
-            step = cfg.learning_rate / (H + cfg.reg_lambda) if cfg.objective == "binary:logistic" else np.inf
-            sensitivity = np.minimum(2 * C, step)
-            released = np.clip(exact, -C, C) + self.noise.sample(len(exact), cfg.noise_multiplier * sensitivity)
+            sigma = cfg.noise_multiplier * cfg.leaf_sensitivity(H)
+            released = np.clip(exact, -C, C) + self.noise.sample(len(exact), sigma)
         payload = {"node": nodes, "weight": released.astype(np.float64)}
         self._take_leaves(tree, self.name, nodes, payload["weight"])
         return self.mailbox.send("pivodl_leaf_weights", self.others, payload, tree, depth)
