@@ -7,7 +7,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ray_vfl"
 # Lowest first. Top-level modules (errors, config, metrics) serve every layer.
-LAYERS = ["<top>", "runtime", "crypto", "psi", "data", "trees", "secureboost", "pivodl", "ssxgb", "splitnn"]
+LAYERS = ["<top>", "runtime", "crypto", "psi", "data", "trees", "secureboost", "pivodl", "ssxgb", "splitnn",
+          "experiments"]
 # Protocol families are side by side: none imports another.
 PEERS = {"secureboost", "pivodl", "ssxgb", "splitnn"}
 

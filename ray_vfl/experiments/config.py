@@ -1,0 +1,149 @@
+"""The schema of a sweep: one validated config, unknown keys refused with the valid ones named.
+
+A sweep names a protocol, a dataset and a grid of settings (``sweep``); every combination runs
+``repeats`` times. ``params`` fixes the protocol's other hyper-parameters (validated when the run
+builds the protocol's own config: a typo there is an error too).
+
+Example
+-------
+>>> cfg = ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweep": {"clients": [2, 4]}})
+>>> [r["clients"] for r in cfg.runs()]
+[2, 4]
+>>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
+Traceback (most recent call last):
+...
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import ValidatedConfig, check_float, check_int
+from ..errors import ConfigError, DataError
+
+__all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE"]
+
+PROTOCOLS = ("secureboost", "pivodl")
+# What a sweep may vary, and what each value must be.
+SWEEPABLE = {
+    "clients": "an integer >= 2 (parties the columns are split over)",
+    "max_depth": "an integer in [1, 16]",
+    "n_trees": "an integer >= 1",
+    "epsilon": "a positive number, or null for no DP (PIVODL)",
+    "key_bits": "an integer such as 1024 or 2048",
+    "backend": "a crypto backend name: plain, paillier, ou",
+    "dataset": "credit, bank, energy or a CSV/Parquet path",
+}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig(ValidatedConfig):
+    """One sweep (see the module docstring).
+
+    Parameters
+    ----------
+    name : str
+        Names the results (``<out>/<name>/results.csv``).
+    protocol : str
+        ``"secureboost"`` or ``"pivodl"``.
+    dataset : str
+        Default dataset (``sweep`` may vary it).
+    sweep : dict
+        Setting -> list of values; settings in :data:`SWEEPABLE`.
+    repeats : int
+        Runs per combination (different data splits and, for DP, different noise).
+    params : dict
+        Fixed hyper-parameters of the protocol (``BoostConfig`` / ``PIVODLConfig`` fields).
+    test_size : float
+        Fraction of rows held out for the test metrics.
+    rows : int or None
+        Use the first ``rows`` rows of the dataset only (the small variants).
+    seed : int
+        Seed of the column split, the label spread and the train/test split (plus the repeat number).
+    """
+
+    name: str
+    protocol: str
+    dataset: str = "credit"
+    sweep: dict = field(default_factory=dict)
+    repeats: int = 1
+    params: dict = field(default_factory=dict)
+    test_size: float = 0.2
+    rows: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or os.sep in self.name:
+            raise ConfigError(f"name must be a non-empty file name, got {self.name!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
+        if not isinstance(self.sweep, dict):
+            raise ConfigError(f"sweep must map settings to lists of values, got {type(self.sweep).__name__}")
+        for key, values in self.sweep.items():
+            if key not in SWEEPABLE:
+                raise ConfigError(f"sweep setting {key!r} is unknown; valid settings are {sorted(SWEEPABLE)}")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"sweep[{key!r}] must be a non-empty list of values, got {values!r}")
+            if key == "epsilon" and self.protocol != "pivodl":
+                raise ConfigError("sweep over epsilon needs protocol 'pivodl' (SecureBoost has no DP)")
+            for v in values:
+                self._check_value(key, v)
+        if not isinstance(self.params, dict):
+            raise ConfigError(f"params must map hyper-parameters to values, got {type(self.params).__name__}")
+        clash = sorted(set(self.params) & set(self.sweep))
+        if clash:
+            raise ConfigError(f"{clash} are both swept and fixed in params; keep them in one place")
+        check_int("repeats", self.repeats, 1, 1000)
+        check_float("test_size", self.test_size, 0.0, 0.9, lo_open=True)
+        if self.rows is not None:
+            check_int("rows", self.rows, 10, 10**9)
+        check_int("seed", self.seed, 0, 2**31)
+
+    @staticmethod
+    def _check_value(key: str, v: Any) -> None:
+        ok = {
+            "clients": isinstance(v, int) and not isinstance(v, bool) and v >= 2,
+            "max_depth": isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16,
+            "n_trees": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            "epsilon": v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
+            "key_bits": isinstance(v, int) and not isinstance(v, bool),
+            "backend": isinstance(v, str),
+            "dataset": isinstance(v, str),
+        }[key]
+        if not ok:
+            raise ConfigError(f"sweep[{key!r}] holds {v!r}; each value must be {SWEEPABLE[key]}")
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "ExperimentConfig":
+        """Read a sweep from a YAML file (one mapping; unknown keys are errors)."""
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                raw = yaml.safe_load(fh)
+        except FileNotFoundError as exc:
+            raise DataError(f"config file {path!r} does not exist") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path!r} is not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path!r} must hold one mapping (name, protocol, sweep, ...), got {type(raw).__name__}")
+        return cls.from_dict(raw)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run: the grid's combinations (in the order the sweep lists them) times the repeats, each
+        with a ``run_id`` that names its settings (finished runs are recognised by it)."""
+        keys = list(self.sweep)
+        out = []
+        for combo in itertools.product(*(self.sweep[k] for k in keys)):
+            for repeat in range(self.repeats):
+                settings = {"dataset": self.dataset, **dict(zip(keys, combo)), "repeat": repeat}
+                text = json.dumps({"protocol": self.protocol, "params": self.params, "rows": self.rows,
+                                   "test_size": self.test_size, "seed": self.seed, **settings}, sort_keys=True)
+                out.append({**settings, "run_id": hashlib.sha256(text.encode()).hexdigest()[:16]})
+        return out

@@ -1,0 +1,72 @@
+"""Sweeps: the config schema, one row per run, resuming, the plots and the job entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ray_vfl.errors import ConfigError
+from ray_vfl.experiments import ExperimentConfig, run_sweep
+from ray_vfl.experiments.plots import plot_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny(**changes):
+    base = {"name": "tiny", "protocol": "pivodl", "rows": 600, "repeats": 1,
+            "params": {"backend": "plain", "n_trees": 2, "max_depth": 2}, "sweep": {"clients": [2, 3]}}
+    return ExperimentConfig.from_dict({**base, **changes})
+
+
+def test_schema_names_the_valid_keys():
+    with pytest.raises(ConfigError, match=r"unknown ExperimentConfig parameter\(s\) \['sweeps'\]; valid names"):
+        ExperimentConfig.from_dict({"name": "x", "protocol": "pivodl", "sweeps": {}})
+    with pytest.raises(ConfigError, match="sweep setting 'depth' is unknown; valid settings"):
+        tiny(sweep={"depth": [2]})
+    with pytest.raises(ConfigError, match="each value must be an integer >= 2"):
+        tiny(sweep={"clients": [1]})
+    with pytest.raises(ConfigError, match="epsilon needs protocol 'pivodl'"):
+        tiny(protocol="secureboost", sweep={"epsilon": [1.0]})
+    with pytest.raises(ConfigError, match="both swept and fixed"):
+        tiny(params={"n_trees": 2}, sweep={"n_trees": [1]})
+    with pytest.raises(ConfigError, match="protocol must be one of"):
+        tiny(protocol="fate")
+
+
+def test_every_shipped_config_is_valid():
+    configs = sorted((REPO / "jobs" / "configs").glob("*.yaml"))
+    assert len(configs) >= 4
+    for path in configs:
+        cfg = ExperimentConfig.from_yaml(str(path))
+        assert cfg.name == path.stem and cfg.runs()
+
+
+def test_a_sweep_writes_one_row_per_run_and_resumes(runtime, tmp_path):
+    cfg = tiny()
+    table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
+    assert len(table) == 2 and sorted(table["clients"]) == [2, 3]
+    for column in ("run_id", "auc", "accuracy", "setup_s", "train_s", "s_per_tree", "predict_s", "mb", "mb_by_channel",
+                   "mb_by_kind", "guess_accuracy", "guess_auc_two_sided", "cpus", "ray_version"):
+        assert column in table.columns, column
+    assert (table["train_s"] > 0).all() and (table["mb"] > 0).all()
+    assert (tmp_path / "tiny" / "results.parquet").exists()
+    finished = pd.read_csv(tmp_path / "tiny" / "results.csv")["finished"].tolist()
+    again = run_sweep(tiny(repeats=2), str(tmp_path), runtime, progress=False)  # two runs done, two new
+    assert len(again) == 4 and again["finished"].tolist()[:2] == finished
+    png = plot_sweep(again, "clients", "s_per_tree", str(tmp_path / "fig.png"), group="repeat")
+    assert Path(png).stat().st_size > 1000
+
+
+def test_jobs_report_bad_input_in_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nprotocol: pivodl\nsweep: {clients: [2]}\nrepeat: 3\n")
+    run = subprocess.run([sys.executable, str(REPO / "jobs" / "experiment.py"), "--config", str(bad)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "error: unknown ExperimentConfig parameter(s) ['repeat']" in run.stderr
+    run = subprocess.run([sys.executable, str(REPO / "jobs" / "plot.py"), "--results", str(tmp_path), "--x", "clients",
+                          "--y", "auc"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "run jobs/experiment.py first" in run.stderr
