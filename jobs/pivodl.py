@@ -210,32 +210,40 @@ def parse_args(argv=None):
         for key, value in small.items():
             if "--" + key.replace("_", "-") not in given:
                 setattr(args, key, value)
-    _check(p, args)
     return args
 
 
-def _check(p: argparse.ArgumentParser, args) -> None:
-    """Errors for bad combinations, before Ray starts."""
+def _check(args) -> None:
+    """Every option checked before Ray starts: a :class:`ConfigError` naming the flag and the fix."""
+    from ray_vfl.data.bundled import load_named
+    from ray_vfl.errors import ConfigError
+
     if any(b != "plain" for b in args.backends):
         if args.key_bits < 1024 or args.key_bits % 256:
-            p.error(f"--key-bits must be a multiple of 256 and at least 1024, got {args.key_bits}")
+            raise ConfigError(f"--key-bits must be a multiple of 256 and at least 1024, got {args.key_bits}")
         if args.key_bits < 2048 and not args.allow_weak_keys:
-            p.error(f"--key-bits {args.key_bits} is below 2048 (about 80 bits of security): add --allow-weak-keys")
+            raise ConfigError(f"--key-bits {args.key_bits} gives about 80 bits of security: use 2048 or more, or pass "
+                              "--allow-weak-keys")
     if min(args.clients + [args.clients_default]) < 2:
-        p.error("PIVODL needs at least 2 clients (a split client is another client than the source)")
+        raise ConfigError("--clients and --clients-default must be at least 2: PIVODL needs at least 2 clients (a split "
+                          "client is another client than the source)")
     if max(args.depths + [args.depth_default]) > 16:
-        p.error("maximum depth must be at most 16")
-    if args.bins < 2 or args.bins > 255:
-        p.error(f"--bins must be in [2, 255], got {args.bins}")
+        raise ConfigError(f"--depths and --depth-default must be in [1, 16], got {args.depths} and {args.depth_default}")
+    if not 2 <= args.bins <= 255:
+        raise ConfigError(f"--bins must be in [2, 255], got {args.bins}")
     if not args.gradient_bound > 0 or not args.leaf_clip > 0:
-        p.error("--gradient-bound and --leaf-clip must be > 0")
-    if args.rows is not None and args.rows < 100:
-        p.error(f"--rows must be at least 100 (80/20 split over up to {max(args.clients)} label owners), got {args.rows}")
+        raise ConfigError(f"--gradient-bound and --leaf-clip must be > 0, got {args.gradient_bound} and {args.leaf_clip}")
+    if args.rows is not None and args.rows < 20 * max(args.clients + [args.clients_default]):
+        raise ConfigError(f"--rows must be at least 20 per client (a test part and labels at every client), got {args.rows}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out!r} is a file; name a folder")
     if not args.no_plots:
         try:
             import matplotlib  # noqa: F401
         except ModuleNotFoundError:
-            p.error('plots need matplotlib: pip install -e ".[plots]" (or pass --no-plots)')
+            raise ConfigError('the plots need matplotlib: pip install -e ".[plots]" (or pass --no-plots)') from None
+    for dataset in dict.fromkeys(args.datasets + ([args.guess_dataset] if args.guess_dataset != "none" else [])):
+        load_named(dataset, args.data_dir)  # a missing file is a DataError naming the folder, before Ray starts
 
 
 def study_points(args, study: str) -> list[dict]:
@@ -363,6 +371,7 @@ def _print_table(title: str, rows: list[dict], columns: list[str]) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    _check(args)
     from ray_vfl import Runtime
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

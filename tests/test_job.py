@@ -114,10 +114,15 @@ def test_pivodl_job_small(tmp_path):
                                                         for s in ("clients", "epsilon")}
 
 
-def test_pivodl_job_bad_flags():
-    """Bad flags end before Ray starts, with a message naming the fix."""
-    for args, message in ((["--clients", "1"], "at least 2 clients"), (["--epsilons", "0"], "epsilon must be > 0"),
-                          (["--key-bits", "1024"], "--allow-weak-keys"), (["--repeats", "0"], "positive integer")):
+def test_pivodl_job_bad_flags(tmp_path):
+    """Bad flags end before Ray starts, with a message naming the fix (argparse's own checks: exit code 2)."""
+    (tmp_path / "file").write_text("")
+    cases = ((["--clients", "1"], 1, "at least 2 clients"), (["--key-bits", "1024"], 1, "--allow-weak-keys"),
+             (["--datasets", "bank", "--data-dir", str(tmp_path)], 1, "none of the folders tried"),
+             (["--out", str(tmp_path / "file")], 1, "is a file"),
+             (["--epsilons", "0"], 2, "epsilon must be > 0"), (["--repeats", "0"], 2, "positive integer"))
+    for args, code, message in cases:
         done = subprocess.run([sys.executable, "jobs/pivodl.py", *args], cwd=REPO, capture_output=True, text=True,
                               timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
-        assert done.returncode == 2 and message in done.stderr, (args, done.stderr[-500:])
+        assert done.returncode == code and "error: " in done.stderr and message in done.stderr, (args, done.stderr[-500:])
+        assert "Traceback" not in done.stderr
