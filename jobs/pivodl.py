@@ -345,7 +345,8 @@ def plot_studies(summary: list[dict], out: str) -> list[str]:
             labels = [str(s["value"]) for s in line]
             x = np.arange(len(line)) if study == "epsilon" else np.array([float(s["value"]) for s in line])
             for ax, (value, axis) in zip(axes, panels):
-                ax.plot(x, [s[f"{value}_mean"] for s in line], marker="o", label=backend)
+                name = backend if backend == "plain" else f"{backend} {line[0]['key_bits']}-bit"
+                ax.plot(x, [s[f"{value}_mean"] for s in line], marker="o", label=name)
                 ax.fill_between(x, [s[f"{value}_min"] for s in line], [s[f"{value}_max"] for s in line], alpha=0.2)
                 ax.set_xlabel(STUDY_AXES[study])
                 ax.set_ylabel(axis)
@@ -383,8 +384,8 @@ def main(argv=None) -> int:
         guesses = run_label_guess(runtime, args)
     finally:
         runtime.shutdown()
-    summary = summarize(runs, ["dataset", "study", "value", "backend", "metric_name", "clients", "max_depth", "n_trees",
-                               "epsilon"], ["metric", "train_s", "mb", "encrypt", "decrypt"])
+    summary = summarize(runs, ["dataset", "study", "value", "backend", "key_bits", "metric_name", "clients", "max_depth",
+                               "n_trees", "epsilon"], ["metric", "train_s", "mb", "encrypt", "decrypt"])
     guess_summary = summarize(guesses, ["dataset", "clients", "epsilon"],
                               ["guess_accuracy", "guess_auc", "guess_auc_two_sided", "test_accuracy"])
     write_csv(os.path.join(args.out, "runs.csv"), runs, RUN_COLUMNS)
