@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the job's helpers: jobs/pivodl.py
 
-from jobs.pivodl import (  # noqa: E402
+from jobs.pivodl import (
     DATA_DIR,
     NO_DP,
     label_guess_row,
@@ -43,10 +43,10 @@ from jobs.pivodl import (  # noqa: E402
     run_pivodl,
     xgboost_metrics,
 )
-from ray_vfl import Runtime  # noqa: E402
-from ray_vfl.crypto import get_backend  # noqa: E402
-from ray_vfl.crypto.gmp import set_threads  # noqa: E402
-from ray_vfl.trees.encoding import backend_options  # noqa: E402
+from ray_vfl import Runtime
+from ray_vfl.crypto import get_backend
+from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.trees.encoding import backend_options
 
 # The paper's figures (Zhu et al., IEEE TAI 2021), as issue 19 quotes them.
 PAPER_ACCURACY = {"credit": 0.82, "bank": 0.90}
@@ -304,7 +304,8 @@ def parse_args(argv=None):
                    help=f"table (d): '{NO_DP}' and DP budgets (the paper's 1-64, and 0.1 and 0.01, where the "
                         "two-sided AUC comes near 0.5)")
     p.add_argument("--guess-rows", type=int, default=None, help="table (d): subsample credit to this many rows")
-    p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--data-dir", default=DATA_DIR, help="folder holding bank and energy (default: $VFL_DATA_DIR, then "
+                   "../shared/data)")
     p.add_argument("--out", default=None, help="write every table's rows as JSON here")
     args = p.parse_args(argv)
     try:

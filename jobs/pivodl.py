@@ -34,7 +34,8 @@ import numpy as np
 
 from ray_vfl.errors import VFLError
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+# None: ray_vfl.data.bundled.data_dirs() -- $VFL_DATA_DIR, then ../shared/data beside the working folder and the checkout
+DATA_DIR = None
 DATASETS = ("credit", "bank", "energy")
 STUDIES = ("clients", "depth", "trees", "epsilon")
 BACKENDS = ("plain", "paillier", "ou")
@@ -125,10 +126,10 @@ def xgboost_metrics(train, test, objective: str, trees: int, depth: int, bins: i
         return np.concatenate([encode_party_frame(d.features[p], books[p].categorical, p, books[p].categories)[0]
                                for p in d.party_names], axis=1)
 
-    params = dict(n_estimators=trees, max_depth=depth, learning_rate=learning_rate, reg_lambda=reg_lambda,
-                  min_child_weight=min_child_weight, max_bin=bins, tree_method="hist",
-                  base_score=base_score_of(objective, train.label), n_jobs=os.cpu_count())
-    model = (xgb.XGBClassifier if objective == "binary:logistic" else xgb.XGBRegressor)(**params)
+    estimator = xgb.XGBClassifier if objective == "binary:logistic" else xgb.XGBRegressor
+    model = estimator(n_estimators=trees, max_depth=depth, learning_rate=learning_rate, reg_lambda=reg_lambda,
+                      min_child_weight=min_child_weight, max_bin=bins, tree_method="hist",
+                      base_score=base_score_of(objective, train.label), n_jobs=os.cpu_count())
     start = time.perf_counter()
     model.fit(stacked(train), train.label)
     seconds = time.perf_counter() - start
@@ -194,7 +195,8 @@ def parse_args(argv=None):
     p.add_argument("--leaf-clip", type=float, default=100.0, help="regression with DP: clip C of released leaf weights (Wh)")
     p.add_argument("--guess-dataset", default="credit", choices=list(DATASETS[:2]) + ["none"],
                    help="dataset of the label-guess table (none: skip it)")
-    p.add_argument("--data-dir", default=DATA_DIR, help="folder holding bank and energy (or set VFL_DATA_DIR)")
+    p.add_argument("--data-dir", default=DATA_DIR,
+                   help="folder holding bank and energy (default: $VFL_DATA_DIR, then ../shared/data)")
     p.add_argument("--small", action="store_true",
                    help="a tiny version (about a minute): 1,500 rows, 2-3 clients, depth 2-3, 2-3 trees, "
                         "1 repeat, 1024-bit keys; explicit flags still apply on top")
@@ -403,11 +405,12 @@ def main(argv=None) -> int:
                    "train s": f"{s['train_s_mean']:.2f} +- {s['train_s_std']:.2f}", "MB": f"{s['mb_mean']:.1f}"}
                   for s in summary],
                  ["dataset", "study", "value", "backend", "metric_name", "metric", "train s", "MB"])
-    _print_table("Label guess (Table III; mean over attacking clients, then over repeats)",
-                 [{**s, "accuracy": s["guess_accuracy_mean"], "AUC": s["guess_auc_mean"],
-                   "AUC two-sided": s["guess_auc_two_sided_mean"], "test accuracy": s["test_accuracy_mean"]}
-                  for s in guess_summary],
-                 ["dataset", "clients", "epsilon", "accuracy", "AUC", "AUC two-sided", "test accuracy"])
+    if guess_summary:
+        _print_table("Label guess (Table III; mean over attacking clients, then over repeats)",
+                     [{**s, "accuracy": s["guess_accuracy_mean"], "AUC": s["guess_auc_mean"],
+                       "AUC two-sided": s["guess_auc_two_sided_mean"], "test accuracy": s["test_accuracy_mean"]}
+                      for s in guess_summary],
+                     ["dataset", "clients", "epsilon", "accuracy", "AUC", "AUC two-sided", "test accuracy"])
     print(f"\nwrote {args.out} in {seconds} s")
     return 0
 
