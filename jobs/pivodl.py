@@ -112,9 +112,12 @@ def run_pivodl(runtime, train, test, config, eval_sets=None) -> tuple[dict, obje
 
 
 def xgboost_metrics(train, test, objective: str, trees: int, depth: int, bins: int = 32,
-                    learning_rate: float = 0.3, reg_lambda: float = 1.0, min_child_weight: float = 1.0) -> dict:
+                    learning_rate: float = 0.3, reg_lambda: float = 1.0, min_child_weight: float = 1.0,
+                    on_bins: bool = False) -> dict:
     """Centralized xgboost (hist) on the same split and columns, categoricals coded as each client codes
-    them, with PIVODL's hyper-parameters and base score (the training label mean)."""
+    them, with PIVODL's hyper-parameters and base score (the training label mean). ``on_bins``: on the
+    clients' own bin indices instead of the values (missing as NaN), so that xgboost's candidate splits
+    are PIVODL's and only the two implementations differ, not their binning."""
     import xgboost as xgb
 
     from ray_vfl.data.binning import PartyBinner, encode_party_frame
@@ -123,6 +126,11 @@ def xgboost_metrics(train, test, objective: str, trees: int, depth: int, bins: i
     books = {p: PartyBinner(bins).fit(train.features[p], train.categorical.get(p, []), p) for p in train.party_names}
 
     def stacked(d):
+        if on_bins:
+            binned = [books[p].transform(d.features[p], party=p).astype(np.float64) for p in d.party_names]
+            x = np.concatenate(binned, axis=1)
+            x[x == bins] = np.nan  # the missing bin
+            return x
         return np.concatenate([encode_party_frame(d.features[p], books[p].categorical, p, books[p].categories)[0]
                                for p in d.party_names], axis=1)
 
