@@ -1,5 +1,7 @@
 """The main job runs under `ray job submit` on a local Ray head bound to loopback."""
 
+import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -68,3 +70,59 @@ def test_train_job_via_ray_job_submit(ray_head, tmp_path):
     assert "succeeded" in done.stdout + done.stderr
     report = json.loads(out.read_text())
     assert report["trees"] == 3 and 0.7 < report["test_auc"] < 0.85 and report["mb_exchanged"] > 0
+
+
+def test_pivodl_job_small(tmp_path):
+    """jobs/pivodl.py end to end at a tiny setting (its own local Ray): the CSV files and their columns."""
+    ray_tmp = tempfile.mkdtemp(prefix="rp", dir="/tmp")  # a short RAY_TMPDIR of its own (socket path limit)
+    env = dict(os.environ, RAY_TMPDIR=ray_tmp, PYTHONPATH=str(REPO))
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "jobs/pivodl.py", "--small", "--datasets", "credit", "energy", "--studies", "clients",
+           "epsilon", "--clients", "2", "--epsilons", "none", "4", "--rows", "600", "--out", str(tmp_path)]
+    try:
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(tmp_path / "runs.csv", newline="") as fh:
+        runs = list(csv.DictReader(fh))
+    spec = importlib.util.spec_from_file_location("pivodl_job", REPO / "jobs" / "pivodl.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    RUN_COLUMNS, GUESS_COLUMNS = job.RUN_COLUMNS, job.GUESS_COLUMNS
+    assert list(runs[0]) == RUN_COLUMNS
+    # credit and energy x (clients 2; epsilon none, 4) x (plain, paillier)
+    assert len(runs) == 2 * 3 * 2
+    assert {r["metric_name"] for r in runs} == {"accuracy", "rmse"}
+    for r in runs:
+        assert float(r["train_s"]) > 0 and float(r["mb"]) > 0
+        assert (r["epsilon"] == "none") == (r["epsilon_accounted"] == "nan")
+    by_point = {}
+    for r in runs:  # lossless: without DP the encrypted model predicts as the plaintext one
+        if r["epsilon"] == "none":
+            by_point.setdefault((r["dataset"], r["study"], r["value"]), set()).add(round(float(r["metric"]), 9))
+    assert all(len(v) == 1 for v in by_point.values())
+    with open(tmp_path / "label_guess.csv", newline="") as fh:
+        guesses = list(csv.DictReader(fh))
+    assert list(guesses[0]) == GUESS_COLUMNS and [g["epsilon"] for g in guesses] == ["none", "4"]
+    assert all(0.0 <= float(g["guess_accuracy"]) <= 1.0 for g in guesses)
+    with open(tmp_path / "summary.csv", newline="") as fh:
+        summary = list(csv.DictReader(fh))
+    assert {"metric_mean", "metric_std", "train_s_mean", "mb_mean"} <= set(summary[0])
+    assert (tmp_path / "results.json").exists()
+    assert {p.name for p in tmp_path.glob("*.png")} == {f"{d}_{s}.png" for d in ("credit", "energy")
+                                                        for s in ("clients", "epsilon")}
+
+
+def test_pivodl_job_bad_flags(tmp_path):
+    """Bad flags end before Ray starts, with a message naming the fix (argparse's own checks: exit code 2)."""
+    (tmp_path / "file").write_text("")
+    cases = ((["--clients", "1"], 1, "at least 2 clients"), (["--key-bits", "1024"], 1, "--allow-weak-keys"),
+             (["--datasets", "bank", "--data-dir", str(tmp_path)], 1, "none of the folders tried"),
+             (["--out", str(tmp_path / "file")], 1, "is a file"),
+             (["--epsilons", "0"], 2, "epsilon must be > 0"), (["--repeats", "0"], 2, "positive integer"))
+    for args, code, message in cases:
+        done = subprocess.run([sys.executable, "jobs/pivodl.py", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
+        assert done.returncode == code and "error: " in done.stderr and message in done.stderr, (args, done.stderr[-500:])
+        assert "Traceback" not in done.stderr

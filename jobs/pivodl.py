@@ -1,0 +1,430 @@
+"""PIVODL studies on Ray: the paper's metric, training time and traffic against the number of clients,
+the maximum depth, the number of trees and the DP budget, with and without encryption; and its label-guess
+table (Table III). Writes CSV, JSON and PNG plots::
+
+    python jobs/pivodl.py --small --out results/pivodl_small           # a tiny version, about a minute
+    python jobs/pivodl.py --out results/pivodl                         # the paper's studies (hours: Paillier 2048)
+    python jobs/pivodl.py --datasets energy --studies clients --backends paillier --key-bits 1024 --allow-weak-keys
+    ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/pivodl.py --out results/pivodl
+
+A study varies one setting (``clients``, ``depth``, ``trees`` or ``epsilon``) with the others at their
+defaults (``--clients-default`` etc.), for every dataset (credit and bank marketing: test accuracy;
+appliances energy: test RMSE in Wh) and every backend (``plain``: no encryption; ``paillier``/``ou``).
+PIVODL is lossless: without DP the encrypted trees equal the plaintext ones, so the metric is the same
+for every backend and only time and traffic differ. Each point runs ``--repeats`` times (a new label
+spread and train/test split per repeat: seed = repeat); the summary holds mean, std, min and max.
+Labels are spread evenly over the clients (``vertical_split(..., label_owners=...)``), the split is
+80/20 (stratified for classification). Files in ``--out``: ``runs.csv`` (every run), ``summary.csv``
+(per point), ``label_guess.csv``, ``results.json`` and one ``<dataset>_<study>.png`` per study
+(mean with the min-max band over repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from ray_vfl.errors import VFLError
+
+# None: ray_vfl.data.bundled.data_dirs() -- $VFL_DATA_DIR, then ../shared/data beside the working folder and the checkout
+DATA_DIR = None
+DATASETS = ("credit", "bank", "energy")
+STUDIES = ("clients", "depth", "trees", "epsilon")
+BACKENDS = ("plain", "paillier", "ou")
+NO_DP = "none"
+RUN_COLUMNS = ["dataset", "study", "value", "backend", "key_bits", "clients", "max_depth", "n_trees", "epsilon",
+               "repeat", "metric_name", "metric", "accuracy", "auc", "rmse", "train_s", "fit_s", "mb",
+               "epsilon_accounted", "encrypt", "add", "decrypt", "train_rows", "test_rows"]
+GUESS_COLUMNS = ["dataset", "clients", "epsilon", "repeat", "guess_accuracy", "guess_auc", "guess_auc_two_sided",
+                 "test_accuracy", "test_auc", "epsilon_accounted", "attackers"]
+STUDY_AXES = {"clients": "number of clients", "depth": "maximum depth", "trees": "number of trees",
+              "epsilon": "DP budget epsilon (whole training)"}
+
+log = logging.getLogger("jobs.pivodl")
+
+
+# -- shared with benchmarks/pivodl.py -------------------------------------------------------------------
+def load_split(dataset: str, clients: int, data_dir: str | None = None, rows: int | None = None, seed: int = 0):
+    """``(train, test, objective)``: the dataset's columns dealt evenly to ``clients`` clients, its labels
+    spread evenly over them, 80/20 split (stratified for classification); ``rows`` subsamples first."""
+    from ray_vfl import vertical_split
+    from ray_vfl.data.bundled import load_named
+
+    frame, label, cats, objective = load_named(dataset, data_dir)
+    if rows and rows < len(frame):
+        frame = frame.sample(n=rows, random_state=seed).reset_index(drop=True)
+    owners = {f"party{i}": 1.0 / clients for i in range(clients)}
+    data = vertical_split(frame, clients, label=label, categorical=cats, label_owners=owners, seed=seed)
+    train, test = data.train_test_split(0.2, seed=seed, stratify=objective == "binary:logistic")
+    return train, test, objective
+
+
+def pivodl_config(objective: str, trees: int, depth: int, backend: str = "plain", key_bits: int = 2048,
+                  epsilon: float | None = None, gradient_bound: float = 4096.0, leaf_clip: float = 100.0,
+                  bins: int = 32, instance_threshold: int = 1):
+    """The configuration every study uses; ``gradient_bound`` and ``leaf_clip`` apply to regression
+    (logistic gradients are bounded by 1 and the leaf clip defaults to 1)."""
+    from ray_vfl.pivodl import PIVODLConfig
+
+    regression = objective == "reg:squarederror"
+    return PIVODLConfig(n_trees=trees, max_depth=depth, max_bin=bins, backend=backend, key_bits=key_bits,
+                        allow_weak_keys=key_bits < 2048, objective=objective,
+                        gradient_bound=gradient_bound if regression else None, epsilon=epsilon,
+                        leaf_clip=leaf_clip if regression and epsilon is not None else None,
+                        instance_threshold=instance_threshold)
+
+
+def test_metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """Accuracy and AUC (classification, from probabilities) or RMSE (regression, in the label's unit)."""
+    from ray_vfl.metrics import auc
+
+    if objective == "binary:logistic":
+        return {"accuracy": float(np.mean((pred > 0.5) == (y == 1))), "auc": auc(y, pred), "rmse": float("nan")}
+    return {"accuracy": float("nan"), "auc": float("nan"), "rmse": float(np.sqrt(np.mean((pred - y) ** 2)))}
+
+
+def run_pivodl(runtime, train, test, config, eval_sets=None) -> tuple[dict, object]:
+    """Train one PIVODL model; ``(row, model)``: test metrics (computed from the predictions by the
+    experimenter, who holds every label in simulation), tree wall time, fit time, MB, op counts."""
+    from ray_vfl.pivodl import train as train_pivodl
+    from ray_vfl.trees.callbacks import TreeTimer
+
+    timer = TreeTimer()
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SecurityWarning for plain/1024-bit runs: studied on purpose
+        model = train_pivodl(runtime, train, config, eval_sets=eval_sets, callbacks=[timer])
+    fit_s = time.perf_counter() - start
+    row = test_metrics(config.objective, test.label, model.predict(test))
+    ops = model.op_counts
+    row.update(train_s=timer.seconds, fit_s=fit_s, mb=model.comm_stats.total_mb, encrypt=ops.get("encrypt", 0),
+               add=ops.get("add", 0), decrypt=ops.get("decrypt", 0), train_rows=len(train.label),
+               test_rows=len(test.label), epsilon_accounted=model.epsilon if model.epsilon is not None else float("nan"))
+    return row, model
+
+
+def xgboost_metrics(train, test, objective: str, trees: int, depth: int, bins: int = 32,
+                    learning_rate: float = 0.3, reg_lambda: float = 1.0, min_child_weight: float = 1.0,
+                    on_bins: bool = False) -> dict:
+    """Centralized xgboost (hist) on the same split and columns, categoricals coded as each client codes
+    them, with PIVODL's hyper-parameters and base score (the training label mean). ``on_bins``: on the
+    clients' own bin indices instead of the values (missing as NaN), so that xgboost's candidate splits
+    are PIVODL's and only the two implementations differ, not their binning."""
+    import xgboost as xgb
+
+    from ray_vfl.data.binning import PartyBinner, encode_party_frame
+    from ray_vfl.trees.kernels import base_score_of
+
+    books = {p: PartyBinner(bins).fit(train.features[p], train.categorical.get(p, []), p) for p in train.party_names}
+
+    def stacked(d):
+        if on_bins:
+            binned = [books[p].transform(d.features[p], party=p).astype(np.float64) for p in d.party_names]
+            x = np.concatenate(binned, axis=1)
+            x[x == bins] = np.nan  # the missing bin
+            return x
+        return np.concatenate([encode_party_frame(d.features[p], books[p].categorical, p, books[p].categories)[0]
+                               for p in d.party_names], axis=1)
+
+    estimator = xgb.XGBClassifier if objective == "binary:logistic" else xgb.XGBRegressor
+    model = estimator(n_estimators=trees, max_depth=depth, learning_rate=learning_rate, reg_lambda=reg_lambda,
+                      min_child_weight=min_child_weight, max_bin=bins, tree_method="hist",
+                      base_score=base_score_of(objective, train.label), n_jobs=os.cpu_count())
+    start = time.perf_counter()
+    model.fit(stacked(train), train.label)
+    seconds = time.perf_counter() - start
+    xte = stacked(test)
+    pred = model.predict_proba(xte)[:, 1] if objective == "binary:logistic" else model.predict(xte)
+    return {**test_metrics(objective, test.label, pred), "seconds": seconds}
+
+
+def label_guess_row(model, train) -> dict[str, float]:
+    """Mean over attacking clients of the label-guess report (the paper's Table III), plus its worst case."""
+    from ray_vfl.pivodl import label_guess_report
+
+    report = label_guess_report(model.label_guess_scores(), train.label)
+    keys = ("accuracy", "auc", "auc_two_sided")
+    mean = {k: float(np.nanmean([r[k] for r in report.values()])) for k in keys}
+    return {"guess_accuracy": mean["accuracy"], "guess_auc": mean["auc"], "guess_auc_two_sided": mean["auc_two_sided"],
+            "attackers": len(report), "per_client": report}
+
+
+# -- the job ----------------------------------------------------------------------------------------------
+def _epsilon(text: str) -> float | None:
+    if text.lower() in (NO_DP, "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"epsilon must be a positive number or '{NO_DP}', got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"epsilon must be > 0 (or '{NO_DP}' for no DP), got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    p.add_argument("--studies", nargs="+", default=list(STUDIES), choices=STUDIES, help="settings to vary, one at a time")
+    p.add_argument("--backends", nargs="+", default=["plain", "paillier"], choices=BACKENDS,
+                   help="plain: no encryption (same trees: PIVODL is lossless); paillier / ou: encrypted sums")
+    p.add_argument("--key-bits", type=int, default=2048, help="key size of the encrypted backends")
+    p.add_argument("--allow-weak-keys", action="store_true", help="allow --key-bits 1024 (about 80 bits of security)")
+    p.add_argument("--clients", nargs="+", type=_positive, default=[2, 4, 6, 8, 10], help="values of the clients study")
+    p.add_argument("--depths", nargs="+", type=_positive, default=[3, 4, 5, 6], help="values of the depth study")
+    p.add_argument("--trees", nargs="+", type=_positive, default=[5, 10, 20], help="values of the trees study")
+    p.add_argument("--epsilons", nargs="+", type=_epsilon, default=[None, 1.0, 4.0, 16.0, 64.0],
+                   help=f"values of the epsilon study and the label-guess table ('{NO_DP}': no DP)")
+    p.add_argument("--clients-default", type=_positive, default=4, help="clients when another setting varies")
+    p.add_argument("--depth-default", type=_positive, default=5, help="maximum depth when another setting varies")
+    p.add_argument("--trees-default", type=_positive, default=10, help="trees when another setting varies")
+    p.add_argument("--repeats", type=_positive, default=5, help="runs per point (seed = repeat: split and label spread)")
+    p.add_argument("--rows", type=_positive, default=None, help="subsample every dataset to this many rows first")
+    p.add_argument("--bins", type=_positive, default=32, help="bins per feature (max_bin)")
+    p.add_argument("--gradient-bound", type=float, default=4096.0, help="regression: bound of |gradient| (Wh for energy)")
+    p.add_argument("--leaf-clip", type=float, default=100.0, help="regression with DP: clip C of released leaf weights (Wh)")
+    p.add_argument("--guess-dataset", default="credit", choices=list(DATASETS[:2]) + ["none"],
+                   help="dataset of the label-guess table (none: skip it)")
+    p.add_argument("--data-dir", default=DATA_DIR,
+                   help="folder holding bank and energy (default: $VFL_DATA_DIR, then ../shared/data)")
+    p.add_argument("--small", action="store_true",
+                   help="a tiny version (about a minute): 1,500 rows, 2-3 clients, depth 2-3, 2-3 trees, "
+                        "1 repeat, 1024-bit keys; explicit flags still apply on top")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG (matplotlib is then not needed)")
+    p.add_argument("--out", default="results/pivodl", help="folder for the CSV, JSON and PNG files")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(argv)
+    if args.small:
+        given = {a.split("=")[0] for a in argv if a.startswith("--")}
+        small = {"rows": 1500, "clients": [2, 3], "depths": [2, 3], "trees": [2, 3], "epsilons": [None, 4.0],
+                 "clients_default": 3, "depth_default": 3, "trees_default": 2, "repeats": 1, "key_bits": 1024,
+                 "allow_weak_keys": True}
+        for key, value in small.items():
+            if "--" + key.replace("_", "-") not in given:
+                setattr(args, key, value)
+    return args
+
+
+def _check(args) -> None:
+    """Every option checked before Ray starts: a :class:`ConfigError` naming the flag and the fix."""
+    from ray_vfl.data.bundled import load_named
+    from ray_vfl.errors import ConfigError
+
+    if any(b != "plain" for b in args.backends):
+        if args.key_bits < 1024 or args.key_bits % 256:
+            raise ConfigError(f"--key-bits must be a multiple of 256 and at least 1024, got {args.key_bits}")
+        if args.key_bits < 2048 and not args.allow_weak_keys:
+            raise ConfigError(f"--key-bits {args.key_bits} gives about 80 bits of security: use 2048 or more, or pass "
+                              "--allow-weak-keys")
+    if min(args.clients + [args.clients_default]) < 2:
+        raise ConfigError("--clients and --clients-default must be at least 2: PIVODL needs at least 2 clients (a split "
+                          "client is another client than the source)")
+    if max(args.depths + [args.depth_default]) > 16:
+        raise ConfigError(f"--depths and --depth-default must be in [1, 16], got {args.depths} and {args.depth_default}")
+    if not 2 <= args.bins <= 255:
+        raise ConfigError(f"--bins must be in [2, 255], got {args.bins}")
+    if not args.gradient_bound > 0 or not args.leaf_clip > 0:
+        raise ConfigError(f"--gradient-bound and --leaf-clip must be > 0, got {args.gradient_bound} and {args.leaf_clip}")
+    if args.rows is not None and args.rows < 20 * max(args.clients + [args.clients_default]):
+        raise ConfigError(f"--rows must be at least 20 per client (a test part and labels at every client), got {args.rows}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out!r} is a file; name a folder")
+    if not args.no_plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ModuleNotFoundError:
+            raise ConfigError('the plots need matplotlib: pip install -e ".[plots]" (or pass --no-plots)') from None
+    for dataset in dict.fromkeys(args.datasets + ([args.guess_dataset] if args.guess_dataset != "none" else [])):
+        load_named(dataset, args.data_dir)  # a missing file is a DataError naming the folder, before Ray starts
+
+
+def study_points(args, study: str) -> list[dict]:
+    """The settings of one study: the varied value with the other settings at their defaults."""
+    base = {"clients": args.clients_default, "depth": args.depth_default, "trees": args.trees_default, "epsilon": None}
+    values = {"clients": args.clients, "depth": args.depths, "trees": args.trees, "epsilon": args.epsilons}[study]
+    return [{**base, study: v} for v in values]
+
+
+def _label(epsilon) -> str:
+    return NO_DP if epsilon is None else f"{epsilon:g}"
+
+
+def run_studies(runtime, args) -> list[dict]:
+    rows = []
+    for dataset in args.datasets:
+        for study in args.studies:
+            for point in study_points(args, study):
+                for repeat in range(args.repeats):
+                    train, test, objective = load_split(dataset, point["clients"], args.data_dir, args.rows, repeat)
+                    for backend in args.backends:
+                        config = pivodl_config(objective, point["trees"], point["depth"], backend, args.key_bits,
+                                               point["epsilon"], args.gradient_bound, args.leaf_clip, args.bins)
+                        row, _ = run_pivodl(runtime, train, test, config)
+                        metric_name = "accuracy" if objective == "binary:logistic" else "rmse"
+                        row.update(dataset=dataset, study=study, value=_label(point[study]) if study == "epsilon" else point[study],
+                                   backend=backend, key_bits=args.key_bits if backend != "plain" else 0,
+                                   clients=point["clients"], max_depth=point["depth"], n_trees=point["trees"],
+                                   epsilon=_label(point["epsilon"]), repeat=repeat, metric_name=metric_name,
+                                   metric=row[metric_name])
+                        rows.append(row)
+                        log.info("%s %s=%s %s repeat %d: %s %.4f, %.2f s, %.2f MB", dataset, study, row["value"], backend,
+                                 repeat, metric_name, row["metric"], row["train_s"], row["mb"])
+    return rows
+
+
+def run_label_guess(runtime, args) -> list[dict]:
+    """Table III: each client's guess of the other clients' labels from the leaf weights it received."""
+    rows = []
+    if args.guess_dataset == "none":
+        return rows
+    clients = args.clients_default
+    for epsilon in args.epsilons:
+        for repeat in range(args.repeats):
+            train, test, objective = load_split(args.guess_dataset, clients, args.data_dir, args.rows, repeat)
+            config = pivodl_config(objective, args.trees_default, args.depth_default, "plain", epsilon=epsilon, bins=args.bins)
+            run, model = run_pivodl(runtime, train, test, config)
+            guess = label_guess_row(model, train)
+            rows.append({"dataset": args.guess_dataset, "clients": clients, "epsilon": _label(epsilon), "repeat": repeat,
+                         "guess_accuracy": guess["guess_accuracy"], "guess_auc": guess["guess_auc"],
+                         "guess_auc_two_sided": guess["guess_auc_two_sided"], "test_accuracy": run["accuracy"],
+                         "test_auc": run["auc"], "epsilon_accounted": run["epsilon_accounted"], "attackers": guess["attackers"]})
+            log.info("label guess, epsilon %s, repeat %d: accuracy %.3f, two-sided AUC %.3f", _label(epsilon), repeat,
+                     guess["guess_accuracy"], guess["guess_auc_two_sided"])
+    return rows
+
+
+def summarize(rows: list[dict], keys: list[str], values: list[str]) -> list[dict]:
+    """Mean, std, min and max of ``values`` over the rows sharing ``keys`` (the repeats), in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, members in groups.items():
+        s = dict(zip(keys, key), repeats=len(members))
+        for v in values:
+            x = np.array([m[v] for m in members], dtype=np.float64)
+            s.update({f"{v}_mean": float(np.mean(x)), f"{v}_std": float(np.std(x)), f"{v}_min": float(np.min(x)),
+                      f"{v}_max": float(np.max(x))})
+        out.append(s)
+    return out
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str] | None = None) -> None:
+    columns = columns or (list(rows[0]) if rows else [])
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_studies(summary: list[dict], out: str) -> list[str]:
+    """One PNG per (dataset, study): metric, training time and MB against the varied setting, one line
+    per backend, mean with the min-max band over repeats."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for dataset, study in dict.fromkeys((s["dataset"], s["study"]) for s in summary):
+        points = [s for s in summary if s["dataset"] == dataset and s["study"] == study]
+        metric = points[0]["metric_name"]
+        panels = [("metric", "test accuracy" if metric == "accuracy" else "test RMSE (Wh)"),
+                  ("train_s", "training time (s)"), ("mb", "traffic (MB)")]
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+        for backend in dict.fromkeys(s["backend"] for s in points):
+            line = [s for s in points if s["backend"] == backend]
+            labels = [str(s["value"]) for s in line]
+            x = np.arange(len(line)) if study == "epsilon" else np.array([float(s["value"]) for s in line])
+            for ax, (value, axis) in zip(axes, panels):
+                name = backend if backend == "plain" else f"{backend} {line[0]['key_bits']}-bit"
+                ax.plot(x, [s[f"{value}_mean"] for s in line], marker="o", label=name)
+                ax.fill_between(x, [s[f"{value}_min"] for s in line], [s[f"{value}_max"] for s in line], alpha=0.2)
+                ax.set_xlabel(STUDY_AXES[study])
+                ax.set_ylabel(axis)
+                if study == "epsilon":
+                    ax.set_xticks(x, labels)
+        axes[0].legend()
+        fig.suptitle(f"PIVODL on {dataset}: {STUDY_AXES[study]} (mean, min-max band over repeats)")
+        fig.tight_layout()
+        path = os.path.join(out, f"{dataset}_{study}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _print_table(title: str, rows: list[dict], columns: list[str]) -> None:
+    print(f"\n{title}")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in columns) + " |")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    _check(args)
+    from ray_vfl import Runtime
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.makedirs(args.out, exist_ok=True)
+    started = time.perf_counter()
+    runtime = Runtime(timeout_s=3600)
+    try:
+        runs = run_studies(runtime, args)
+        guesses = run_label_guess(runtime, args)
+    finally:
+        runtime.shutdown()
+    summary = summarize(runs, ["dataset", "study", "value", "backend", "key_bits", "metric_name", "clients", "max_depth",
+                               "n_trees", "epsilon"], ["metric", "train_s", "mb", "encrypt", "decrypt"])
+    guess_summary = summarize(guesses, ["dataset", "clients", "epsilon"],
+                              ["guess_accuracy", "guess_auc", "guess_auc_two_sided", "test_accuracy"])
+    write_csv(os.path.join(args.out, "runs.csv"), runs, RUN_COLUMNS)
+    write_csv(os.path.join(args.out, "summary.csv"), summary)
+    write_csv(os.path.join(args.out, "label_guess.csv"), guesses, GUESS_COLUMNS)
+    write_csv(os.path.join(args.out, "label_guess_summary.csv"), guess_summary)
+    plots = [] if args.no_plots or not summary else plot_studies(summary, args.out)
+    seconds = round(time.perf_counter() - started, 1)
+    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump({"args": {k: v for k, v in vars(args).items()}, "runs": runs, "summary": summary,
+                   "label_guess": guesses, "label_guess_summary": guess_summary, "plots": plots, "seconds": seconds},
+                  fh, indent=2, default=float)
+    _print_table("PIVODL studies (mean +- std over repeats)",
+                 [{**s, "metric": f"{s['metric_mean']:.4f} +- {s['metric_std']:.4f}",
+                   "train s": f"{s['train_s_mean']:.2f} +- {s['train_s_std']:.2f}", "MB": f"{s['mb_mean']:.1f}"}
+                  for s in summary],
+                 ["dataset", "study", "value", "backend", "metric_name", "metric", "train s", "MB"])
+    if guess_summary:
+        _print_table("Label guess (Table III; mean over attacking clients, then over repeats)",
+                     [{**s, "accuracy": s["guess_accuracy_mean"], "AUC": s["guess_auc_mean"],
+                       "AUC two-sided": s["guess_auc_two_sided_mean"], "test accuracy": s["test_accuracy_mean"]}
+                      for s in guess_summary],
+                     ["dataset", "clients", "epsilon", "accuracy", "AUC", "AUC two-sided", "test accuracy"])
+    print(f"\nwrote {args.out} in {seconds} s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        sys.exit(f"error: {exc}")
