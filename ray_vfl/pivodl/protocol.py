@@ -148,6 +148,7 @@ class PIVODLModel:
     n_trees: int
     comm_stats: CommStats = field(default_factory=CommStats)
     op_counts: dict[str, int] = field(default_factory=dict)
+    op_counts_by_client: dict[str, dict[str, int]] = field(default_factory=dict)
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     epsilon: float | None = None
     best_iteration: int | None = None
@@ -339,7 +340,9 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
         calls.value("drop_rows", order, lambda p: (key,), "cleanup")
     records = calls.value("comm_records", order, lambda p: (), "communication statistics")
     model.comm_stats = CommStats(r for rs in records for r in rs)
-    model.op_counts = dict(sum((Counter(c) for c in calls.value("op_counts", order, lambda p: (), "counts")), Counter()))
+    counts = calls.value("op_counts", order, lambda p: (), "counts")
+    model.op_counts_by_client = dict(zip(order, counts))
+    model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     if config.dp:
         model.epsilon = accounted_epsilon(config.noise_multiplier, model.n_trees, config.delta)
     return model

@@ -45,11 +45,13 @@ class SourceRole:
 
     # -- step 3: the source's requests ------------------------------------------------------------------
     def propose(self, depth: int, nodes: list[int]) -> tuple:
-        """For every open node: a split client drawn among the other clients and a random order of this
-        client's candidates (record number ``r`` is candidate ``order[r]``), told to every client."""
+        """For every open node: a split client drawn among the other clients (evenly over the level) and a
+        random order of this client's candidates (record number ``r`` is candidate ``order[r]``), told to every client."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        split = np.array([self.order.index(self.others[i]) for i in self.rng.integers(len(self.others), size=len(nodes))],
-                         dtype=np.int64)
+        # Each node's split client is uniform among the others, and the level's nodes are dealt evenly
+        # (a random rotation of a shuffled deck): no split client decrypts much more than the others.
+        deal = np.resize(self.rng.permutation(len(self.others)), len(nodes))
+        split = np.array([self.order.index(self.others[i]) for i in self.rng.permutation(deal)], dtype=np.int64)
         orders = [self.rng.permutation(len(self.candidates)).astype(np.int32) for _ in nodes]
         self.requests = {self.name: (nodes, split, orders)}
         payload = {"node": nodes, "split": split, "order": orders}
@@ -98,9 +100,9 @@ class SourceRole:
     def _encrypt(self, jobs: list) -> list:
         keys = {c: self.peer_pk[c] for c in {c for c, _, _ in jobs}}
         entries = sum(len(g) for _, g, _ in jobs)
-        per = max(1, self.backend.slots_per_ciphertext(self.pk))
-        self.ops["encrypt"] += sum(-(-len(g) // per) for _, g, _ in jobs)
-        if self.pool.workers <= 1 or not self.backend.is_encrypted or entries < 4 * per * self.pool.workers:
+        per = {c: max(1, self.backend.slots_per_ciphertext(k)) for c, k in keys.items()}
+        self.ops["encrypt"] += sum(-(-len(g) // per[c]) for c, g, _ in jobs)
+        if self.pool.workers <= 1 or not self.backend.is_encrypted or entries < 64 * self.pool.workers:
             return _encrypt_job(jobs, self.backend_spec, keys)
         chunks = self.pool.balance([len(g) for _, g, _ in jobs])
         parts = self.pool.map(_encrypt_job, [[jobs[i] for i in chunk] for chunk in chunks], self.backend_spec, keys)
