@@ -51,7 +51,7 @@ from ray_vfl.crypto.bcp import (
 from ray_vfl.crypto.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
-__all__ = ["BCP", "bcp_tag", "tag_frac_bits", "PARALLEL_MIN"]
+__all__ = ["BCP", "bcp_tag", "tag_frac_bits", "key_logs", "check", "PARALLEL_MIN"]
 
 PARALLEL_MIN = 2048  # values below which a pool is not worth its task overhead
 
@@ -123,14 +123,15 @@ def _dec_chunk(data: np.ndarray, sk: BCPSecretKey, frac_bits: int) -> list[int]:
 def _mdec_chunk(data: np.ndarray, mk: BCPMasterKey, pk: BCPPublicKey, frac_bits: int) -> list[int]:
     ctx = master_context(mk)
     c = CipherArray(data, pk.key_id, bcp_tag(frac_bits))
-    return [int(v) for v in ctx.decrypt(_key_logs(mk, pk), *unwrap(pk, c))]
+    return [int(v) for v in ctx.decrypt(key_logs(mk, pk), *unwrap(pk, c))]
 
 
 _LOGS: dict[tuple[bytes, bytes], tuple] = {}
 
 
-def _key_logs(mk: BCPMasterKey, pk: BCPPublicKey) -> tuple:
-    """``(a mod p, a mod q)`` of ``pk`` (cached per process)."""
+def key_logs(mk: BCPMasterKey, pk: BCPPublicKey) -> tuple:
+    """``(a mod p, a mod q)`` of ``pk`` (cached per process); raises :class:`CryptoError` if ``pk``
+    is of another Setup or not an element of ``<g>``."""
     if pk.params != mk.params:
         raise CryptoError("this ciphertext's key belongs to another BCP Setup: the master key cannot decrypt it")
     key = (mk.params.params_id, pk.key_id)
@@ -226,7 +227,7 @@ class BCP:
         if not isinstance(mk, BCPMasterKey):
             raise CryptoError(f"mDec needs a BCPMasterKey, got {type(mk).__name__}")
         frac = check(pk, c)
-        logs = _key_logs(mk, pk)
+        logs = key_logs(mk, pk)
         if pool is None or len(c) < PARALLEL_MIN:
             return [int(v) for v in master_context(mk).decrypt(logs, *unwrap(pk, c))]
         return [v for part in _run(pool, _mdec_chunk, c.data, len(c), mk, pk, frac) for v in part]
