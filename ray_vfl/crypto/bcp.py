@@ -55,7 +55,7 @@ exponentiations; decryption and mDec use threaded ``powmod_base_list``
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import gmpy2
@@ -150,19 +150,22 @@ class BCPPublicKey:
         return self.params.key_bits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BCPSecretKey:
-    """A user's secret exponent ``a`` (``h = g^a``)."""
+    """A user's secret exponent ``a`` (``h = g^a``); its repr never shows ``a``."""
 
     public_key: BCPPublicKey
-    a: int = field(repr=False)
+    a: int
+
+    def __repr__(self) -> str:
+        return f"BCPSecretKey(key_id={self.key_id.hex()[:8]}..)"
 
     @property
     def key_id(self) -> bytes:
         return self.public_key.key_id
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BCPMasterKey:
     """The master key ``(p', q')`` of a Setup: decrypts any user's ciphertext (mDec).
 
@@ -173,8 +176,11 @@ class BCPMasterKey:
     """
 
     params: BCPParams
-    p1: int = field(repr=False)
-    q1: int = field(repr=False)
+    p1: int
+    q1: int
+
+    def __repr__(self) -> str:  # never shows p', q'
+        return f"BCPMasterKey(params={self.params.params_id.hex()[:8]}..)"
 
     def __post_init__(self) -> None:
         if (2 * int(self.p1) + 1) * (2 * int(self.q1) + 1) != self.params.n or self.p1 == self.q1:

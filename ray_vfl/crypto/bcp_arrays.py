@@ -51,7 +51,7 @@ from ray_vfl.crypto.bcp import (
 from ray_vfl.crypto.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
-__all__ = ["BCP", "bcp_tag", "tag_frac_bits", "key_logs", "check", "PARALLEL_MIN"]
+__all__ = ["BCP", "bcp_tag", "tag_frac_bits", "key_logs", "check", "int_list", "PARALLEL_MIN"]
 
 PARALLEL_MIN = 2048  # values below which a pool is not worth its task overhead
 
@@ -109,6 +109,18 @@ def check(pk: BCPPublicKey, c: Any) -> int:
     if c.data.dtype != np.uint8 or c.data.ndim != 2 or c.data.shape[1] != 2 * w:
         raise CryptoError(f"malformed BCP ciphertext array: expected uint8 (n, {2 * w}), got {c.data.dtype} {c.data.shape}")
     return frac
+
+
+def int_list(k: Any, n: int) -> list[int]:
+    """Integers of any size, from a list/tuple of ints (kept exact: numpy would turn a mix of large
+    positive and negative ints into floats) or an integer numpy array, of length ``n``."""
+    if isinstance(k, (list, tuple)):
+        if len(k) != n:
+            raise CryptoError(f"expected {n} integers, got {len(k)}")
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in k):
+            raise CryptoError("expected integers only (Python int or numpy integer)")
+        return [int(v) for v in k]
+    return as_int_list(k, n)
 
 
 def _enc_chunk(ms: list[int], pk: BCPPublicKey, frac_bits: int) -> np.ndarray:
@@ -173,7 +185,7 @@ class BCP:
                      pool: Any = None) -> CipherArray:
         """Encrypt signed integers ``|m| <= N // 3`` (``frac_bits``: the scale they carry, for the tag)."""
         self._pk(pk)
-        ints = as_int_list(ms, len(ms))
+        ints = int_list(ms, len(ms))
         bound = pk.params.n // 3
         if ints and max(abs(min(ints)), abs(max(ints))) > bound:
             raise CryptoError(f"plaintext integers must satisfy |m| <= N // 3 (a {pk.key_bits}-bit key), got larger")
@@ -257,7 +269,7 @@ class BCP:
         """``Enc(k x)`` for integers ``k`` (one per value; Exp in SSXGB); the result's scale is the
         array's plus ``frac_bits`` (the scale ``k`` carries)."""
         frac = check(pk, c)
-        ks = as_int_list(k, len(c))
+        ks = int_list(k, len(c))
         (a1, b1), n2 = unwrap(pk, c), mpz(pk.params.nsquare)
         pw = gmpy2.powmod  # a negative k inverts first: the cost follows |k|
         return wrap(pk, [pw(x, e, n2) for x, e in zip(a1, ks)], [pw(x, e, n2) for x, e in zip(b1, ks)],

@@ -47,8 +47,10 @@ sign ``s`` uniform in ``{-1, +1}`` (1 bit), ``r`` uniform in ``[2^(kappa - 1), 2
 uniform in ``[0, r)``.
 
 Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
-``(-2^l, 2^(l + kappa) + 2^l)`` (an input outside the range, whose hiding the bound no longer covers);
-the product is correct whenever ``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``;
+``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with
+``|x| >= 2^(l + kappa) + 2^l`` and one with ``2^l <= |x| < 2^(l + kappa) + 2^l`` only with probability
+about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding degrades
+to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever ``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``;
 S refuses ``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 1) + 1`` triggers
 (``r >= 2^(kappa - 1)``); pairs in between are accepted only when the result is still correct.
 SArgmax: ``|v| < 2^(l - 1)`` (its Mults take differences of two values).
