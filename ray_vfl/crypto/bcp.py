@@ -346,7 +346,10 @@ class _Bases:
 
 @lru_cache(maxsize=64)
 def _fixed(n: int, base: int, exp_bytes: int) -> MaskPowers:
-    return MaskPowers(base, n * n, exp_bytes)
+    mp = MaskPowers(base, n * n, exp_bytes)
+    if exp_bytes > 64:  # full-length exponents: a 12-bit table would take ~0.7 GB at 2048 bits; stay on 8-bit
+        mp.MANY = float("inf")
+    return mp
 
 
 @lru_cache(maxsize=64)
