@@ -100,8 +100,9 @@ def test_wrong_key_and_unknown_key_are_refused(world):
         bcp.decrypt_ints(sk2, forged)
     with pytest.raises(CryptoError, match="another BCP Setup"):
         bcp.mdecrypt_ints(mk, opk, bcp.encrypt_ints(opk, [3]))
+    minus_one = type(pk)(params, params.nsquare - 1)  # order 2: -1 is not a square mod p = 3 (mod 4)
     with pytest.raises(CryptoError, match="not an element of <g>"):
-        bcp.mdecrypt_ints(mk, type(pk)(params, 2), CipherArray(c.data, type(pk)(params, 2).key_id, c.tag))
+        bcp.mdecrypt_ints(mk, minus_one, CipherArray(c.data, minus_one.key_id, c.tag))
     with pytest.raises(CryptoError, match="keys must not be mixed"):
         bcp.add(pk, c, bcp.encrypt_ints(pk2, [1]))
     with pytest.raises(CryptoError, match="tag"):

@@ -131,7 +131,7 @@ def test_out_of_range_and_unknown_keys_are_refused(world):
     with pytest.raises(CryptoError, match="does not know key"):  # S refuses even if C forwards it
         s.lgt_step(c.encrypt_ints(stranger, [1]))
     with pytest.raises(CryptoError, match="not an element of <g>"):
-        s.register_step([2])
+        s.register_step([params.nsquare - 1])
     with pytest.raises(CryptoError, match="equal length"):
         c.mult(one, c.encrypt_ints(jpk, [1, 2]))
     with pytest.raises(ConfigError, match="exceeds the 1024-bit key"):
@@ -208,3 +208,29 @@ def test_payloads_are_plain_values(world):
         return isinstance(v, (CipherArray, bytes, int))
     assert sent and all(plain(p) for p in sent)
     assert all(isinstance(k, BCPPublicKey) for k in c.keys.values())
+
+
+def test_randomness_s_can_compute_is_uniform(world):
+    """S can compute the encryption exponent r mod p of anything it receives (ell_p(A) / ell_p(g));
+    for LGT and Mult requests it must be uniform, not a function of C's secret sign and masks."""
+    from ray_vfl.crypto.bcp import _ell, master_context
+    from ray_vfl.crypto.bcp_arrays import unwrap
+    _, mk, _, s, c, jpk = world
+    ctx = master_context(mk)
+    p, p2 = ctx.p, ctx.p2
+    got = []
+
+    class Spy(LocalLink):
+        def ask(self, step, *payload):
+            if step in (ServerS.lgt_step, ServerS.mult_step):
+                arrays = [payload[0]] if step is ServerS.lgt_step else payload[0]
+                for arr in arrays:
+                    for a in unwrap(jpk, arr)[0]:
+                        got.append(float(_ell(a, p, p2) * ctx.gp_inv % p) / float(p))
+            return super().ask(step, *payload)
+
+    spy = ServerC(c.params, Spy(s), CFG)
+    spy.keys, spy.joint = dict(c.keys), c.joint
+    x, y = spy.encrypt_ints(jpk, [0] * 200), spy.encrypt_ints(jpk, [5] * 200)
+    spy.lgt(x, y), spy.lgt(y, x), spy.mult(spy.mult(x, y), y)
+    assert len(got) == 800 and stats.kstest(np.array(got), "uniform").pvalue > P_MIN

@@ -43,8 +43,16 @@ Damgard-Jurik-Nielsen exponents. Argument: the generic attacks on a short expone
 baby-step giant-step on ``A = g^r``) cost ``2^(bits / 2)``, the security level; formally, semantic
 security then rests on the short-exponent DDH assumption in ``<g>``, which Koshiba and Kurosawa
 ("Short exponent Diffie-Hellman problems", PKC 2004) reduce to DDH plus the hardness of discrete
-logs with short exponents. ``mDec`` works for any ``r``. ``short_exponents=False`` (:func:`set_exponents`)
-draws ``r`` in ``[1, N^2 / 4]`` as the paper does, about 18x slower at 2048 bits.
+logs with short exponents. ``mDec`` works for any ``r``. :func:`set_exponents(False) <set_exponents>`
+draws ``r`` uniform below ``2^(8 ceil((2|N| - 2) / 8))`` (the paper's ``[1, N^2 / 4]``, rounded up to
+bytes), several times slower.
+
+Where short exponents are NOT allowed: the master-key holder computes ``r mod N`` of any ciphertext
+(``ell_p(A) / ell_p(g)``). A ciphertext that C derives with secret multipliers (LGT's sign and scale,
+Mult's masks) from ciphertexts whose randomness S knows or that is short would let S solve for those
+multipliers from ``r mod N``. So every ciphertext C sends to S first gets a fresh encryption whose
+exponent has ``|N| + HIDING_BITS`` bits (``HIDING_BITS = 128``; ``raw_encrypt(..., hiding=True)``),
+statistically uniform modulo ``N``, which makes ``r mod N`` independent of everything else.
 
 Speed: ``g`` and each ``h`` get a fixed-base windowed table (:class:`~ray_vfl.crypto.gmp.MaskPowers`),
 so an encryption costs about ``2 * 224 / 12`` modular multiplications at 2048 bits instead of two
@@ -78,9 +86,16 @@ __all__ = [
     "random_safe_prime",
     "encryption_exponent_bits",
     "set_exponents",
+    "raw_encrypt",
+    "HIDING_BITS",
 ]
 
 _SHORT = True  # short encryption exponents (see the module docstring); set_exponents(False) for full length
+# The master-key holder learns the randomness of any ciphertext modulo N (r mod N = ell(A) / ell(g)).
+# A ciphertext sent to it must therefore carry a fresh exponent that is statistically uniform modulo N:
+# |N| + HIDING_BITS bits (distance from uniform <= 2^-HIDING_BITS). Otherwise the exponent it sees is a
+# known combination of short exponents and of C's secret multipliers (LGT's sign, Mult's masks).
+HIDING_BITS = 128
 
 
 def set_exponents(short: bool) -> bool:
@@ -97,15 +112,17 @@ def set_exponents(short: bool) -> bool:
     return old
 
 
-def encryption_exponent_bits(key_bits: int) -> int:
-    """Bits of the encryption exponent ``r``: ``2 * security_level`` when short, else ``2 * key_bits - 2``.
+def encryption_exponent_bits(key_bits: int, hiding: bool = False) -> int:
+    """Bits of the encryption exponent ``r``: ``2 * security_level`` when short, else ``2 * key_bits - 2``;
+    with ``hiding``, at least ``key_bits + HIDING_BITS`` (see :data:`HIDING_BITS`).
 
     Example
     -------
-    >>> encryption_exponent_bits(2048), encryption_exponent_bits(1024)
-    (224, 160)
+    >>> encryption_exponent_bits(2048), encryption_exponent_bits(1024), encryption_exponent_bits(2048, hiding=True)
+    (224, 160, 2176)
     """
-    return 2 * security_level(key_bits) if _SHORT else 2 * int(key_bits) - 2
+    bits = 2 * security_level(key_bits) if _SHORT else 2 * int(key_bits) - 2
+    return max(bits, int(key_bits) + HIDING_BITS) if hiding else bits
 
 
 @dataclass(frozen=True)
@@ -353,14 +370,15 @@ def _fixed(n: int, base: int, exp_bytes: int) -> MaskPowers:
 
 
 @lru_cache(maxsize=64)
-def _bases(n: int, g: int, h: int, short: bool) -> _Bases:
-    bits = encryption_exponent_bits(n.bit_length())
-    return _Bases(n, g, h, (bits + 7) // 8)
+def _bases(n: int, g: int, h: int, exp_bits: int) -> _Bases:
+    return _Bases(n, g, h, (exp_bits + 7) // 8)
 
 
-def raw_encrypt(pk: BCPPublicKey, ms: list[int]) -> tuple[list[mpz], list[mpz]]:
-    """``(A, B)`` lists for signed integers ``ms`` (taken mod N)."""
-    return _bases(pk.params.n, pk.params.g, pk.h, _SHORT).encrypt(ms)
+def raw_encrypt(pk: BCPPublicKey, ms: list[int], hiding: bool = False) -> tuple[list[mpz], list[mpz]]:
+    """``(A, B)`` lists for signed integers ``ms`` (taken mod N); ``hiding``: exponents of
+    ``|N| + HIDING_BITS`` bits, for ciphertexts the master-key holder will open (module docstring)."""
+    bits = encryption_exponent_bits(pk.params.key_bits, hiding)
+    return _bases(pk.params.n, pk.params.g, pk.h, bits).encrypt(ms)
 
 
 def raw_decrypt(sk: BCPSecretKey, big_a: list[mpz], big_b: list[mpz]) -> list[mpz]:
@@ -390,6 +408,7 @@ class _Master:
         self.gq_inv = gmpy2.invert(_ell(mpz(g), self.q, self.q2), self.q)
         self.pinv_mod_q = gmpy2.invert(self.p, self.q)
         self.order = self.n * (self.p - 1) * (self.q - 1) // 4  # p p' q q'
+        self.logs: dict[bytes, tuple[mpz, mpz]] = {}  # key id -> (a mod p, a mod q), see key_logs
 
     def key_logs(self, h: int) -> tuple[mpz, mpz]:
         """``(a mod p, a mod q)`` of ``h = g^a``; raises if ``h`` is not in ``<g>``."""

@@ -123,8 +123,8 @@ def int_list(k: Any, n: int) -> list[int]:
     return as_int_list(k, n)
 
 
-def _enc_chunk(ms: list[int], pk: BCPPublicKey, frac_bits: int) -> np.ndarray:
-    return wrap(pk, *raw_encrypt(pk, ms), frac_bits).data
+def _enc_chunk(ms: list[int], pk: BCPPublicKey, frac_bits: int, hiding: bool) -> np.ndarray:
+    return wrap(pk, *raw_encrypt(pk, ms, hiding), frac_bits).data
 
 
 def _dec_chunk(data: np.ndarray, sk: BCPSecretKey, frac_bits: int) -> list[int]:
@@ -138,18 +138,15 @@ def _mdec_chunk(data: np.ndarray, mk: BCPMasterKey, pk: BCPPublicKey, frac_bits:
     return [int(v) for v in ctx.decrypt(key_logs(mk, pk), *unwrap(pk, c))]
 
 
-_LOGS: dict[tuple[bytes, bytes], tuple] = {}
-
-
 def key_logs(mk: BCPMasterKey, pk: BCPPublicKey) -> tuple:
-    """``(a mod p, a mod q)`` of ``pk`` (cached per process); raises :class:`CryptoError` if ``pk``
-    is of another Setup or not an element of ``<g>``."""
+    """``(a mod p, a mod q)`` of ``pk`` (cached in the master key's context); raises
+    :class:`CryptoError` if ``pk`` is of another Setup or not an element of ``<g>``."""
     if pk.params != mk.params:
         raise CryptoError("this ciphertext's key belongs to another BCP Setup: the master key cannot decrypt it")
-    key = (mk.params.params_id, pk.key_id)
-    if key not in _LOGS:
-        _LOGS[key] = master_context(mk).key_logs(pk.h)
-    return _LOGS[key]
+    ctx = master_context(mk)
+    if pk.key_id not in ctx.logs:
+        ctx.logs[pk.key_id] = ctx.key_logs(pk.h)
+    return ctx.logs[pk.key_id]
 
 
 def _run(pool: Any, fn: Any, items: Any, n: int, *shared: Any) -> list:
@@ -191,11 +188,13 @@ class BCP:
             raise CryptoError(f"plaintext integers must satisfy |m| <= N // 3 (a {pk.key_bits}-bit key), got larger")
         return self._encrypt_residues(pk, ints, frac_bits, pool)
 
-    def _encrypt_residues(self, pk: BCPPublicKey, ms: list[int], frac_bits: int, pool: Any = None) -> CipherArray:
-        """Encrypt integers taken mod N, unchecked (the two-server masks are uniform in Z_N)."""
+    def _encrypt_residues(self, pk: BCPPublicKey, ms: list[int], frac_bits: int, pool: Any = None,
+                          hiding: bool = False) -> CipherArray:
+        """Encrypt integers taken mod N, unchecked (the two-server masks are uniform in Z_N);
+        ``hiding``: full-length randomness, for what the master-key holder will open."""
         if pool is None or len(ms) < PARALLEL_MIN:
-            return wrap(pk, *raw_encrypt(pk, ms), frac_bits)
-        parts = _run(pool, _enc_chunk, ms, len(ms), pk, frac_bits)
+            return wrap(pk, *raw_encrypt(pk, ms, hiding), frac_bits)
+        parts = _run(pool, _enc_chunk, ms, len(ms), pk, frac_bits, hiding)
         return CipherArray(np.concatenate(parts), pk.key_id, bcp_tag(frac_bits))
 
     def encrypt_zeros(self, pk: BCPPublicKey, count: int, frac_bits: int = 0) -> CipherArray:

@@ -39,6 +39,12 @@ SArgmax (2 ceil(log2 k))  LGT and Mult requests, tournament        what those LG
 S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
 ``Enc([v > 0])``); C learns nothing from them (semantic security; C has no secret key).
 
+Randomness: S can compute the encryption exponent ``r mod N`` of any ciphertext with the master key,
+so the mask encryption C adds to every ciphertext it sends to S has a fresh exponent of ``|N| + 128`` bits
+(:data:`~ray_vfl.crypto.bcp.HIDING_BITS`), statistically uniform modulo ``N``: the exponent S could
+compute is then independent of C's secret multipliers (LGT's ``s r``, Mult's ``r1``, ``r2`` through the
+cross terms of earlier products).
+
 Masks (all from ``secrets``): ``tau`` uniform in ``Z_N`` (perfect hiding: a one-time pad mod ``N``);
 Mult's ``r1, r2`` uniform in ``[0, 2^(l + kappa))`` (statistical hiding: ``x + r1`` for two inputs
 ``|x|, |x'| < 2^l`` are at statistical distance ``<= |x - x'| / 2^(l + kappa) < 2^(1 - kappa)``; short
@@ -307,7 +313,7 @@ class ServerC:
             frac = check(pk, c)
             tau = [secrets.randbelow(n) for _ in range(len(c))]  # one-time pad in Z_N
             taus.append(tau)
-            masked.append(self.bcp.add(pk, c, self.bcp._encrypt_residues(pk, tau, frac, self.pool)))
+            masked.append(self.bcp.add(pk, c, self.bcp._encrypt_residues(pk, tau, frac, self.pool, hiding=True)))
         replies = self.link.ask(ServerS.switch_key_step, masked, [t.key_id for t in targets])
         out = []
         for r, tau, t in zip(replies, taus, targets):
@@ -360,8 +366,8 @@ class ServerC:
             if len(a) != len(b):
                 raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
             r1, r2 = _uniform(bits, len(a)), _uniform(bits, len(a))
-            xs.append(self.bcp.add(pk, a, self.bcp._encrypt_residues(pk, r1, fa, self.pool)))
-            ys.append(self.bcp.add(pk, b, self.bcp._encrypt_residues(pk, r2, fb, self.pool)))
+            xs.append(self.bcp.add(pk, a, self.bcp._encrypt_residues(pk, r1, fa, self.pool, hiding=True)))
+            ys.append(self.bcp.add(pk, b, self.bcp._encrypt_residues(pk, r2, fb, self.pool, hiding=True)))
             state.append((pk, a, b, r1, r2))
         replies = self.link.ask(ServerS.mult_step, xs, ys)
         out = []
@@ -394,7 +400,7 @@ class ServerC:
         d = self.bcp.with_scale(self.bcp.mul_const(pk, self.bcp.sub(pk, b, a), [2] * k), 0)
         d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
         v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)]),
-                         self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool))
+                         self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True))
         bit = self.link.ask(ServerS.lgt_step, v)
         check(pk, bit)
         # s = +1: [v > 0] = [x < y];  s = -1: 1 - [v > 0]  ->  Enc(s b' + (1 - s) / 2), re-randomised
