@@ -33,11 +33,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ray_vfl.crypto import get_backend  # noqa: E402
-from ray_vfl.crypto.bcp import keygen, setup  # noqa: E402
-from ray_vfl.crypto.bcp_arrays import BCP  # noqa: E402
-from ray_vfl.crypto.gmp import set_threads  # noqa: E402
-from ray_vfl.crypto.two_server import LocalLink, ServerC, ServerS, TwoServerConfig  # noqa: E402
+from ray_vfl.crypto import get_backend
+from ray_vfl.crypto.bcp import keygen, setup
+from ray_vfl.crypto.bcp_arrays import BCP
+from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.crypto.two_server import LocalLink, ServerC, ServerS, TwoServerConfig
 
 
 def per_value(fn, count: int, repeats: int = 2) -> float:

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from ray_vfl.crypto import CipherArray
 from ray_vfl.crypto.bcp import BCPMasterKey, joint_key, keygen, random_safe_prime, setup
 from ray_vfl.crypto.bcp_arrays import BCP
-from ray_vfl.errors import ConfigError, CryptoError, OverflowEncodingError, SecurityWarning
+from ray_vfl.errors import (
+    ConfigError,
+    CryptoError,
+    OverflowEncodingError,
+    SecurityWarning,
+)
 
 KEY_BITS = 1024
 FAST = settings(max_examples=10, deadline=None)
@@ -64,13 +69,13 @@ def test_scalar_multiple_negation_and_sub(world, a, data):
 @FAST
 @given(m=st.lists(ints, min_size=1, max_size=4))
 def test_mdec_decrypts_every_user_key_and_the_joint_key(world, m):
-    params, mk, users, _, _ = world
+    _, mk, users, _, _ = world
     for pk, _ in [*users, (joint_key([u[0] for u in users]), None)]:
         assert bcp.mdecrypt_ints(mk, pk, bcp.encrypt_ints(pk, m)) == m
 
 
 def test_joint_key_decrypts_with_the_sum_of_secrets(world):
-    params, _, users, _, _ = world
+    _, _, users, _, _ = world
     from ray_vfl.crypto.bcp import BCPSecretKey
     jpk = joint_key([u[0] for u in users])
     jsk = BCPSecretKey(jpk, sum(u[1].a for u in users))
@@ -90,7 +95,7 @@ def test_encryption_is_randomised_and_pickles_compactly(world):
 
 
 def test_wrong_key_and_unknown_key_are_refused(world):
-    params, mk, users, (opk, osk), other_mk = world
+    params, mk, users, (opk, _), _ = world
     (pk, sk), (pk2, sk2) = users[0], users[1]
     c = bcp.encrypt_ints(pk, [3])
     with pytest.raises(CryptoError, match="keys must not be mixed"):

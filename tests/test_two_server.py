@@ -83,7 +83,7 @@ def test_fixed_point_scales(world):
 
 
 def test_key_prod_and_trans_dec(world):
-    _, mk, users, s, c, jpk = world
+    _, _, users, _, c, jpk = world
     arrays = [c.encrypt_ints(pk, [i, -i, 10**30]) for i, (pk, _) in enumerate(users)]
     joint, rounds = trips(c, c.key_prod, arrays)
     assert rounds == 1 and all(j.key_id == jpk.key_id for j in joint)
@@ -117,7 +117,7 @@ def test_one_round_trip_per_array(world):
 
 # -- refusals ---------------------------------------------------------------------------------------
 def test_out_of_range_and_unknown_keys_are_refused(world):
-    params, mk, users, s, c, jpk = world
+    params, _, _, s, c, jpk = world
     big = c.encrypt_ints(jpk, [2 ** (L + 2)])
     one = c.encrypt_ints(jpk, [0])
     with pytest.raises(CryptoError, match="LGT input outside"):
@@ -155,7 +155,7 @@ def test_mult_view_is_independent_of_the_inputs(world):
     seen = {}
     for x in (-top, top):
         ex = c.encrypt_ints(jpk, [x] * n)
-        opened_vals = _view(s, "mult", lambda: c.mult(ex, ex))
+        opened_vals = _view(s, "mult", lambda ex=ex: c.mult(ex, ex))
         seen[x] = np.array([(v - x) / span for v in opened_vals[:n]], dtype=float)
         assert stats.kstest(seen[x], "uniform").pvalue > P_MIN
     raw = {x: np.array([float(v) for v in seen[x] * span + x]) for x in seen}
@@ -167,7 +167,7 @@ def test_key_switch_view_is_uniform(world):
     n = 300
     for m in (0, 10**40):
         ex = c.encrypt_ints(jpk, [m] * n)
-        vals = _view(s, "switch_key", lambda: c.trans_dec(ex, users[0][0]))
+        vals = _view(s, "switch_key", lambda ex=ex: c.trans_dec(ex, users[0][0]))
         assert stats.kstest(np.array(vals, dtype=float) / float(c.params.n), "uniform").pvalue > P_MIN
 
 
@@ -180,7 +180,7 @@ def test_lgt_view_hides_the_outcome(world):
     views = {}
     for x, y in ((0, 5), (4, 0)):  # d = 9 (x < y) and d = -9 (x > y)
         ex, ey = c.encrypt_ints(jpk, [x] * n), c.encrypt_ints(jpk, [y] * n)
-        views[(x, y)] = np.array([float(v) for v in _view(s, "lgt", lambda: c.lgt(ex, ey))])
+        views[(x, y)] = np.array([float(v) for v in _view(s, "lgt", lambda ex=ex, ey=ey: c.lgt(ex, ey))])
         positives = int((views[(x, y)] > 0).sum())
         assert stats.binomtest(positives, n, 0.5).pvalue > P_MIN
     assert stats.ks_2samp(views[(0, 5)], views[(4, 0)]).pvalue > P_MIN

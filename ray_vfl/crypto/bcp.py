@@ -76,18 +76,18 @@ from ray_vfl.crypto.key_policy import check_key_bits, security_level
 from ray_vfl.errors import ConfigError, CryptoError
 
 __all__ = [
+    "HIDING_BITS",
+    "BCPMasterKey",
     "BCPParams",
     "BCPPublicKey",
     "BCPSecretKey",
-    "BCPMasterKey",
-    "setup",
-    "keygen",
-    "joint_key",
-    "random_safe_prime",
     "encryption_exponent_bits",
-    "set_exponents",
+    "joint_key",
+    "keygen",
+    "random_safe_prime",
     "raw_encrypt",
-    "HIDING_BITS",
+    "set_exponents",
+    "setup",
 ]
 
 _SHORT = True  # short encryption exponents (see the module docstring); set_exponents(False) for full length

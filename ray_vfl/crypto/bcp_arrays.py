@@ -32,7 +32,8 @@ Example
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gmpy2
 import numpy as np
@@ -51,7 +52,7 @@ from ray_vfl.crypto.bcp import (
 from ray_vfl.crypto.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
-__all__ = ["BCP", "bcp_tag", "tag_frac_bits", "key_logs", "check", "int_list", "PARALLEL_MIN"]
+__all__ = ["BCP", "PARALLEL_MIN", "bcp_tag", "check", "int_list", "key_logs", "tag_frac_bits"]
 
 PARALLEL_MIN = 2048  # values below which a pool is not worth its task overhead
 
@@ -107,7 +108,8 @@ def check(pk: BCPPublicKey, c: Any) -> int:
                           "keys must not be mixed (move them with the two-server KeyProd / TransDec)")
     w = pk.params.width
     if c.data.dtype != np.uint8 or c.data.ndim != 2 or c.data.shape[1] != 2 * w:
-        raise CryptoError(f"malformed BCP ciphertext array: expected uint8 (n, {2 * w}), got {c.data.dtype} {c.data.shape}")
+        raise CryptoError(f"malformed BCP ciphertext array: expected uint8 (n, {2 * w}), "
+                          f"got {c.data.dtype} {c.data.shape}")
     return frac
 
 

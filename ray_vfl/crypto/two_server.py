@@ -55,10 +55,12 @@ uniform in ``[0, r)``.
 Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
 ``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with
 ``|x| >= 2^(l + kappa) + 2^l`` and one with ``2^l <= |x| < 2^(l + kappa) + 2^l`` only with probability
-about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding degrades
-to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever ``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``;
-S refuses ``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 1) + 1`` triggers
-(``r >= 2^(kappa - 1)``); pairs in between are accepted only when the result is still correct.
+about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding
+degrades to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever
+``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``; S refuses
+``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 2)`` triggers
+(``|v| > r (|d| - 1)`` and ``r >= 2^(kappa - 1)``); a pair in between is accepted only when ``|v|`` is
+below the bound, far below ``N / 3``, so its result is still correct.
 SArgmax: ``|v| < 2^(l - 1)`` (its Mults take differences of two values).
 
 LGT leaks the approximate magnitude of ``x - y`` to S, as the SLT of Liu et al. does (multiplicative
@@ -87,8 +89,9 @@ from __future__ import annotations
 
 import pickle
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +100,7 @@ from ray_vfl.crypto.bcp import BCPMasterKey, BCPParams, BCPPublicKey, joint_key
 from ray_vfl.crypto.bcp_arrays import BCP, check, key_logs, tag_frac_bits
 from ray_vfl.errors import ConfigError, CryptoError
 
-__all__ = ["TwoServerConfig", "ServerC", "ServerS", "LocalLink"]
+__all__ = ["LocalLink", "ServerC", "ServerS", "TwoServerConfig"]
 
 
 @dataclass(frozen=True)
@@ -156,10 +159,13 @@ class ServerS:
     """
 
     def __init__(self, mk: BCPMasterKey, config: TwoServerConfig = TwoServerConfig(), frac_bits: int = 40,
-                 record_view: bool = False) -> None:
+                 record_view: bool = False, pool: Any = None) -> None:
         if not isinstance(mk, BCPMasterKey):
             raise CryptoError(f"server S needs a BCPMasterKey, got {type(mk).__name__}")
+        if not isinstance(config, TwoServerConfig):
+            raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
         config.check_key(mk.params.key_bits)
+        self.pool = pool
         self._mk = mk
         self.config = config
         self.bcp = BCP(frac_bits)
@@ -175,13 +181,15 @@ class ServerS:
 
     def _open(self, step: str, c: CipherArray, signed: bool) -> list[int]:
         pk = self._key(c.key_id)
-        vals = (self.bcp.mdecrypt_ints if signed else self.bcp.mdecrypt_residues)(self._mk, pk, c)
+        vals = (self.bcp.mdecrypt_ints if signed else self.bcp.mdecrypt_residues)(self._mk, pk, c, self.pool)
         if self.record_view:
             self.view.append((step, vals))
         return vals
 
     def register_step(self, hs: list[int]) -> list[bytes]:
         """Learn public keys ``h`` (checked to lie in ``<g>``); returns their key ids."""
+        if not isinstance(hs, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
+            raise CryptoError("register_step takes a list of public keys h as ints")
         ids = []
         for h in hs:
             pk = BCPPublicKey(self._mk.params, int(h))
@@ -197,7 +205,7 @@ class ServerS:
         out = []
         for c, t in zip(masked, target):
             vals = self._open("switch_key", c, signed=False)
-            out.append(self.bcp._encrypt_residues(self._key(t), vals, tag_frac_bits(c.tag)))
+            out.append(self.bcp._encrypt_residues(self._key(t), vals, tag_frac_bits(c.tag), self.pool))
         return out
 
     def mult_step(self, xs: list[CipherArray], ys: list[CipherArray]) -> list[CipherArray]:
@@ -214,7 +222,8 @@ class ServerS:
                 raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
                                   "mask no longer hides it; refused")
             frac = tag_frac_bits(x.tag) + tag_frac_bits(y.tag)
-            out.append(self.bcp._encrypt_residues(self._key(x.key_id), [a * b for a, b in zip(big_x, big_y)], frac))
+            out.append(self.bcp._encrypt_residues(self._key(x.key_id), [a * b for a, b in zip(big_x, big_y)], frac,
+                                                  self.pool))
         return out
 
     def lgt_step(self, v: CipherArray) -> CipherArray:
@@ -223,7 +232,7 @@ class ServerS:
         if any(abs(x) >= self.config.lgt_bound for x in vals):
             raise CryptoError(f"LGT input outside |x|, |y| < 2^{self.config.value_bits} (value_bits): "
                               "the comparison would not be reliable; refused")
-        return self.bcp._encrypt_residues(self._key(v.key_id), [int(x > 0) for x in vals], 0)
+        return self.bcp._encrypt_residues(self._key(v.key_id), [int(x > 0) for x in vals], 0, self.pool)
 
 
 class LocalLink:
@@ -272,6 +281,8 @@ class ServerC:
                  frac_bits: int = 40, pool: Any = None) -> None:
         if not isinstance(params, BCPParams):
             raise CryptoError(f"server C needs BCPParams, got {type(params).__name__}")
+        if not isinstance(config, TwoServerConfig):
+            raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
         config.check_key(params.key_bits)
         self.params = params
         self.link = link
@@ -399,8 +410,8 @@ class ServerC:
         rps = [secrets.randbelow(r) for r in rs]
         d = self.bcp.with_scale(self.bcp.mul_const(pk, self.bcp.sub(pk, b, a), [2] * k), 0)
         d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
-        v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)]),
-                         self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True))
+        blind = self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True)
+        v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)]), blind)
         bit = self.link.ask(ServerS.lgt_step, v)
         check(pk, bit)
         # s = +1: [v > 0] = [x < y];  s = -1: 1 - [v > 0]  ->  Enc(s b' + (1 - s) / 2), re-randomised
