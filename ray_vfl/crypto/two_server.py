@@ -33,7 +33,7 @@ Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)``           ``x + r1``, `
 LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
                                                                    [x < y]); the magnitude reveals about
                                                                    ``log2 |x - y|`` (bit length, +-1)
-SArgmax (2 ceil(log2 k))  LGT and Mult requests, tournament        what those LGTs and Mults reveal
+SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
 ======================  =========================================  ==========================================
 
 S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
