@@ -6,7 +6,8 @@ Usage::
     python benchmarks/bcp.py --bits 1024 --n 10000 --loop 10000
 
 Table 1 (per value, one thread: ``set_threads(1)``, so these are single-core costs): Setup and KeyGen
-(one-off, per call), BCP Enc / Dec (user key) / mDec (master key), KeyProd and TransDec (the two-server
+(one-off, per call), BCP Enc (short exponent), Enc with the ``|N| + 128``-bit exponent C uses for
+what it sends S, Enc with the paper's full-length exponent, Dec (user key) / mDec (master key), KeyProd and TransDec (the two-server
 key switch, C's and S's work together), Add, Mult and LGT (both servers' work, in-process link),
 our Paillier (``get_backend("paillier")``) encryption and decryption, and a textbook BCP encryption:
 ``pow(g, r, N^2)``, ``pow(h, r, N^2) (1 + m N)`` with Python ints on fresh full-length ``r`` in
@@ -34,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_vfl.crypto import get_backend
-from ray_vfl.crypto.bcp import keygen, setup
+from ray_vfl.crypto.bcp import keygen, set_exponents, setup
 from ray_vfl.crypto.bcp_arrays import BCP
 from ray_vfl.crypto.gmp import set_threads
 from ray_vfl.crypto.two_server import LocalLink, ServerC, ServerS, TwoServerConfig
@@ -59,6 +60,16 @@ def textbook_encrypt(params, pk, ms: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def full_length_encrypt(bcp: BCP, pk, m: list[int]) -> float:
+    """Per-value cost of encryption with the paper's full-length ``r`` (fixed-base, 8-bit windows)."""
+    old = set_exponents(False)
+    try:
+        bcp.encrypt_ints(pk, m[:1])  # build the tables first
+        return per_value(lambda: bcp.encrypt_ints(pk, m), len(m), 1)
+    finally:
+        set_exponents(old)
+
+
 def table1(bits: int, small: int) -> tuple[list, tuple]:
     t = time.perf_counter()
     params, mk = setup(bits, allow_weak=True)
@@ -80,6 +91,8 @@ def table1(bits: int, small: int) -> tuple[list, tuple]:
         ("Setup (s, once)", t_setup),
         ("KeyGen", t_keygen),
         ("Enc", per_value(lambda: bcp.encrypt_ints(jpk, m), small)),
+        ("Enc, hiding r (|N| + 128 bits)", per_value(lambda: bcp._encrypt_residues(jpk, m, 0, hiding=True), small)),
+        ("Enc, full-length r (the paper's)", full_length_encrypt(bcp, jpk, m)),
         ("Dec (user key)", per_value(lambda: bcp.decrypt_ints(usk, bcp.take(ux, slice(0, few))), few)),
         ("mDec (master key)", per_value(lambda: bcp.mdecrypt_ints(mk, jpk, x), small)),
         ("KeyProd", per_value(lambda: c.key_prod([ux]), small)),
