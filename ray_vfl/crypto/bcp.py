@@ -54,10 +54,13 @@ multipliers from ``r mod N``. So every ciphertext C sends to S first gets a fres
 exponent has ``|N| + HIDING_BITS`` bits (``HIDING_BITS = 128``; ``raw_encrypt(..., hiding=True)``),
 statistically uniform modulo ``N``, which makes ``r mod N`` independent of everything else.
 
-Speed: ``g`` and each ``h`` get a fixed-base windowed table (:class:`~ray_vfl.crypto.gmp.MaskPowers`),
-so an encryption costs about ``2 * 224 / 12`` modular multiplications at 2048 bits instead of two
-exponentiations; decryption and mDec use threaded ``powmod_base_list``
-(:func:`~ray_vfl.crypto.gmp.parallel_powmod`) with one exponent per batch.
+Speed: ``g`` and each ``h`` get fixed-base windowed tables per exponent length
+(:class:`~ray_vfl.crypto.gmp.MaskPowers`: 8-bit windows, 12-bit once a process has made 8,192
+encryptions under the key), so a short-exponent encryption costs ``2 * 28`` (then ``2 * 19``) modular
+multiplications at 2048 bits instead of two exponentiations; a hiding one ``2 * 272`` (its 12-bit
+tables would take ~380 MB per base, so it stays on 8-bit windows). Decryption and mDec use threaded
+``powmod_base_list`` (:func:`~ray_vfl.crypto.gmp.parallel_powmod`), one exponent per batch; mDec
+costs about twice a Paillier CRT decryption (four half-size exponentiations instead of two).
 """
 
 from __future__ import annotations
