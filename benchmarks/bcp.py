@@ -5,7 +5,10 @@ Usage::
     python benchmarks/bcp.py                      # 1024 and 2048 bits
     python benchmarks/bcp.py --bits 1024 --n 10000 --loop 10000
 
-Table 1 (per value, one thread: ``set_threads(1)``, so these are single-core costs): Setup and KeyGen
+All times are CPU seconds of this process (``time.process_time``; both servers run in it, one thread:
+``set_threads(1)``), so a machine shared with other work slows them less than wall time.
+
+Table 1 (per value, single-core costs): Setup and KeyGen
 (one-off, per call), BCP Enc (short exponent), Enc with the ``|N| + 128``-bit exponent C uses for
 what it sends S, Enc with the paper's full-length exponent, Dec (user key) / mDec (master key), KeyProd and TransDec (the two-server
 key switch, C's and S's work together), Add, Mult and LGT (both servers' work, in-process link),
@@ -24,6 +27,7 @@ about 0.5 ms on one machine, RAY_NOTES; a WAN round trip tens of ms): computed, 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import sys
 import time
@@ -45,9 +49,9 @@ def per_value(fn, count: int, repeats: int = 2) -> float:
     """Best-of-``repeats`` seconds per value of ``fn()``, which handles ``count`` values."""
     best = float("inf")
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time.process_time() - t)
     return best / count
 
 
@@ -71,9 +75,9 @@ def full_length_encrypt(bcp: BCP, pk, m: list[int]) -> float:
 
 
 def table1(bits: int, small: int) -> tuple[list, tuple]:
-    t = time.perf_counter()
+    t = time.process_time()
     params, mk = setup(bits, allow_weak=True)
-    t_setup = time.perf_counter() - t
+    t_setup = time.process_time() - t
     t_keygen = per_value(lambda: keygen(params), 1)
     users = [keygen(params) for _ in range(3)]
     cfg = TwoServerConfig()
@@ -119,16 +123,16 @@ def table2(c: ServerC, jpk, n: int, loop: int) -> list:
     x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
     out = []
     for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
-        t = time.perf_counter()
+        t = time.process_time()
         op(x, y)
-        batch = time.perf_counter() - t
+        batch = time.process_time() - t
         k = min(loop, n)
         xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
         ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
-        t = time.perf_counter()
+        t = time.process_time()
         for a, b in zip(xs, ys):
             op(a, b)
-        looped = (time.perf_counter() - t) * n / k
+        looped = (time.process_time() - t) * n / k
         out.append((name, n, k, batch, looped))
     return out
 
@@ -150,7 +154,8 @@ def main() -> None:
         n = args.n if bits < 2048 else args.n_2048
         results[bits] = (rows, table2(c, jpk, n, args.loop if bits < 2048 else min(args.loop, 200)))
         print(f"... {bits} bits done", file=sys.stderr, flush=True)
-    print("Table 1: microseconds per value, one thread (Setup: seconds)")
+    print(f"Table 1: CPU microseconds per value, one thread (Setup: seconds); load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores")
     print(f"{'operation':<36}" + "".join(f"{b:>14}" for b in args.bits))
     for i, (name, _) in enumerate(results[args.bits[0]][0]):
         cells = []
