@@ -569,3 +569,31 @@ def test_mask_powers_switch_to_the_large_table_once_it_pays(monkeypatch):
     expect = [pow(7, int.from_bytes(exps[i:i + 4], "little"), modulus) for i in range(0, 12, 4)]
     assert mp.pow_bytes(exps, 4) == expect and not mp.many and not mp.big._rows
     assert mp.pow_bytes(exps, 4) == expect and mp.many and mp.big._rows  # 6 made: past MANY
+
+
+@pytest.mark.parametrize("name", ["plain", "paillier", "ou"])
+def test_sums_pack_straight_into_ciphertexts_and_decrypt_in_one_batch(name):
+    """encrypt_gh_sums packs plaintext sums (beyond one row's bound) into the compressed layout; several
+    arrays decrypt in one batch exactly as one by one; add works on them."""
+    import warnings
+
+    from ray_vfl.crypto import get_backend
+
+    be = get_backend(name, gradient_bound=1.0, frac_bits=32, max_rows=4096, guard_bits=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pk, sk = be.generate_keys(1024, allow_weak=True)
+    rng = np.random.default_rng(0)
+    arrays, plain = [], []
+    for n in (1, 7, 23):
+        g = np.round(rng.normal(size=n) * 300, 6)
+        h = np.round(np.abs(rng.normal(size=n)) * 300, 6)
+        arrays.append(be.add(pk, be.encrypt_gh_sums(pk, g, h), be.encrypt_gh_sums(sk if name == "paillier" else pk, g, h)))
+        plain.append((2 * g, 2 * h))
+    many = be.decrypt_gh_many(sk, arrays)
+    for (G, H), one, (g, h) in zip(many, arrays, plain):
+        G1, H1 = be.decrypt_gh(sk, one)
+        np.testing.assert_array_equal(G, G1)
+        np.testing.assert_array_equal(H, H1)
+        np.testing.assert_allclose(G, g, atol=1e-8)
+        np.testing.assert_allclose(H, h, atol=1e-8)

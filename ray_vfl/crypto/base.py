@@ -275,6 +275,10 @@ class Backend(ABC):
     def decrypt_gh(self, sk: PrivateKey, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
         """Decrypt gradient-pair entries, plain or compressed, to ``(G, H)`` float64 arrays (one per entry)."""
 
+    def decrypt_gh_many(self, sk: PrivateKey, arrays: Sequence[CipherArray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`decrypt_gh` of several arrays in one call (one batch of modular exponentiations)."""
+        return [self.decrypt_gh(sk, c) for c in arrays]
+
     def slots_per_ciphertext(self, pk: PublicKey) -> int:
         """How many gradient-pair entries :meth:`compress_gh` puts in one ciphertext (1: no compression)."""
         self._check_pk(pk)

@@ -267,6 +267,23 @@ class ModularBackend(Backend):
         ms = self._raw_decrypt(sk, self._ints(pk, c))
         return self.packing.unpack_compressed(center(ms, self._decrypt_modulus(sk)), per, count)
 
+    def decrypt_gh_many(self, sk: Any, arrays: list[CipherArray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        layouts = [compressed_layout(c.tag) if isinstance(c, CipherArray) else None for c in arrays]
+        if not arrays or any(lay is None for lay in layouts):
+            return super().decrypt_gh_many(sk, arrays)
+        self._check_sk(sk)
+        pk = sk.public_key
+        for c, (base, per, count) in zip(arrays, layouts):
+            self._check_ct(pk, c)
+            if base != self.packing.tag or not 1 <= per <= self.slots_per_ciphertext(pk) or len(c) != -(-count // per):
+                return super().decrypt_gh_many(sk, arrays)  # the single-array path names what is wrong
+        ms = center(self._raw_decrypt(sk, [v for c in arrays for v in self._ints(pk, c)]), self._decrypt_modulus(sk))
+        out, at = [], 0
+        for c, (_, per, count) in zip(arrays, layouts):
+            out.append(self.packing.unpack_compressed(ms[at:at + len(c)], per, count))
+            at += len(c)
+        return out
+
     def slots_per_ciphertext(self, pk: Any) -> int:
         self._check_pk(pk)
         bound = self._plain_bound(pk)

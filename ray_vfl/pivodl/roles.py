@@ -219,23 +219,24 @@ class SplitRole:
         records excluded) and tell every other client (the split clients compare their best gains)."""
         tree = len(self.trees) - 1
         cfg = self.config
-        sources, nodes, gains = [], [], []
+        sources, nodes, gains, work = [], [], [], []
         for msg in _fetch(forwarded):
             ctx = {"backend": self.backend, "public_key": self.pk,
                    "entries": len(self.peer_tables[msg.sender]) + 1, "open_nodes": set(self.open_nodes),
                    "n_candidates": len(self.peer_tables[msg.sender])}
             p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
-            for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"]):
-                GL, HL = self.backend.decrypt_gh(self.sk, c)
-                self.ops["decrypt"] += len(c)
-                G, H = GL[-1], HL[-1]
-                GL, HL = GL[:-1], HL[:-1]
-                gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
-                gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
-                self.scored[(msg.sender, node)] = (GL, HL, G, H, gain)
-                sources.append(self.order.index(msg.sender))
-                nodes.append(node)
-                gains.append(gain.max(initial=-np.inf))
+            work += [(msg.sender, node, c, bad) for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"])]
+        sums = self.backend.decrypt_gh_many(self.sk, [c for _, _, c, _ in work]) if work else []
+        self.ops["decrypt"] += sum(len(c) for _, _, c, _ in work)
+        for (source, node, c, bad), (GL, HL) in zip(work, sums):
+            G, H = GL[-1], HL[-1]
+            GL, HL = GL[:-1], HL[:-1]
+            gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
+            gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
+            self.scored[(source, node)] = (GL, HL, G, H, gain)
+            sources.append(self.order.index(source))
+            nodes.append(node)
+            gains.append(gain.max(initial=-np.inf))
         payload = {"source": np.asarray(sources, dtype=np.int64), "node": np.asarray(nodes, dtype=np.int64),
                    "gain": np.asarray(gains, dtype=np.float64)}
         self._bests = {self.name: payload}
