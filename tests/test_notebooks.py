@@ -10,12 +10,18 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    """One results folder for both notebooks: the second resumes the sweeps the first ran."""
+    return tmp_path_factory.mktemp("notebooks")
+
+
 @pytest.mark.parametrize("name", ["pivodl.ipynb", "scaling.ipynb"])
-def test_notebook_runs(name, tmp_path, monkeypatch):
+def test_notebook_runs(name, out, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("VFL_NOTEBOOK_OUT", str(tmp_path))
+    monkeypatch.setenv("VFL_NOTEBOOK_OUT", str(out))
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "strip outputs before committing"
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    assert os.listdir(tmp_path)
+    assert os.listdir(out)
