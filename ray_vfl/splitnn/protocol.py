@@ -75,6 +75,8 @@ class SplitNNModel:
     # The defense's guarantee for this training (GaussianDP: epsilon from the PLD accountant over every
     # release, delta, releases, sigma); None for defenses that prove none.
     privacy: dict | None = None
+    # Trained with unaligned rows (ray_vfl.splitnn.unaligned): the synthesis and alternation report; else None.
+    unaligned: dict | None = None
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """Federated prediction: probabilities of the positive class for every row of ``data``."""

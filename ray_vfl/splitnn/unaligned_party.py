@@ -1,0 +1,194 @@
+"""The label party of Diffu-AT and its baselines: aligned rows with the non-label parties, unaligned rows alone.
+
+:class:`UnalignedLabelParty` is a :class:`~ray_vfl.splitnn.parties.LabelParty` that also holds its
+unaligned rows (features and labels it has, with no federated embedding). It adds one batch norm
+per branch on the top model's input (FedAds: the branches share the label party's bottom model and
+top, with separate batch norms), and the three steps of :func:`ray_vfl.splitnn.unaligned.train_unaligned`
+after the VanillaVFL pretraining:
+
+1. :meth:`prepare_unaligned`: each non-label party sends the trained embeddings ``h_N`` of the aligned
+   training rows (through its metered mailbox); this party computes ``h_L`` for every row and
+   synthesises ``h_N`` for its unaligned rows, alone, from what it holds (``synthesize``).
+2. :meth:`run_alternating`: each step picks a branch with probability proportional to its row count;
+   the federated branch is a split-NN batch with the non-label parties (embeddings in, defended
+   gradients out, as in VanillaVFL), the local branch a batch of unaligned rows with their synthetic
+   ``h_N`` (no message).
+3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import DataError
+from ..runtime.actors import gather
+from ..runtime.party import resolve_rows
+from .config import SplitNNConfig
+from .defenses import Defense
+from .encoding import FeatureEncoder
+from .models import make_optimizer
+from .parties import LabelParty, check_binary_labels
+from .synthesis import UnalignedOptions, branch_sequence, synthesize
+
+__all__ = ["UnalignedLabelParty"]
+
+
+class UnalignedLabelParty(LabelParty):
+    """Label party with aligned rows (federated) and unaligned rows (local, synthetic ``h_N``)."""
+
+    def __init__(self, name: str, table: Any, unaligned: Any, categorical: Sequence[str], config: SplitNNConfig,
+                 nonlabel: Sequence[str], defense: Defense | None, options: UnalignedOptions, n_pretrain: int) -> None:
+        self.reset(name, table, unaligned, categorical, config, nonlabel, defense, options, n_pretrain)
+
+    def reset(self, name: str, table: Any, unaligned: Any, categorical: Sequence[str],  # type: ignore[override]
+              config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None, options: UnalignedOptions,
+              n_pretrain: int) -> None:
+        self.options = options
+        self.n_pretrain = n_pretrain  # batches of the shared schedule that pretrain (VanillaVFL)
+        LabelParty.reset(self, name, table, categorical, config, nonlabel, defense)
+        frame, _ = resolve_rows(table)
+        frame_u, labels_u = resolve_rows(unaligned)
+        if frame_u is None or len(frame_u) == 0:
+            raise DataError(f"party {name!r} holds no unaligned rows; Diffu-AT needs label-party rows outside the "
+                            "aligned set (train without unaligned= for VanillaVFL)")
+        if labels_u is None:
+            raise DataError(f"party {name!r}: the unaligned rows carry no labels; they must come from the label party")
+        if list(frame_u.columns) != list(frame.columns):
+            raise DataError(f"party {name!r}: the unaligned rows' columns {list(frame_u.columns)} differ from the aligned "
+                            f"rows' {list(frame.columns)}")
+        self.y_u = torch.as_tensor(check_binary_labels(labels_u), dtype=self.dtype)
+        if len(self.y_u) != len(frame_u):
+            raise DataError(f"party {name!r}: {len(self.y_u)} labels for {len(frame_u)} unaligned rows")
+        # Both row sets are this party's own: one encoder for both, so a category seen only among the
+        # unaligned rows still gets its embedding.
+        self.encoder = FeatureEncoder(config.n_bins, config.max_categories).fit(
+            pd.concat([frame, frame_u], ignore_index=True), categorical, party=name)
+        self.rows["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
+        self.rows["unaligned"] = torch.from_numpy(self.encoder.transform(frame_u, party=name))
+        self.users = None
+        if options.user_column is not None:
+            if options.user_column not in frame.columns:
+                raise DataError(f"user_column {options.user_column!r} is not a column of party {name!r}: "
+                                f"{list(frame.columns)[:20]}")
+            self.users = (frame[options.user_column].to_numpy(), frame_u[options.user_column].to_numpy())
+        self._build()
+        self.synthetic: torch.Tensor | None = None
+        self.plan: list[tuple[str, int]] = []
+        self.report: dict[str, Any] = {}
+
+    def _build(self) -> None:
+        super()._build()
+        width = self.bottom.out_width + len(self.nonlabel) * self.config.embedding_width
+        self.bn = nn.ModuleDict({"fed": nn.BatchNorm1d(width), "local": nn.BatchNorm1d(width)}).to(self.dtype)
+        params = list(self.bottom.parameters()) + list(self.top.parameters()) + list(self.bn.parameters())
+        self.optimizer = make_optimizer(params, self.config)
+
+    def _modules(self) -> nn.Module:
+        return nn.ModuleDict({"label_bottom": self.bottom, "top": self.top, "bn": self.bn})
+
+    def _head(self, parts: Sequence[torch.Tensor], branch: str) -> torch.Tensor:
+        z = torch.cat(list(parts), dim=1)
+        bn = self.bn[branch]
+        if bn.training and len(z) < 2:  # batch statistics need two rows: a last batch of one uses the running ones
+            bn.eval()
+            out = self.top([bn(z)])
+            bn.train()
+            return out
+        return self.top([bn(z)])
+
+    def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages) -> tuple:
+        """The federated branch: :meth:`LabelParty._update` with the federated batch norm before the top."""
+        embs = self._embeddings(messages, len(rows), batch)
+        loss = F.binary_cross_entropy_with_logits(self._head([own] + embs, "fed"), self.y[rows])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.losses.append(float(loss.detach()))
+        y = self.y[rows].numpy()
+        return tuple(
+            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.noise), tree=batch)
+            for party, e in zip(self.nonlabel, embs)
+        )
+
+    def predict(self, key: str, *messages) -> np.ndarray:
+        ids = self.rows[key]
+        self.bn.eval()
+        try:
+            with torch.no_grad():
+                embs = [e.detach() for e in self._embeddings(messages, len(ids), -1)]
+                return torch.sigmoid(self._head([self.bottom(ids)] + embs, "fed")).numpy().astype(np.float64)
+        finally:
+            self.bn.train()
+
+    # after pretraining ----------------------------------------------------------------
+    def prepare_unaligned(self) -> dict[str, Any]:
+        """Receive ``h_N`` of the aligned rows, synthesise it for the unaligned ones, plan the alternation."""
+        timeout = self.config.timeout_s
+        messages = gather([(p, h.send_training_embeddings.remote()) for p, h in zip(self.nonlabel, self.peers)],
+                          "trained embeddings", timeout)
+        n_a = len(self.rows["train"])
+        h_n = torch.cat([torch.as_tensor(np.array(self.mailbox.open(m, "embedding", {"n_rows": n_a,
+                         "width": self.config.embedding_width}, senders=(p,))), dtype=self.dtype)
+                         for p, m in zip(self.nonlabel, messages)], dim=1)
+        with torch.no_grad():
+            h_l = self.bottom(self.rows["train"])
+            h_l_u = self.bottom(self.rows["unaligned"])
+        synthetic, self.report = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(), h_l_u.numpy(),
+                                            self.y_u.numpy(), self.users)
+        self.synthetic = torch.as_tensor(synthetic, dtype=self.dtype)
+        # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
+        self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
+        self.plan = self._plan()
+        self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan))
+        return dict(self.report)
+
+    def _plan(self) -> list[tuple[str, int]]:
+        """The alternation: per step ``("fed", batch number)`` or ``("local", local batch index)``."""
+        cfg, bs = self.config, self.config.batch_size
+        n_a, n_u = len(self.rows["train"]), len(self.rows["unaligned"])
+        epochs = cfg.epochs - self.options.pretrain_epochs
+        n_steps = epochs * (-(-n_a // bs) + -(-n_u // bs))
+        rng = np.random.default_rng([cfg.seed, 7919])
+        branches = branch_sequence(n_a, n_u, n_steps, rng)
+        fed = list(range(self.n_pretrain, len(self.schedule)))
+        self.local_batches = [order[i : i + bs] for _ in range(epochs)
+                              for order in [rng.permutation(n_u)] for i in range(0, n_u, bs)]
+        plan, k_f, k_l = [], 0, 0
+        for is_fed in branches:  # a branch drawn more often than it has batches cycles through its batches again
+            if is_fed:
+                plan.append(("fed", fed[k_f % len(fed)]))
+                k_f += 1
+            else:
+                plan.append(("local", k_l % len(self.local_batches)))
+                k_l += 1
+        return plan
+
+    def run_alternating(self, start: int, stop: int) -> int:
+        """Run steps ``[start, stop)`` of the plan; a federated step is one split-NN round trip."""
+        timeout = self.config.timeout_s
+        grads = self._carry or [None] * len(self.nonlabel)
+        for branch, index in self.plan[start:stop]:
+            if branch == "fed":
+                pending = [(p, h.step.remote(g, index)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
+                rows = self.schedule[index]
+                own = self.bottom(self.rows["train"][rows])
+                grads = list(self._update(index, rows, own, gather(pending, f"batch {index}", timeout)))
+            else:
+                rows = self.local_batches[index]
+                logits = self._head([self.bottom(self.rows["unaligned"][rows]), self.synthetic[rows]], "local")
+                loss = F.binary_cross_entropy_with_logits(logits, self.y_u[rows])
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.optimizer.step()
+                self.losses.append(float(loss.detach()))
+        self._carry = grads
+        return stop
+
+    def plan_counts(self) -> dict[str, int]:
+        return {"fed": sum(b == "fed" for b, _ in self.plan), "local": sum(b == "local" for b, _ in self.plan)}
