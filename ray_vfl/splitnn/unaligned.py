@@ -69,6 +69,9 @@ def unaligned_rows_of(data: Any, runtime: Runtime, unaligned: Any = None) -> tup
                             f"(features and labels), got {type(unaligned).__name__}")
         if unaligned.label is None:
             raise DataError("the unaligned rows need their labels (build them with label=)")
+        if isinstance(data, VerticalDataset) and unaligned.columns(label) != data.columns(label):
+            raise DataError(f"the unaligned rows' columns {unaligned.columns(label)} differ from the aligned rows' "
+                            f"{data.columns(label)} of party {label!r}")
         return unaligned.tables(runtime)[label], unaligned.n_rows
     if hasattr(data, "unaligned_table"):  # party-held: the rows stay in the label party's store
         if label not in getattr(data, "unaligned_keys", {}):
@@ -78,6 +81,8 @@ def unaligned_rows_of(data: Any, runtime: Runtime, unaligned: Any = None) -> tup
     frames = getattr(data, "unaligned", None)
     if isinstance(frames, dict) and label in frames:  # AlignedDataset (in-process PSI)
         frame = frames[label]
+        if len(frame) == 0:
+            return None, 0
         label_col = getattr(data, "label_column", None)
         if label_col is None or label_col not in frame.columns:
             raise DataError("the aligned dataset does not name its label column; pass unaligned= rows instead")
@@ -130,11 +135,12 @@ def train_unaligned(
     config = config or SplitNNConfig()
     options = options or UnalignedOptions()
     defense = defense if defense is not None else NoDefense()
-    _check_input(data, config, defense)
     if not isinstance(options, UnalignedOptions):
         raise DataError(f"options must be UnalignedOptions, got {type(options).__name__}")
-    if data.n_rows < 2:
-        raise DataError(f"Diffu-AT needs aligned rows to learn the federated embeddings from; got {data.n_rows}")
+    if isinstance(data, VerticalDataset) and data.n_rows < 2:  # (a party-held dataset cannot be empty)
+        raise DataError(f"Diffu-AT needs aligned rows to learn the federated embeddings from (at least 2); "
+                        f"got {data.n_rows}: do the parties share any IDs?")
+    _check_input(data, config, defense)
     if config.timeout_s is None:
         config = config.replace(timeout_s=runtime.timeout_s)
     label_name = data.label_party
