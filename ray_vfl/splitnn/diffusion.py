@@ -71,9 +71,9 @@ class DiffusionConfig(ValidatedConfig):
     steps: int = 100
     beta_start: float | None = None
     beta_end: float | None = None
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = (64, 64)
     time_dim: int = 32
-    epochs: int = 30
+    epochs: int = 20
     batch_size: int = 256
     learning_rate: float = 2e-3
     seed: int = 0
