@@ -88,17 +88,26 @@ class UnalignedOptions(ValidatedConfig):
         check_int("imitation_epochs", self.imitation_epochs, 1, 100_000)
 
 
-def branch_sequence(n_aligned: int, n_unaligned: int, n_steps: int, rng: np.random.Generator) -> np.ndarray:
-    """Per step, True for the federated branch: drawn with probability ``n_aligned / (n_aligned + n_unaligned)``.
+def branch_sequence(n_federated: int, n_local: int, rng: np.random.Generator) -> np.ndarray:
+    """The alternation: per step, True for the federated branch; ``n_federated`` and ``n_local`` steps in all.
+
+    A uniformly random interleaving of the two branches' batches: at every step the federated branch
+    comes with probability ``n_federated / (n_federated + n_local)``, proportional to its rows when the
+    batches are (FedAds: each step picks a branch with probability proportional to its row count).
+    Unlike independent draws, every batch is used exactly once per epoch, so a DP defense's count of
+    releases is exact.
 
     Example
     -------
-    >>> branch_sequence(200, 800, 10_000, np.random.default_rng(0)).mean().round(2)
-    np.float64(0.2)
+    >>> steps = branch_sequence(20, 80, np.random.default_rng(0))
+    >>> int(steps.sum()), len(steps)
+    (20, 100)
     """
-    if n_aligned < 1 or n_unaligned < 1:
-        raise DataError(f"both branches need rows: {n_aligned} aligned, {n_unaligned} unaligned")
-    return rng.random(n_steps) < n_aligned / (n_aligned + n_unaligned)
+    if n_federated < 1 or n_local < 1:
+        raise DataError(f"both branches need batches: {n_federated} federated, {n_local} local")
+    steps = np.zeros(n_federated + n_local, dtype=bool)
+    steps[rng.choice(len(steps), n_federated, replace=False)] = True
+    return steps
 
 
 def heuristic_embeddings(h_n: np.ndarray, users: np.ndarray, users_u: np.ndarray) -> tuple[np.ndarray, float]:

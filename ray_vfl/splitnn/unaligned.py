@@ -152,7 +152,7 @@ def train_unaligned(
                         "aligned set (use ray_vfl.splitnn.train for aligned rows only)")
     # Both parties build the shared schedule over pretraining + alternating epochs of the aligned rows.
     total = config.replace(epochs=options.pretrain_epochs + config.epochs)
-    defense = defense.for_releases(total.epochs * len(nonlabel))  # an upper bound: a federated step may repeat
+    defense = defense.for_releases(total.epochs * len(nonlabel))  # each aligned batch once per epoch, both phases
     n_pretrain = len(batch_schedule(data.n_rows, config.batch_size, options.pretrain_epochs, config.seed))
     cats = data.categorical
     tables = data.tables(runtime)

@@ -80,6 +80,7 @@ class UnalignedLabelParty(LabelParty):
         self._build()
         self.synthetic: torch.Tensor | None = None
         self.plan: list[tuple[str, int]] = []
+        self.local_batches: list[np.ndarray] = []
         self.report: dict[str, Any] = {}
 
     def _build(self) -> None:
@@ -157,24 +158,23 @@ class UnalignedLabelParty(LabelParty):
         return dict(self.report)
 
     def _plan(self) -> list[tuple[str, int]]:
-        """The alternation: per step ``("fed", batch number)`` or ``("local", local batch index)``."""
+        """The alternation: per step ``("fed", batch number)`` or ``("local", local batch index)``; per
+        epoch every aligned and every unaligned batch once, in a random interleaving."""
         cfg, bs = self.config, self.config.batch_size
-        n_a, n_u = len(self.rows["train"]), len(self.rows["unaligned"])
-        epochs = cfg.epochs - self.options.pretrain_epochs
-        n_steps = epochs * (-(-n_a // bs) + -(-n_u // bs))
+        n_u = len(self.rows["unaligned"])
         rng = np.random.default_rng([cfg.seed, 7919])
-        branches = branch_sequence(n_a, n_u, n_steps, rng)
-        fed = list(range(self.n_pretrain, len(self.schedule)))
-        self.local_batches = [order[i : i + bs] for _ in range(epochs)
-                              for order in [rng.permutation(n_u)] for i in range(0, n_u, bs)]
-        plan, k_f, k_l = [], 0, 0
-        for is_fed in branches:  # a branch drawn more often than it has batches cycles through its batches again
-            if is_fed:
-                plan.append(("fed", fed[k_f % len(fed)]))
-                k_f += 1
-            else:
-                plan.append(("local", k_l % len(self.local_batches)))
-                k_l += 1
+        fed = iter(range(self.n_pretrain, len(self.schedule)))  # the shared schedule's alternating epochs
+        per_epoch = (len(self.schedule) - self.n_pretrain) // (cfg.epochs - self.options.pretrain_epochs)
+        self.local_batches, plan = [], []
+        for _ in range(cfg.epochs - self.options.pretrain_epochs):
+            order = rng.permutation(n_u)
+            local = [order[i : i + bs] for i in range(0, n_u, bs)]
+            for is_fed in branch_sequence(per_epoch, len(local), rng):
+                if is_fed:
+                    plan.append(("fed", next(fed)))
+                else:
+                    plan.append(("local", len(self.local_batches)))
+                    self.local_batches.append(local.pop(0))
         return plan
 
     def run_alternating(self, start: int, stop: int) -> int:
