@@ -156,11 +156,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
 
     def save_model(self, directory: str) -> dict[str, str]:
         """Each party writes its own part under ``directory`` (see :meth:`SplitNNModel.save`)."""
-        model = self._check_fitted()
-        if model.unaligned is not None:
-            raise ConfigError("saving a model trained with unaligned rows is not supported yet; "
-                                 "predict with it in this session")
-        return model.save(directory)
+        return self._check_fitted().save(directory)
 
     @classmethod
     def load_model(cls, directory: str, runtime: Runtime | None = None) -> "SplitNNClassifier":

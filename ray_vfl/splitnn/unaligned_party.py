@@ -98,8 +98,9 @@ class UnalignedLabelParty(LabelParty):
 
         Real and synthetic ``h_N`` differ in distribution; each branch normalises its own. ``h_L`` comes
         from the one shared bottom model and is left as it is: a batch norm over the whole top input
-        cost 0.06 AUC on the FedAds-like generator even with no local step (it inflates the bottom's
-        nearly dead ReLU units), while one over ``h_N`` alone cost nothing measurable.
+        cost 0.06 AUC on the FedAds-like generator even with no local step, while one over ``h_N`` alone
+        cost nothing beyond the seed-to-seed spread (benchmarks/RESULTS.md, "Diffu-AT"; why the wider
+        one hurts was not established).
         """
         bn = self.bn[branch]
         h_n = torch.cat(list(parts[1:]), dim=1)
