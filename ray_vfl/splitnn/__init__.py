@@ -35,7 +35,6 @@ from .data import (
     load_open_bandit,
     make_fedads_like,
 )
-from .diffusion import ConditionalDiffusion, DiffusionConfig
 from .defenses import (
     Defense,
     GaussianDP,
@@ -44,6 +43,7 @@ from .defenses import (
     NoDefense,
     analytic_gaussian_sigma,
 )
+from .diffusion import ConditionalDiffusion, DiffusionConfig
 from .estimator import SplitNNClassifier
 from .parties import LabelParty, NonLabelParty
 from .protocol import SplitNNModel, train

@@ -19,8 +19,8 @@ from .config import SplitNNConfig
 from .defenses import Defense
 from .diffusion import DiffusionConfig
 from .protocol import SplitNNModel, train
-from .unaligned import train_unaligned
 from .synthesis import METHODS, UnalignedOptions
+from .unaligned import train_unaligned
 
 __all__ = ["SplitNNClassifier"]
 
