@@ -24,8 +24,8 @@ pretrain   as VanillaVFL         embeddings / gradients          as VanillaVFL (
 synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained model output per aligned
                                                                  row (the embeddings of the last epoch,
                                                                  which it already saw, once more)
-alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; the number of federated
-           federated steps only                                  steps tells it about ``n_u``
+alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; the pauses between its
+           federated steps only                                  steps (local steps) hint at ``n_u``
 =========  ====================  ==============================  =====================================
 
 The unaligned rows and the synthetic embeddings never leave the label party.
