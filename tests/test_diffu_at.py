@@ -143,6 +143,21 @@ def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
         clf.save_model(str(tmp_path / "model"))
 
 
+def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime):
+    """In-process PSI (AlignedDataset): the label party's rows outside the intersection, with their labels."""
+    data = make_fedads_like(2_000, aligned_fraction=1.0, seed=2, label_party=LABEL, nonlabel_party=OTHER)
+    ids = data.train.ids
+    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label)
+    shop = data.train.features[OTHER].assign(id=ids).iloc[::3]  # a third of the IDs
+    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
+    aligned = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", categorical=cats, align="psi",
+                                          runtime=runtime)
+    clf = SplitNNClassifier(unaligned="jpl", epochs=1, batch_size=128, runtime=runtime,
+                            nonlabel_hidden=(16, 8), label_hidden=(16, 8)).fit(aligned)
+    assert clf.unaligned_report_["unaligned_rows"] == len(ids) - len(shop)
+    assert clf.unaligned_report_["aligned_rows"] == len(shop)
+
+
 # bad input ------------------------------------------------------------------------------------------
 def test_steps_below_one_refused():
     with pytest.raises(ConfigError, match="steps must be an integer in \\[1, 10000\\], got 0"):
