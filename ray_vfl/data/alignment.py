@@ -29,6 +29,8 @@ class AlignedDataset(VerticalDataset):
         Per party, the rows of its input table outside the intersection.
     psi : PsiResult or None
         Row positions of the alignment and its communication statistics.
+    label_column : str or None
+        Name of the label column in the label party's unaligned rows.
 
     Example
     -------
@@ -41,6 +43,7 @@ class AlignedDataset(VerticalDataset):
 
     unaligned: dict[str, pd.DataFrame] = field(default_factory=dict)
     psi: PsiResult | None = None
+    label_column: str | None = None  # the label's column in the label party's ``unaligned`` rows
 
 
 def align_frames(
@@ -74,4 +77,4 @@ def align_frames(
     unaligned = {p: f.iloc[result.unaligned_rows[p]].reset_index(drop=True) for p, f in frames.items()}
     base = VerticalDataset.from_frames(aligned, id_column, label, label_party, categorical)
     return AlignedDataset(base.features, base.ids, base.label, base.label_party, base.categorical,
-                          base.label_owner, unaligned=unaligned, psi=result)
+                          base.label_owner, unaligned=unaligned, psi=result, label_column=label)

@@ -11,6 +11,8 @@ Example
 >>> model.evaluate(data.test)                                                  # doctest: +SKIP
 
 Or, scikit-learn style: ``SplitNNClassifier(defense=GaussianDP(epsilon=1.0)).fit(data.train)``.
+With the label party's unaligned rows (Diffu-AT, needs ``diffusers``):
+``SplitNNClassifier(unaligned="diffu-at").fit(data.train, data.label_only)``.
 """
 
 from .attacks import (
@@ -41,12 +43,17 @@ from .defenses import (
     NoDefense,
     analytic_gaussian_sigma,
 )
+from .diffusion import ConditionalDiffusion, DiffusionConfig
 from .estimator import SplitNNClassifier
 from .parties import LabelParty, NonLabelParty
 from .protocol import SplitNNModel, train
+from .synthesis import UnalignedOptions
+from .unaligned import split_aligned, train_unaligned
 
 __all__ = [
+    "ConditionalDiffusion",
     "Defense",
+    "DiffusionConfig",
     "GaussianDP",
     "InProcessSplitNet",
     "LabelParty",
@@ -59,6 +66,7 @@ __all__ = [
     "SplitNNConfig",
     "SplitNNData",
     "SplitNNModel",
+    "UnalignedOptions",
     "analytic_gaussian_sigma",
     "cluster_attack",
     "d_leak_auc",
@@ -71,6 +79,8 @@ __all__ = [
     "load_open_bandit",
     "make_fedads_like",
     "norm_attack",
+    "split_aligned",
     "train",
+    "train_unaligned",
     "two_sided_chance",
 ]

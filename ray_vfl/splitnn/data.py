@@ -108,6 +108,19 @@ def _side(rng: np.random.Generator, n: int, cat_names: list[str], num_names: lis
     return cols, (score - score.mean()) / score.std()
 
 
+def _with_users(rng: np.random.Generator, n: int, n_users: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Non-label columns whose user features (``f_u_fea_*``) are drawn per user; returns them, their
+    standardised logit contribution and each row's user."""
+    weights = 1.0 / np.arange(1, n_users + 1) ** 0.8
+    user = rng.choice(n_users, size=n, p=weights / weights.sum())
+    per_user, s_user = _side(rng, n_users, ["f_u_fea_1", "f_u_fea_2"], ["f_u_fea_3"])
+    per_row, s_row = _side(rng, n, ["f_c_fea_1", "f_c_fea_2"], ["f_uc_fea_1", "f_uc_fea_2"])
+    cols = {name: np.asarray(values)[user] for name, values in per_user.items()} | per_row
+    cols = {name: cols[name] for name in _NONLABEL_CAT + _NONLABEL_NUM}
+    score = s_user[user] + s_row  # the user's share of the logit and the row's own
+    return cols, (score - score.mean()) / score.std(), user
+
+
 def make_fedads_like(
     n_rows: int = 50_000,
     positive_rate: float = 0.03,
@@ -118,6 +131,7 @@ def make_fedads_like(
     label_party: str = "party0",
     nonlabel_party: str = "party1",
     seed: int = 0,
+    n_users: int | None = None,
 ) -> SplitNNData:
     """A synthetic FedAds-like conversion log.
 
@@ -129,6 +143,10 @@ def make_fedads_like(
     ``n_days`` days; the last ``test_days`` are the test set. A random
     ``aligned_fraction`` of rows is known to both parties; the rest only to
     the label party (returned as ``label_only``, training days only).
+
+    ``n_users``: rows come from that many users (Zipf-like activity); the label party gets a ``user_id``
+    column and the non-label party's user features (``f_u_fea_*``) become the user's own, drawn once per
+    user, so rows of one user share part of their federated embedding (what HeuristicVFL relies on).
 
     Example
     -------
@@ -150,6 +168,10 @@ def make_fedads_like(
     day = np.sort(rng.integers(0, n_days, size=n_rows))
     label_cols, s_label = _side(rng, n_rows, _LABEL_CAT, _LABEL_NUM)
     nonlabel_cols, s_nonlabel = _side(rng, n_rows, _NONLABEL_CAT, _NONLABEL_NUM)
+    if n_users is not None:
+        if isinstance(n_users, bool) or not isinstance(n_users, int) or n_users < 1:
+            raise DataError(f"n_users must be a positive integer or None, got {n_users!r}")
+        nonlabel_cols, s_nonlabel, user = _with_users(rng, n_rows, n_users)
     logit = 1.5 * s_label + 1.5 * nonlabel_strength * s_nonlabel + 0.3 * s_label * s_nonlabel + 0.15 * np.sin(2 * np.pi * day / 7)
     lo, hi = -20.0, 5.0
     for _ in range(60):  # intercept giving the wanted positive rate
@@ -159,6 +181,10 @@ def make_fedads_like(
     frame = pd.DataFrame({**label_cols, **nonlabel_cols})
     columns = {label_party: _LABEL_CAT + _LABEL_NUM, nonlabel_party: _NONLABEL_CAT + _NONLABEL_NUM}
     categorical = _LABEL_CAT + _NONLABEL_CAT
+    if n_users is not None:
+        frame["user_id"] = user
+        columns[label_party] = columns[label_party] + ["user_id"]
+        categorical = categorical + ["user_id"]
     aligned = rng.random(n_rows) < aligned_fraction
     is_test = day >= n_days - test_days
     ids = np.arange(n_rows)

@@ -12,11 +12,15 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 
 from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from .config import SplitNNConfig
 from .defenses import Defense
+from .diffusion import DiffusionConfig
 from .protocol import SplitNNModel, train
+from .synthesis import METHODS, UnalignedOptions
+from .unaligned import train_unaligned
 
 __all__ = ["SplitNNClassifier"]
 
@@ -29,6 +33,14 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     never depends on it); ``defense`` wraps the embedding
     gradients the label party sends (default: none).
 
+    ``unaligned``: ``None`` trains on the aligned rows only (VanillaVFL); ``"diffu-at"`` (FedAds), or the
+    baselines ``"jpl"`` and ``"heuristic"`` (with ``user_column``), also learn from the label party's
+    unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
+    (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
+    ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
+    ``diffusion_steps`` is the diffusion model's ``T``. Models trained with ``unaligned`` predict, but
+    cannot yet be saved and loaded (their label party adds a batch norm per branch).
+
     Example
     -------
     >>> from ray_vfl.splitnn import SplitNNClassifier, Marvell, make_fedads_like  # doctest: +SKIP
@@ -37,6 +49,12 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     >>> clf.predict_proba(data.test)[:, 1]                                         # doctest: +SKIP
     >>> clf.save_model("cvr_model")                                               # doctest: +SKIP
     >>> SplitNNClassifier.load_model("cvr_model").predict(data.test)               # doctest: +SKIP
+
+    Two files with different ID sets to a Diffu-AT model:
+
+    >>> data = VerticalDataset.from_files({"ads": "ads.csv", "media": "media.csv"}, id_column="id",  # doctest: +SKIP
+    ...                                   label="y", align="psi")
+    >>> clf = SplitNNClassifier(unaligned="diffu-at").fit(data)                     # doctest: +SKIP
     """
 
     classes_ = np.array([0, 1])
@@ -57,6 +75,10 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         random_state: int = 0,
         timeout_s: float | None = None,
         runtime: Runtime | None = None,
+        unaligned: str | None = None,
+        pretrain_epochs: int = 1,
+        diffusion_steps: int = 100,
+        user_column: str | None = None,
     ) -> None:
         self.embedding_dim = embedding_dim
         self.n_bins = n_bins
@@ -72,6 +94,10 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.random_state = random_state
         self.timeout_s = timeout_s
         self.runtime = runtime
+        self.unaligned = unaligned
+        self.pretrain_epochs = pretrain_epochs
+        self.diffusion_steps = diffusion_steps
+        self.user_column = user_column
 
     def _config(self) -> SplitNNConfig:
         return SplitNNConfig(
@@ -82,12 +108,29 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
             optimizer=self.optimizer, seed=self.random_state, timeout_s=self.timeout_s,
         )
 
-    def fit(self, data: VerticalDataset) -> "SplitNNClassifier":
-        """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels)."""
+    def _options(self) -> UnalignedOptions | None:
+        if self.unaligned is None:
+            return None
+        if self.unaligned not in METHODS:
+            raise ConfigError(f"unaligned must be None or one of {METHODS}, got {self.unaligned!r}")
+        return UnalignedOptions(method=self.unaligned, pretrain_epochs=self.pretrain_epochs,
+                                diffusion=DiffusionConfig(steps=self.diffusion_steps, seed=self.random_state),
+                                user_column=self.user_column)
+
+    def fit(self, data: VerticalDataset, unaligned_rows: VerticalDataset | None = None) -> "SplitNNClassifier":
+        """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels), and with
+        ``unaligned`` set on the label party's unaligned rows too."""
         config = self._config()
+        options = self._options()
         VerticalDataset.ensure(data)
+        if options is None and unaligned_rows is not None:
+            raise ConfigError("unaligned_rows given but unaligned=None; set unaligned='diffu-at' to use them")
         runtime = self._fit_runtime(config.timeout_s)
-        self.model_ = train(runtime, data, config, defense=self.defense)
+        if options is None:
+            self.model_ = train(runtime, data, config, defense=self.defense)
+        else:
+            self.model_ = train_unaligned(runtime, data, unaligned_rows, config, options, defense=self.defense)
+        self.unaligned_report_ = self.model_.unaligned
         self.losses_ = list(self.model_.losses)
         self.comm_stats_ = self.model_.comm_stats
         self.label_party_ = self.model_.label_party

@@ -3,6 +3,9 @@
 - :func:`effectiveness_table`: Local (label party's features only), VanillaVFL
   (federated, on Ray) and the centralized upper bound (all features in one
   process): test AUC and NLL.
+- :func:`unaligned_table`: FedAds Table 3 with unaligned rows (20 % of the training rows aligned, the
+  rest label-party only): Local, VanillaVFL, HeuristicVFL (with user IDs), JPL, Diffu-AT and ORACLE
+  (every training row aligned), same test rows and epochs; :func:`summarize_seeds` gives mean and std.
 - :func:`privacy_table`: VanillaVFL with no defense, DP, Marvell and MixPro:
   test AUC, the accounted epsilon (DP), and per attack (norm, direction,
   clustering) LeakAUC and dLeakAUC both one-sided and two-sided (per batch
@@ -26,8 +29,11 @@ from .config import SplitNNConfig
 from .data import SplitNNData
 from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense
 from .protocol import train
+from .synthesis import UnalignedOptions
+from .unaligned import split_aligned, train_unaligned
 
-__all__ = ["effectiveness_table", "privacy_table", "default_defenses", "write_table"]
+__all__ = ["effectiveness_table", "privacy_table", "default_defenses", "write_table", "unaligned_table",
+           "summarize_seeds"]
 
 
 def default_defenses() -> dict[str, Defense]:
@@ -107,3 +113,60 @@ def write_table(rows: Sequence[dict[str, Any]], path_stem: str) -> list[str]:
     with open(path_stem + ".json", "w", encoding="utf-8") as fh:
         json.dump(list(rows), fh, indent=2)
     return [path_stem + ".csv", path_stem + ".json"]
+
+
+def unaligned_table(runtime: Runtime, full: SplitNNData, config: SplitNNConfig, options: UnalignedOptions,
+                    aligned_fraction: float = 0.2, seed: int = 0, user_column: str | None = None,
+                    num_threads: int = 1) -> list[dict[str, Any]]:
+    """One seed of FedAds Table 3 with unaligned rows, from all-aligned data ``full``.
+
+    Every method sees the same rows, test set and budget: ``options.pretrain_epochs + config.epochs``
+    passes over its training rows (Diffu-AT, JPL and HeuristicVFL: that many over the aligned rows, of
+    which ``config.epochs`` alternate with the unaligned rows). Local trains on all the label party's
+    training rows; ORACLE on every training row aligned. ``seed`` draws the aligned rows and seeds
+    the models.
+    """
+    partial, oracle = split_aligned(full, aligned_fraction, seed)
+    cfg = config.replace(seed=seed)
+    epochs = options.pretrain_epochs + config.epochs
+    plain = cfg.replace(epochs=epochs)
+    rows: list[dict[str, Any]] = []
+
+    def add(model: str, metrics: dict[str, float], seconds: float, extra: dict | None = None) -> None:
+        rows.append({"dataset": full.name, "seed": seed, "model": model, "aligned_rows": partial.train.n_rows,
+                     "unaligned_rows": partial.label_only.n_rows, "auc": round(metrics["auc"], 4),
+                     "nll": round(metrics["nll"], 4), "train_s": round(seconds, 2), **(extra or {})})
+
+    local = InProcessSplitNet(plain, [partial.label_party], num_threads).fit(partial.local_train(include_unaligned=True))
+    add("Local", local.evaluate(partial.test), local.train_seconds_)
+    vanilla = train(runtime, partial.train, plain)
+    add("VanillaVFL", vanilla.evaluate(partial.test), vanilla.train_seconds)
+    methods = [("JPL", "jpl"), ("Diffu-AT", "diffu-at")]
+    if user_column is not None:
+        methods.insert(0, ("HeuristicVFL", "heuristic"))
+    for name, method in methods:
+        opts = options.replace(method=method, user_column=user_column,
+                               diffusion=options.diffusion.replace(seed=seed))
+        model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts)
+        extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate") if k in model.unaligned}
+        add(name, model.evaluate(partial.test), model.train_seconds, extra)
+    upper = train(runtime, oracle.train, plain)
+    add("ORACLE", upper.evaluate(partial.test), upper.train_seconds)
+    return rows
+
+
+def summarize_seeds(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and standard deviation (over seeds) of AUC and NLL per dataset and model, in first-seen order."""
+    import numpy as np
+
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["dataset"], row["model"]), []).append(row)
+    out = []
+    for (dataset, model), members in groups.items():
+        auc = np.array([m["auc"] for m in members])
+        nll = np.array([m["nll"] for m in members])
+        out.append({"dataset": dataset, "model": model, "seeds": len(members),
+                    "auc_mean": round(float(auc.mean()), 4), "auc_std": round(float(auc.std(ddof=1)) if len(auc) > 1 else 0.0, 4),
+                    "nll_mean": round(float(nll.mean()), 4), "nll_std": round(float(nll.std(ddof=1)) if len(nll) > 1 else 0.0, 4)})
+    return out

@@ -194,6 +194,13 @@ class NonLabelParty(_SplitParty):
         self.optimizer.step()
         self._pending = None
 
+    def send_training_embeddings(self) -> Message:
+        """The trained bottom model's output for every training row (computed by the last ``step(_, None)``),
+        sent to the label party: what a Diffu-AT label party learns its diffusion model from."""
+        if self.view.final_embeddings is None:
+            raise DataError(f"party {self.name!r} has no trained embeddings yet; finish a training phase first")
+        return self.mailbox.send("embedding", [self.label_party], self.view.final_embeddings, tree=-2)
+
     def embed(self, key: str) -> Message:
         """Embeddings of every row of a loaded data set, for prediction (no gradient comes back)."""
         with torch.no_grad():

@@ -75,6 +75,8 @@ class SplitNNModel:
     # The defense's guarantee for this training (GaussianDP: epsilon from the PLD accountant over every
     # release, delta, releases, sigma); None for defenses that prove none.
     privacy: dict | None = None
+    # Trained with unaligned rows (ray_vfl.splitnn.unaligned): the synthesis and alternation report; else None.
+    unaligned: dict | None = None
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """Federated prediction: probabilities of the positive class for every row of ``data``."""
@@ -126,6 +128,9 @@ class SplitNNModel:
         >>> model.save("model_dir")                                   # doctest: +SKIP
         >>> SplitNNModel.load("model_dir").predict_proba(test)        # doctest: +SKIP
         """
+        if self.unaligned is not None:  # its label party adds a batch norm per branch that load() does not rebuild
+            raise ConfigError("saving a model trained with unaligned rows (Diffu-AT, JPL, HeuristicVFL) is not "
+                              "supported yet; predict with it in this session")
         meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
                 "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
         return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt", kind="splitnn")

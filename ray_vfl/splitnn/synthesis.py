@@ -1,0 +1,195 @@
+"""Federated embeddings for the label party's unaligned rows: Diffu-AT's diffusion model and two baselines.
+
+Every synthesiser runs inside the label party on what it holds: the embeddings ``h_N`` it received for
+the aligned training rows, its own representation ``h_L`` of every row, and its labels ``y``.
+
+==============  ================================================================================
+method          synthetic ``h_N`` of an unaligned row
+==============  ================================================================================
+``diffu-at``    a sample of the conditional diffusion model ``p(h_N | y, h_L)``
+                (FedAds, :mod:`ray_vfl.splitnn.diffusion`)
+``heuristic``   HeuristicVFL: the mean ``h_N`` of the aligned rows of the same user (a label-party
+                column naming the user); the mean of all aligned rows for a user never aligned
+``jpl``         JPL (Li et al., "Vertical Semi-Federated Learning for Efficient Online Advertising",
+                2022): a mapping ``h_L -> h_N`` trained on the aligned rows to imitate the federated
+                embedding (its "federated equivalence imitation", mean squared error). Its second
+                constraint, cross-branch rank alignment, ties a *local-serving* student to the
+                federated model; FedAds serves with the federated branch, so it is left out here.
+==============  ================================================================================
+
+Left out, with why: SS-VFL, FedCVT, VFL-MPD and FedHSSL are semi-supervised or self-supervised
+frameworks with their own pretraining objectives (contrastive views, pseudo-label estimation across
+parties, multi-party distillation) and, for FedCVT and FedHSSL, messages over the *non-label* party's
+unaligned rows that this protocol does not have; building them faithfully was not possible in the time
+(see the README's split-NN section).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import ValidatedConfig, check_int
+from ..errors import ConfigError, DataError
+from .diffusion import ConditionalDiffusion, DiffusionConfig
+
+__all__ = ["UnalignedOptions", "METHODS", "branch_sequence", "synthesize", "heuristic_embeddings", "ImitationMap"]
+
+METHODS = ("diffu-at", "heuristic", "jpl")
+
+
+@dataclass(frozen=True)
+class UnalignedOptions(ValidatedConfig):
+    """How the unaligned rows are used.
+
+    Parameters
+    ----------
+    method : str
+        ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``) or ``"jpl"``.
+    pretrain_epochs : int
+        VanillaVFL epochs on the aligned rows before the synthesis (the split-NN config's ``epochs``
+        counts these plus the alternating ones).
+    diffusion : DiffusionConfig
+        The diffusion model (``diffu-at``).
+    user_column : str or None
+        Label-party column naming the user (``heuristic``).
+    imitation_epochs : int
+        Epochs of JPL's mapping.
+
+    Example
+    -------
+    >>> UnalignedOptions(method="heuristic")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.ConfigError: method='heuristic' needs user_column= naming the label party's user ID column
+    """
+
+    method: str = "diffu-at"
+    pretrain_epochs: int = 1
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    user_column: str | None = None
+    imitation_epochs: int = 20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.diffusion, dict):
+            object.__setattr__(self, "diffusion", DiffusionConfig.from_dict(self.diffusion))
+        if self.method not in METHODS:
+            raise ConfigError(f"method must be one of {METHODS}, got {self.method!r}")
+        check_int("pretrain_epochs", self.pretrain_epochs, 1, 1000)
+        if not isinstance(self.diffusion, DiffusionConfig):
+            raise ConfigError(f"diffusion must be a DiffusionConfig, got {type(self.diffusion).__name__}")
+        if self.method == "heuristic" and not self.user_column:
+            raise ConfigError("method='heuristic' needs user_column= naming the label party's user ID column")
+        check_int("imitation_epochs", self.imitation_epochs, 1, 100_000)
+
+
+def branch_sequence(n_federated: int, n_local: int, rng: np.random.Generator) -> np.ndarray:
+    """The alternation: per step, True for the federated branch; ``n_federated`` and ``n_local`` steps in all.
+
+    A uniformly random interleaving of the two branches' batches: at every step the federated branch
+    comes with probability ``n_federated / (n_federated + n_local)``, proportional to its rows when the
+    batches are (FedAds: each step picks a branch with probability proportional to its row count).
+    Unlike independent draws, every batch is used exactly once per epoch, so a DP defense's count of
+    releases is exact.
+
+    Example
+    -------
+    >>> steps = branch_sequence(20, 80, np.random.default_rng(0))
+    >>> int(steps.sum()), len(steps)
+    (20, 100)
+    """
+    if n_federated < 1 or n_local < 1:
+        raise DataError(f"both branches need batches: {n_federated} federated, {n_local} local")
+    steps = np.zeros(n_federated + n_local, dtype=bool)
+    steps[rng.choice(len(steps), n_federated, replace=False)] = True
+    return steps
+
+
+def heuristic_embeddings(h_n: np.ndarray, users: np.ndarray, users_u: np.ndarray) -> tuple[np.ndarray, float]:
+    """HeuristicVFL: per unaligned row the mean ``h_N`` of the aligned rows of its user (else of all rows).
+
+    Returns the embeddings and the fraction of unaligned rows whose user has aligned rows.
+
+    Example
+    -------
+    >>> h, hit = heuristic_embeddings(np.array([[0.0], [2.0], [10.0]]), np.array([1, 1, 2]), np.array([1, 3]))
+    >>> h.ravel().tolist(), hit
+    ([1.0, 4.0], 0.5)
+    """
+    keys, inverse = np.unique(np.asarray(users).astype(str), return_inverse=True)
+    sums = np.zeros((len(keys), h_n.shape[1]))
+    np.add.at(sums, inverse, h_n)
+    means = sums / np.bincount(inverse, minlength=len(keys))[:, None]
+    lookup = {k: i for i, k in enumerate(keys.tolist())}
+    idx = np.array([lookup.get(u, -1) for u in np.asarray(users_u).astype(str).tolist()], dtype=np.int64)
+    out = np.where((idx >= 0)[:, None], means[np.maximum(idx, 0)], h_n.mean(0))
+    return out, float(np.mean(idx >= 0)) if len(idx) else 0.0
+
+
+class ImitationMap:
+    """JPL's federated-equivalence imitation: an MLP ``h_L -> h_N`` fitted by mean squared error."""
+
+    def __init__(self, hidden: int = 128, epochs: int = 20, batch_size: int = 256, seed: int = 0) -> None:
+        self.hidden, self.epochs, self.batch_size, self.seed = hidden, epochs, batch_size, seed
+
+    def fit(self, h_l: np.ndarray, h_n: np.ndarray) -> "ImitationMap":
+        x, y = torch.as_tensor(h_l, dtype=torch.float32), torch.as_tensor(h_n, dtype=torch.float32)
+        self.mean_, self.std_ = x.mean(0), x.std(0).clamp_min(1e-6)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.net_ = nn.Sequential(nn.Linear(x.shape[1], self.hidden), nn.ReLU(), nn.Linear(self.hidden, y.shape[1]))
+        opt = torch.optim.Adam(self.net_.parameters(), lr=1e-3)
+        gen = torch.Generator().manual_seed(self.seed)
+        xs = (x - self.mean_) / self.std_
+        self.losses_: list[float] = []
+        for _ in range(self.epochs):
+            order, total = torch.randperm(len(x), generator=gen), 0.0
+            for i in range(0, len(x), self.batch_size):
+                rows = order[i : i + self.batch_size]
+                loss = torch.mean((self.net_(xs[rows]) - y[rows]) ** 2)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(rows)
+            self.losses_.append(total / len(x))
+        return self
+
+    def predict(self, h_l: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self.net_((torch.as_tensor(h_l, dtype=torch.float32) - self.mean_) / self.std_).numpy()
+
+
+def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: np.ndarray, h_l_u: np.ndarray,
+               y_u: np.ndarray, users: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Synthetic ``h_N`` for the unaligned rows ``(h_l_u, y_u)`` from the aligned ``(h_n, h_l, y)``; and a report."""
+    if len(h_n) < 2:
+        raise DataError(f"need at least 2 aligned rows to learn the federated embeddings from, got {len(h_n)}")
+    if len(h_l_u) < 1:
+        raise DataError("no unaligned rows to synthesise embeddings for")
+    if len(h_n) != len(h_l) or len(h_l) != len(y):
+        raise DataError(f"aligned rows disagree: {len(h_n)} embeddings, {len(h_l)} representations, {len(y)} labels")
+    if h_l.shape[1] != h_l_u.shape[1]:
+        raise DataError(f"h_L of the aligned rows has width {h_l.shape[1]} but of the unaligned rows {h_l_u.shape[1]}")
+    report: dict[str, Any] = {"method": options.method, "aligned_rows": len(h_n), "unaligned_rows": len(h_l_u)}
+    if options.method == "diffu-at":
+        model = ConditionalDiffusion(options.diffusion).fit(h_n, np.column_stack([y, h_l]))
+        start = time.perf_counter()
+        out = model.sample(np.column_stack([y_u, h_l_u]))
+        seconds = time.perf_counter() - start
+        report.update(diffusion_loss_first=model.losses_[0], diffusion_loss_last=model.losses_[-1],
+                      synthesis_s=round(seconds, 3), embeddings_per_s=round(len(out) / max(seconds, 1e-9)))
+    elif options.method == "heuristic":
+        if users is None:
+            raise DataError("HeuristicVFL needs the user IDs of the aligned and unaligned rows (user_column)")
+        out, hit = heuristic_embeddings(h_n, users[0], users[1])
+        report["user_hit_rate"] = round(hit, 4)
+    else:
+        imitation = ImitationMap(epochs=options.imitation_epochs, seed=options.diffusion.seed).fit(h_l, h_n)
+        out = imitation.predict(h_l_u)
+        report["imitation_mse"] = imitation.losses_[-1]
+    return np.asarray(out, dtype=np.float32), report

@@ -1,0 +1,220 @@
+"""Split-NN training with the label party's unaligned rows: Diffu-AT (FedAds, Wei et al., SIGIR 2023, Sec. 5).
+
+In real VFL only some of the label party's rows are aligned with the other parties; the rest carry
+labels and the label party's features but no federated embedding. Diffu-AT
+
+1. pretrains VanillaVFL on the aligned rows (:func:`ray_vfl.splitnn.train`'s rounds);
+2. has the label party learn ``p(h_N | y, h_L)`` with a conditional diffusion model from what it holds
+   (:mod:`ray_vfl.splitnn.diffusion`) and synthesise ``h_N`` for its unaligned rows;
+3. trains alternately a federated branch (aligned rows, both parties) and a local branch (unaligned
+   rows with synthetic ``h_N``): shared label-party bottom model and top, one batch norm per branch,
+   each step's branch drawn with probability proportional to its row count; only the federated
+   branch serves predictions.
+
+The baselines HeuristicVFL and JPL replace step 2 (:mod:`ray_vfl.splitnn.synthesis`); Local,
+VanillaVFL and the all-aligned ORACLE are :class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and
+:func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
+
+Rounds (``P`` non-label parties, ``n_a`` aligned and ``n_u`` unaligned training rows):
+
+=========  ====================  ==============================  =====================================
+phase      sender -> receiver    payload                         what the receiver learns
+=========  ====================  ==============================  =====================================
+pretrain   as VanillaVFL         embeddings / gradients          as VanillaVFL (:mod:`.protocol`)
+synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained model output per aligned
+                                                                 row (the embeddings of the last epoch,
+                                                                 which it already saw, once more)
+alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; the pauses between its
+           federated steps only                                  steps (local steps) hint at ``n_u``
+=========  ====================  ==============================  =====================================
+
+The unaligned rows and the synthetic embeddings never leave the label party.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from ..data.dataset import VerticalDataset
+from ..errors import DataError
+from ..runtime.actors import Runtime
+from ..runtime.comm import CommStats
+from .config import SplitNNConfig
+from .data import SplitNNData
+from .defenses import Defense, NoDefense
+from .models import batch_schedule
+from .parties import NonLabelParty
+from .protocol import SplitNNModel, _check_input
+from .synthesis import UnalignedOptions
+from .unaligned_party import UnalignedLabelParty
+
+__all__ = ["train_unaligned", "unaligned_rows_of", "split_aligned"]
+
+log = logging.getLogger(__name__)
+
+
+def unaligned_rows_of(data: Any, runtime: Runtime, unaligned: Any = None) -> tuple[Any, int | None]:
+    """A reference to the label party's unaligned rows, which only its own actor resolves, and their count.
+
+    ``unaligned``: a :class:`VerticalDataset` of the label party alone (e.g. ``SplitNNData.label_only``);
+    else the rows PSI left out: ``PartyHeldDataset.unaligned_table`` (``from_files(..., align="psi")``)
+    or ``AlignedDataset.unaligned`` (``from_frames(..., align="psi")``).
+    """
+    label = data.label_party
+    if unaligned is not None:
+        if not isinstance(unaligned, VerticalDataset) or unaligned.party_names != [label]:
+            raise DataError(f"unaligned= must be a VerticalDataset of the label party {label!r} alone "
+                            f"(features and labels), got {type(unaligned).__name__}")
+        if unaligned.label is None:
+            raise DataError("the unaligned rows need their labels (build them with label=)")
+        if isinstance(data, VerticalDataset) and unaligned.columns(label) != data.columns(label):
+            raise DataError(f"the unaligned rows' columns {unaligned.columns(label)} differ from the aligned rows' "
+                            f"{data.columns(label)} of party {label!r}")
+        return unaligned.tables(runtime)[label], unaligned.n_rows
+    if hasattr(data, "unaligned_table"):  # party-held: the rows stay in the label party's store
+        if label not in getattr(data, "unaligned_keys", {}):
+            raise DataError("the dataset keeps no unaligned rows; open it with align='psi' (from_files/from_sources) "
+                            "or pass unaligned= rows of the label party")
+        return data.unaligned_table(label), int(data.unaligned.get(label, 0))
+    frames = getattr(data, "unaligned", None)
+    if isinstance(frames, dict) and label in frames:  # AlignedDataset (in-process PSI)
+        frame = frames[label]
+        if len(frame) == 0:
+            return None, 0
+        label_col = getattr(data, "label_column", None)
+        if label_col is None or label_col not in frame.columns:
+            raise DataError("the aligned dataset does not name its label column; pass unaligned= rows instead")
+        rows = VerticalDataset({label: frame[data.columns(label)].reset_index(drop=True)}, frame.index.to_numpy(),
+                               frame[label_col].to_numpy(dtype=float), label, {label: data.categorical.get(label, [])})
+        return rows.tables(runtime)[label], rows.n_rows
+    raise DataError("Diffu-AT needs the label party's unaligned rows: open the data with align='psi' "
+                    "(from_files/from_sources/from_frames) or pass unaligned= rows of the label party")
+
+
+def train_unaligned(
+    runtime: Runtime,
+    data: VerticalDataset,
+    unaligned: Any = None,
+    config: SplitNNConfig | None = None,
+    options: UnalignedOptions | None = None,
+    defense: Defense | None = None,
+    on_window: Callable[[str, int], None] | None = None,
+) -> SplitNNModel:
+    """Train a split network on the aligned rows of ``data`` and the label party's unaligned rows.
+
+    Parameters
+    ----------
+    runtime : Runtime
+    data : VerticalDataset or PartyHeldDataset
+        Aligned training rows (``data.label_party`` holds the labels).
+    unaligned : VerticalDataset, optional
+        The label party's unaligned rows; default: the rows PSI left out of ``data`` (``align="psi"``).
+    config : SplitNNConfig
+        The network; ``epochs`` counts the alternating epochs (the pretraining's are in ``options``).
+    options : UnalignedOptions
+        Method (``diffu-at``, ``heuristic``, ``jpl``), pretraining epochs, diffusion model.
+    defense : Defense
+        Wraps the gradients the label party sends, in both phases.
+    on_window : callable, optional
+        Called with the phase and the steps done after every window of ``config.pipeline_depth`` steps.
+
+    Returns
+    -------
+    SplitNNModel
+        ``model.unaligned`` reports the synthesis (method, rows, diffusion loss, embeddings per second)
+        and the alternation (steps, federated steps).
+
+    Example
+    -------
+    >>> data = make_fedads_like(20_000, seed=0)                                        # doctest: +SKIP
+    >>> model = train_unaligned(Runtime(), data.train, data.label_only, SplitNNConfig())  # doctest: +SKIP
+    >>> model.evaluate(data.test)                                                       # doctest: +SKIP
+    """
+    config = config or SplitNNConfig()
+    options = options or UnalignedOptions()
+    defense = defense if defense is not None else NoDefense()
+    if not isinstance(options, UnalignedOptions):
+        raise DataError(f"options must be UnalignedOptions, got {type(options).__name__}")
+    if isinstance(data, VerticalDataset) and data.n_rows < 2:  # (a party-held dataset cannot be empty)
+        raise DataError(f"Diffu-AT needs aligned rows to learn the federated embeddings from (at least 2); "
+                        f"got {data.n_rows}: do the parties share any IDs?")
+    _check_input(data, config, defense)
+    if config.timeout_s is None:
+        config = config.replace(timeout_s=runtime.timeout_s)
+    label_name = data.label_party
+    nonlabel = [p for p in data.party_names if p != label_name]
+    runtime.connect(data.party_names)
+    unaligned_ref, n_unaligned = unaligned_rows_of(data, runtime, unaligned)
+    if n_unaligned is not None and n_unaligned < 1:
+        raise DataError(f"party {label_name!r} has no unaligned rows; Diffu-AT needs label-party rows outside the "
+                        "aligned set (use ray_vfl.splitnn.train for aligned rows only)")
+    # Both parties build the shared schedule over pretraining + alternating epochs of the aligned rows.
+    total = config.replace(epochs=options.pretrain_epochs + config.epochs)
+    defense = defense.for_releases(total.epochs * len(nonlabel))  # each aligned batch once per epoch, both phases
+    n_pretrain = len(batch_schedule(data.n_rows, config.batch_size, options.pretrain_epochs, config.seed))
+    cats = data.categorical
+    tables = data.tables(runtime)
+    label = runtime.spawn(label_name, UnalignedLabelParty, label_name, tables[label_name], unaligned_ref,
+                          cats.get(label_name, []), total, nonlabel, defense, options, n_pretrain)
+    handles = [runtime.spawn(p, NonLabelParty, p, tables[p], cats.get(p, []), total, label_name, i)
+               for i, p in enumerate(nonlabel)]
+    runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", total.timeout_s)
+    runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", total.timeout_s)
+
+    start = time.perf_counter()
+    _windows(runtime, label_name, label.run_batches, n_pretrain, "pretrain", total, on_window)
+    runtime.get([(label_name, label.finish_batches.remote())], "last pretraining backward", total.timeout_s)
+    report = runtime.get([(label_name, label.prepare_unaligned.remote())], "synthesis", total.timeout_s)[0]
+    _windows(runtime, label_name, label.run_alternating, report["steps"], "alternate", total, on_window)
+    runtime.get([(label_name, label.finish_batches.remote())], "last backward", total.timeout_s)
+    seconds = time.perf_counter() - start
+
+    parties = [label_name] + nonlabel
+    records = runtime.get([(p, runtime.actor(p).comm_records.remote()) for p in parties], "records")
+    losses = runtime.get([(label_name, label.training_losses.remote())], "losses")[0]
+    log.info("%s: %d pretraining batches, %d alternating steps (%d federated)", options.method, n_pretrain,
+             report["steps"], report["federated_steps"])
+    model = SplitNNModel(runtime, label_name, nonlabel, total, defense, data.n_rows,
+                         CommStats(r for batch in records for r in batch), losses, seconds, defense.accounting())
+    model.unaligned = {**report, "pretrain_batches": n_pretrain}
+    return model
+
+
+def _windows(runtime: Runtime, party: str, method, n_steps: int, phase: str, config: SplitNNConfig, on_window) -> None:
+    for first in range(0, n_steps, config.pipeline_depth):
+        stop = min(first + config.pipeline_depth, n_steps)
+        runtime.get([(party, method.remote(first, stop))], f"{phase} steps {first}-{stop - 1}", config.timeout_s)
+        if on_window is not None:
+            on_window(phase, stop)
+
+
+def split_aligned(full: SplitNNData, aligned_fraction: float = 0.2, seed: int = 0) -> tuple[SplitNNData, SplitNNData]:
+    """FedAds Table 3's setting from all-aligned data: ``(partial, oracle)``.
+
+    ``partial``: a random ``aligned_fraction`` of ``full``'s training rows aligned, the rest label-party
+    only (``label_only``); ``oracle``: every training row aligned. Both keep ``full``'s test rows.
+
+    Example
+    -------
+    >>> from ray_vfl.splitnn import make_fedads_like
+    >>> partial, oracle = split_aligned(make_fedads_like(5_000, aligned_fraction=1.0, seed=0), 0.2, seed=0)
+    >>> round(partial.train.n_rows / oracle.train.n_rows, 1), partial.label_only.n_rows > partial.train.n_rows
+    (0.2, True)
+    """
+    import numpy as np
+
+    if not 0.0 < aligned_fraction < 1.0:
+        raise DataError(f"aligned_fraction must be in (0, 1), got {aligned_fraction!r}")
+    n = full.train.n_rows
+    aligned = np.zeros(n, dtype=bool)
+    aligned[np.random.default_rng([seed, 31]).choice(n, max(2, int(round(aligned_fraction * n))), replace=False)] = True
+    if aligned.all():
+        raise DataError(f"aligned_fraction={aligned_fraction} of {n} rows leaves no unaligned row")
+    rest = full.train.take(np.flatnonzero(~aligned))
+    label = full.label_party
+    label_only = VerticalDataset({label: rest.features[label]}, rest.ids, rest.label, label,
+                                 {label: full.train.categorical.get(label, [])})
+    partial = SplitNNData(full.name, full.train.take(np.flatnonzero(aligned)), full.test, label_only)
+    return partial, SplitNNData(full.name, full.train, full.test)

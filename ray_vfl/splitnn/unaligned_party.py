@@ -1,0 +1,203 @@
+"""The label party of Diffu-AT and its baselines: aligned rows with the non-label parties, unaligned rows alone.
+
+:class:`UnalignedLabelParty` is a :class:`~ray_vfl.splitnn.parties.LabelParty` that also holds its
+unaligned rows (features and labels it has, with no federated embedding). It adds one batch norm
+per branch on the ``h_N`` part of the top model's input (FedAds: the branches share the label party's
+bottom model and top, with separate batch norms; see :meth:`UnalignedLabelParty._head`), and the three steps of :func:`ray_vfl.splitnn.unaligned.train_unaligned`
+after the VanillaVFL pretraining:
+
+1. :meth:`prepare_unaligned`: each non-label party sends the trained embeddings ``h_N`` of the aligned
+   training rows (through its metered mailbox); this party computes ``h_L`` for every row and
+   synthesises ``h_N`` for its unaligned rows, alone, from what it holds (``synthesize``).
+2. :meth:`run_alternating`: each step picks a branch with probability proportional to its row count;
+   the federated branch is a split-NN batch with the non-label parties (embeddings in, defended
+   gradients out, as in VanillaVFL), the local branch a batch of unaligned rows with their synthetic
+   ``h_N`` (no message).
+3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import DataError
+from ..runtime.actors import gather
+from ..runtime.party import resolve_rows
+from .config import SplitNNConfig
+from .defenses import Defense
+from .encoding import FeatureEncoder
+from .models import make_optimizer
+from .parties import LabelParty, check_binary_labels
+from .synthesis import UnalignedOptions, branch_sequence, synthesize
+
+__all__ = ["UnalignedLabelParty"]
+
+
+class UnalignedLabelParty(LabelParty):
+    """Label party with aligned rows (federated) and unaligned rows (local, synthetic ``h_N``)."""
+
+    def __init__(self, name: str, table: Any, unaligned: Any, categorical: Sequence[str], config: SplitNNConfig,
+                 nonlabel: Sequence[str], defense: Defense | None, options: UnalignedOptions, n_pretrain: int) -> None:
+        self.reset(name, table, unaligned, categorical, config, nonlabel, defense, options, n_pretrain)
+
+    def reset(self, name: str, table: Any, unaligned: Any, categorical: Sequence[str],  # type: ignore[override]
+              config: SplitNNConfig, nonlabel: Sequence[str], defense: Defense | None, options: UnalignedOptions,
+              n_pretrain: int) -> None:
+        self.options = options
+        self.n_pretrain = n_pretrain  # batches of the shared schedule that pretrain (VanillaVFL)
+        LabelParty.reset(self, name, table, categorical, config, nonlabel, defense)
+        frame, _ = resolve_rows(table)
+        frame_u, labels_u = resolve_rows(unaligned)
+        if frame_u is None or len(frame_u) == 0:
+            raise DataError(f"party {name!r} holds no unaligned rows; Diffu-AT needs label-party rows outside the "
+                            "aligned set (train without unaligned= for VanillaVFL)")
+        if labels_u is None:
+            raise DataError(f"party {name!r}: the unaligned rows carry no labels; they must come from the label party")
+        if list(frame_u.columns) != list(frame.columns):
+            raise DataError(f"party {name!r}: the unaligned rows' columns {list(frame_u.columns)} differ from the aligned "
+                            f"rows' {list(frame.columns)}")
+        self.y_u = torch.as_tensor(check_binary_labels(labels_u), dtype=self.dtype)
+        if len(self.y_u) != len(frame_u):
+            raise DataError(f"party {name!r}: {len(self.y_u)} labels for {len(frame_u)} unaligned rows")
+        # Both row sets are this party's own: one encoder for both, so a category seen only among the
+        # unaligned rows still gets its embedding.
+        self.encoder = FeatureEncoder(config.n_bins, config.max_categories).fit(
+            pd.concat([frame, frame_u], ignore_index=True), categorical, party=name)
+        self.rows["train"] = torch.from_numpy(self.encoder.transform(frame, party=name))
+        self.rows["unaligned"] = torch.from_numpy(self.encoder.transform(frame_u, party=name))
+        self.users = None
+        if options.user_column is not None:
+            if options.user_column not in frame.columns:
+                raise DataError(f"user_column {options.user_column!r} is not a column of party {name!r}: "
+                                f"{list(frame.columns)[:20]}")
+            self.users = (frame[options.user_column].to_numpy(), frame_u[options.user_column].to_numpy())
+        self._build()
+        self.synthetic: torch.Tensor | None = None
+        self.plan: list[tuple[str, int]] = []
+        self.local_batches: list[np.ndarray] = []
+        self.report: dict[str, Any] = {}
+
+    def _build(self) -> None:
+        super()._build()
+        width = len(self.nonlabel) * self.config.embedding_width  # h_N of every non-label party
+        self.bn = nn.ModuleDict({"fed": nn.BatchNorm1d(width), "local": nn.BatchNorm1d(width)}).to(self.dtype)
+        params = list(self.bottom.parameters()) + list(self.top.parameters()) + list(self.bn.parameters())
+        self.optimizer = make_optimizer(params, self.config)
+
+    def _modules(self) -> nn.Module:
+        return nn.ModuleDict({"label_bottom": self.bottom, "top": self.top, "bn": self.bn})
+
+    def _head(self, parts: Sequence[torch.Tensor], branch: str) -> torch.Tensor:
+        """Logits from ``[h_L, h_N...]``, the ``h_N`` part through the branch's own batch norm.
+
+        Real and synthetic ``h_N`` differ in distribution; each branch normalises its own. ``h_L`` comes
+        from the one shared bottom model and is left as it is: a batch norm over the whole top input
+        cost 0.06 AUC on the FedAds-like generator even with no local step, while one over ``h_N`` alone
+        cost nothing beyond the seed-to-seed spread (benchmarks/RESULTS.md, "Diffu-AT"; why the wider
+        one hurts was not established).
+        """
+        bn = self.bn[branch]
+        h_n = torch.cat(list(parts[1:]), dim=1)
+        if bn.training and len(h_n) < 2:  # batch statistics need two rows: a last batch of one uses the running ones
+            bn.eval()
+            try:
+                return self.top([parts[0], bn(h_n)])
+            finally:
+                bn.train()
+        return self.top([parts[0], bn(h_n)])
+
+    def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages) -> tuple:
+        """The federated branch: :meth:`LabelParty._update` with the federated batch norm before the top."""
+        embs = self._embeddings(messages, len(rows), batch)
+        loss = F.binary_cross_entropy_with_logits(self._head([own] + embs, "fed"), self.y[rows])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.losses.append(float(loss.detach()))
+        y = self.y[rows].numpy()
+        return tuple(
+            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.noise), tree=batch)
+            for party, e in zip(self.nonlabel, embs)
+        )
+
+    def predict(self, key: str, *messages) -> np.ndarray:
+        ids = self.rows[key]
+        self.bn.eval()
+        try:
+            with torch.no_grad():
+                embs = [e.detach() for e in self._embeddings(messages, len(ids), -1)]
+                return torch.sigmoid(self._head([self.bottom(ids)] + embs, "fed")).numpy().astype(np.float64)
+        finally:
+            self.bn.train()
+
+    # after pretraining ----------------------------------------------------------------
+    def prepare_unaligned(self) -> dict[str, Any]:
+        """Receive ``h_N`` of the aligned rows, synthesise it for the unaligned ones, plan the alternation."""
+        timeout = self.config.timeout_s
+        messages = gather([(p, h.send_training_embeddings.remote()) for p, h in zip(self.nonlabel, self.peers)],
+                          "trained embeddings", timeout)
+        n_a = len(self.rows["train"])
+        h_n = torch.cat([torch.as_tensor(np.array(self.mailbox.open(m, "embedding", {"n_rows": n_a,
+                         "width": self.config.embedding_width}, senders=(p,))), dtype=self.dtype)
+                         for p, m in zip(self.nonlabel, messages)], dim=1)
+        with torch.no_grad():
+            h_l = self.bottom(self.rows["train"])
+            h_l_u = self.bottom(self.rows["unaligned"])
+        synthetic, self.report = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(), h_l_u.numpy(),
+                                            self.y_u.numpy(), self.users)
+        self.synthetic = torch.as_tensor(synthetic, dtype=self.dtype)
+        # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
+        self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
+        self.plan = self._plan()
+        self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan))
+        return dict(self.report)
+
+    def _plan(self) -> list[tuple[str, int]]:
+        """The alternation: per step ``("fed", batch number)`` or ``("local", local batch index)``; per
+        epoch every aligned and every unaligned batch once, in a random interleaving."""
+        cfg, bs = self.config, self.config.batch_size
+        n_u = len(self.rows["unaligned"])
+        rng = np.random.default_rng([cfg.seed, 7919])
+        fed = iter(range(self.n_pretrain, len(self.schedule)))  # the shared schedule's alternating epochs
+        per_epoch = (len(self.schedule) - self.n_pretrain) // (cfg.epochs - self.options.pretrain_epochs)
+        self.local_batches, plan = [], []
+        for _ in range(cfg.epochs - self.options.pretrain_epochs):
+            order = rng.permutation(n_u)
+            local = [order[i : i + bs] for i in range(0, n_u, bs)]
+            for is_fed in branch_sequence(per_epoch, len(local), rng):
+                if is_fed:
+                    plan.append(("fed", next(fed)))
+                else:
+                    plan.append(("local", len(self.local_batches)))
+                    self.local_batches.append(local.pop(0))
+        return plan
+
+    def run_alternating(self, start: int, stop: int) -> int:
+        """Run steps ``[start, stop)`` of the plan; a federated step is one split-NN round trip."""
+        timeout = self.config.timeout_s
+        grads = self._carry or [None] * len(self.nonlabel)
+        for branch, index in self.plan[start:stop]:
+            if branch == "fed":
+                pending = [(p, h.step.remote(g, index)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
+                rows = self.schedule[index]
+                own = self.bottom(self.rows["train"][rows])
+                grads = list(self._update(index, rows, own, gather(pending, f"batch {index}", timeout)))
+            else:
+                rows = self.local_batches[index]
+                logits = self._head([self.bottom(self.rows["unaligned"][rows]), self.synthetic[rows]], "local")
+                loss = F.binary_cross_entropy_with_logits(logits, self.y_u[rows])
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.optimizer.step()
+                self.losses.append(float(loss.detach()))
+        self._carry = grads
+        return stop
+
+    def plan_counts(self) -> dict[str, int]:
+        return {"fed": sum(b == "fed" for b, _ in self.plan), "local": sum(b == "local" for b, _ in self.plan)}

@@ -1,0 +1,212 @@
+"""Diffu-AT (FedAds): the diffusion model's laws, the alternation, the gain over VanillaVFL, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from ray_vfl import ConfigError, DataError, VerticalDataset  # noqa: E402
+from ray_vfl.splitnn import SplitNNClassifier, SplitNNConfig, make_fedads_like, train  # noqa: E402
+from ray_vfl.splitnn.diffusion import ConditionalDiffusion, DiffusionConfig  # noqa: E402
+from ray_vfl.splitnn.synthesis import UnalignedOptions, branch_sequence, heuristic_embeddings, synthesize  # noqa: E402
+from ray_vfl.splitnn.unaligned import split_aligned, train_unaligned  # noqa: E402
+
+LABEL, OTHER = "bank", "shop"
+CFG = SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
+# Diffu-AT's AUC over VanillaVFL's with the same aligned rows and epochs, at these fixed seeds: measured
+# 0.744 vs 0.693 (+0.051); the 3-seed benchmark in benchmarks/RESULTS.md gives the spread. The NLL is
+# about equal (0.1298 vs 0.1299): the test asks only that it is not worse.
+MARGIN = 0.02
+OPTIONS = UnalignedOptions(diffusion=DiffusionConfig(steps=100, epochs=20, hidden=(64, 64)))
+
+
+def _toy(n: int, seed: int):
+    """x | c ~ N((2c, -c), diag(0.5^2, 1)): the conditional mean and variance are known."""
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(n, 1))
+    x = np.hstack([2 * c + 0.5 * rng.normal(size=(n, 1)), -c + rng.normal(size=(n, 1))])
+    return x, c
+
+
+@pytest.fixture(scope="module")
+def toy_model():
+    x, c = _toy(4000, 0)
+    torch.set_num_threads(1)
+    return ConditionalDiffusion(DiffusionConfig(steps=50, epochs=60, hidden=(64, 64))).fit(x, c)
+
+
+def test_diffusion_loss_falls(toy_model):
+    losses = toy_model.losses_
+    assert losses[-1] < 0.5 * losses[0]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+
+
+@pytest.mark.parametrize("c_value", [-1.0, 0.5, 1.5])
+def test_samples_match_conditional_mean_and_variance(toy_model, c_value):
+    s = toy_model.sample(np.full((3000, 1), c_value), seed=1)
+    # sampling error of the mean: 1/sqrt(3000) ~ 0.02 sd; model error dominates, within 0.15
+    np.testing.assert_allclose(s.mean(0), [2 * c_value, -c_value], atol=0.15)
+    np.testing.assert_allclose(s.std(0), [0.5, 1.0], rtol=0.15)
+
+
+def test_condition_replaced_at_every_step(toy_model):
+    c = np.linspace(-1, 1, 50)[:, None]
+    seen = []
+    toy_model.sample(c, seed=2, on_step=lambda t, z: seen.append((t, z[:, 2:].clone())))
+    expected = (torch.as_tensor(c, dtype=torch.float32) - toy_model.c_mean_) / toy_model.c_std_
+    assert [t for t, _ in seen] == list(range(49, -1, -1))  # every one of the T steps, T-1 down to 0
+    for t, cond in seen:
+        assert torch.equal(cond, expected), f"condition part changed at step {t}"
+
+
+def test_branch_proportions_binomial():
+    """At every step the federated branch comes with probability n_fed / (n_fed + n_local): across 2,000
+    drawn alternations, the share of federated steps at the start, middle and end agrees with it."""
+    rng = np.random.default_rng(0)
+    for n_f, n_l in [(20, 80), (50, 50), (9, 1)]:
+        draws = np.array([branch_sequence(n_f, n_l, rng) for _ in range(2_000)])
+        assert (draws.sum(1) == n_f).all()  # every batch once
+        p = n_f / (n_f + n_l)
+        for position in (0, (n_f + n_l) // 2, n_f + n_l - 1):
+            k, n = draws[:, position].sum(), len(draws)
+            z = (k - n * p) / np.sqrt(n * p * (1 - p))
+            assert abs(z) < 4, (n_f, n_l, position, z)
+        pooled = draws.mean(0)  # and no position drifts: a chi-square-like bound on the per-step shares
+        assert np.abs(pooled - p).max() < 4.5 * np.sqrt(p * (1 - p) / len(draws))
+
+
+def test_heuristic_means_per_user():
+    h = np.arange(8, dtype=float).reshape(4, 2)
+    out, hit = heuristic_embeddings(h, np.array(["a", "a", "b", "c"]), np.array(["b", "a", "z"]))
+    np.testing.assert_allclose(out, [[4, 5], [1, 2], h.mean(0)])
+    assert hit == pytest.approx(2 / 3)
+
+
+@pytest.fixture(scope="module")
+def generator():
+    full = make_fedads_like(40_000, aligned_fraction=1.0, seed=0, label_party=LABEL, nonlabel_party=OTHER)
+    return split_aligned(full, 0.2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def diffu_run(runtime, generator):
+    """Diffu-AT trained once; what the tests need is read right away (the next fit reuses the actors)."""
+    partial, _ = generator
+    model = train_unaligned(runtime, partial.train, partial.label_only, CFG, OPTIONS)
+    return model.evaluate(partial.test), model.unaligned, model.recorded_view(OTHER), model.comm_stats
+
+
+def test_diffu_at_beats_vanilla(runtime, generator, diffu_run):
+    partial, _ = generator
+    vanilla = train(runtime, partial.train, CFG.replace(epochs=CFG.epochs + OPTIONS.pretrain_epochs))
+    got, base = diffu_run[0], vanilla.evaluate(partial.test)
+    assert got["auc"] > base["auc"] + MARGIN, (got, base)
+    assert got["nll"] < base["nll"] + 0.002, (got, base)
+
+
+def test_alternation_as_reported_and_seen_by_the_nonlabel_party(generator, diffu_run):
+    partial, _ = generator
+    _, rep, view, stats = diffu_run
+    n_a, n_u, bs = partial.train.n_rows, partial.label_only.n_rows, CFG.batch_size
+    batches_a, batches_u = -(-n_a // bs), -(-n_u // bs)
+    assert rep["federated_steps"] == CFG.epochs * batches_a  # each aligned batch once per alternating epoch
+    assert rep["steps"] == CFG.epochs * (batches_a + batches_u)
+    assert len(view.embeddings) == rep["pretrain_batches"] + rep["federated_steps"]
+    # the synthesis moved the trained embeddings of the aligned rows once, through the metered path
+    sent = [r for r in stats.records if r.kind == "embedding" and r.tree == -2]
+    assert len(sent) == 1 and sent[0].receiver == LABEL
+
+
+def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
+    data = make_fedads_like(3_000, aligned_fraction=1.0, seed=1, label_party=LABEL, nonlabel_party=OTHER)
+    ids = data.train.ids
+    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label.astype(int))
+    keep = np.random.default_rng(0).random(len(ids)) < 0.3
+    shop = data.train.features[OTHER].assign(id=ids)[keep].sample(frac=1.0, random_state=0)  # other order, fewer IDs
+    bank.to_csv(tmp_path / "bank.csv", index=False)
+    shop.to_csv(tmp_path / "shop.csv", index=False)
+    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
+    held = VerticalDataset.from_files({LABEL: str(tmp_path / "bank.csv"), OTHER: str(tmp_path / "shop.csv")},
+                                      id_column="id", label="y", categorical=cats, align="psi", runtime=runtime)
+    assert held.unaligned[LABEL] == int((~keep).sum())
+    clf = SplitNNClassifier(unaligned="diffu-at", epochs=1, batch_size=128, diffusion_steps=20, runtime=runtime,
+                            nonlabel_hidden=(32, 16), label_hidden=(32, 16)).fit(held)
+    assert clf.unaligned_report_["unaligned_rows"] == int((~keep).sum())
+    assert clf.unaligned_report_["aligned_rows"] == int(keep.sum())
+    proba = clf.predict_proba(held)
+    assert proba.shape == (int(keep.sum()), 2) and np.isfinite(proba).all()
+    with pytest.raises(ConfigError, match="not supported yet"):
+        clf.save_model(str(tmp_path / "model"))
+
+
+def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime):
+    """In-process PSI (AlignedDataset): the label party's rows outside the intersection, with their labels."""
+    data = make_fedads_like(2_000, aligned_fraction=1.0, seed=2, label_party=LABEL, nonlabel_party=OTHER)
+    ids = data.train.ids
+    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label)
+    shop = data.train.features[OTHER].assign(id=ids).iloc[::3]  # a third of the IDs
+    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
+    aligned = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", categorical=cats, align="psi",
+                                          runtime=runtime)
+    clf = SplitNNClassifier(unaligned="jpl", epochs=1, batch_size=128, runtime=runtime,
+                            nonlabel_hidden=(16, 8), label_hidden=(16, 8)).fit(aligned)
+    assert clf.unaligned_report_["unaligned_rows"] == len(ids) - len(shop)
+    assert clf.unaligned_report_["aligned_rows"] == len(shop)
+
+
+# bad input ------------------------------------------------------------------------------------------
+def test_steps_below_one_refused():
+    with pytest.raises(ConfigError, match="steps must be an integer in \\[1, 10000\\], got 0"):
+        DiffusionConfig(steps=0)
+    with pytest.raises(ConfigError, match="steps"):
+        SplitNNClassifier(unaligned="diffu-at", diffusion_steps=-3)._options()
+
+
+def test_unknown_method_and_heuristic_without_users_refused():
+    with pytest.raises(ConfigError, match="unaligned must be None or one of"):
+        SplitNNClassifier(unaligned="diffusion")._options()
+    with pytest.raises(ConfigError, match="user_column"):
+        UnalignedOptions(method="heuristic")
+
+
+def test_embedding_size_mismatch_refused(toy_model):
+    with pytest.raises(DataError, match="width 3, but the diffusion model was trained on width 1"):
+        toy_model.sample(np.zeros((5, 3)))
+    h_n, h_l = np.zeros((10, 4)), np.zeros((10, 6))
+    with pytest.raises(DataError, match="width 6 but of the unaligned rows 5"):
+        synthesize(UnalignedOptions(), h_n, h_l, np.zeros(10), np.zeros((3, 5)), np.zeros(3))
+    with pytest.raises(DataError, match="x has 10 rows but the condition c has 9"):
+        ConditionalDiffusion(DiffusionConfig(steps=5, epochs=1)).fit(np.zeros((10, 2)), np.zeros((9, 1)))
+
+
+def test_no_unaligned_rows_refused(runtime):
+    bank = pd.DataFrame({"id": np.arange(40), "x": np.arange(40.0), "y": np.arange(40) % 2})
+    shop = pd.DataFrame({"id": np.arange(60), "z": np.arange(60.0)})  # every bank ID aligned
+    data = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", align="psi", runtime=runtime)
+    with pytest.raises(DataError, match="has no unaligned rows"):
+        train_unaligned(runtime, data, None, CFG, OPTIONS)
+    with pytest.raises(DataError, match="needs the label party's unaligned rows"):
+        plain = VerticalDataset.from_frames({LABEL: bank, OTHER: shop.iloc[:40]}, label="y")  # keeps none
+        train_unaligned(runtime, plain, None, CFG, OPTIONS)
+
+
+def test_no_aligned_rows_refused(runtime, generator):
+    partial, _ = generator
+    with pytest.raises(DataError, match="needs aligned rows"):
+        train_unaligned(runtime, partial.train.take(np.array([0])), partial.label_only, CFG, OPTIONS)
+    with pytest.raises(DataError, match="at least 2 aligned rows"):
+        synthesize(UnalignedOptions(), np.zeros((1, 4)), np.zeros((1, 3)), np.zeros(1), np.zeros((3, 3)), np.zeros(3))
+
+
+def test_unaligned_rows_must_be_the_label_partys(runtime, generator):
+    partial, _ = generator
+    with pytest.raises(DataError, match="must be a VerticalDataset of the label party"):
+        train_unaligned(runtime, partial.train, partial.train, CFG, OPTIONS)
+    renamed = partial.label_only.features[LABEL].rename(columns={"l_i_fea_1": "other"})
+    wrong = VerticalDataset({LABEL: renamed}, partial.label_only.ids, partial.label_only.label, LABEL)
+    with pytest.raises(DataError, match="columns"):
+        train_unaligned(runtime, partial.train, wrong, CFG, OPTIONS)
