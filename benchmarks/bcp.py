@@ -1,0 +1,161 @@
+"""BCP and the two-server sub-protocols: cost per value, next to our Paillier and a textbook BCP, in one run.
+
+Usage::
+
+    python benchmarks/bcp.py                      # 1024 and 2048 bits
+    python benchmarks/bcp.py --bits 1024 --n 10000 --loop 10000
+
+Table 1 (per value, one thread: ``set_threads(1)``, so these are single-core costs): Setup and KeyGen
+(one-off, per call), BCP Enc / Dec (user key) / mDec (master key), KeyProd and TransDec (the two-server
+key switch, C's and S's work together), Add, Mult and LGT (both servers' work, in-process link),
+our Paillier (``get_backend("paillier")``) encryption and decryption, and a textbook BCP encryption:
+``pow(g, r, N^2)``, ``pow(h, r, N^2) (1 + m N)`` with Python ints on fresh full-length ``r`` in
+``[1, N^2 / 4]`` (square-and-multiply, no tables). ``ratio`` is textbook / ours.
+
+Table 2: Mult and LGT on arrays of ``n`` values (one round trip per array) against a loop of one
+round trip per value (the per-value path: ``ServerC.mult`` / ``lgt`` on one-element arrays through
+the same in-process link), measured over ``--loop`` values and scaled to ``n``. In process, a round
+trip costs only pickling, so the crypto (equal on both paths) dominates; the "RTT x ms" columns add a
+network round trip of x milliseconds per message to both paths (``--rtt-ms``; a Ray actor call is
+about 0.5 ms on one machine, RAY_NOTES; a WAN round trip tens of ms): computed, not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ray_vfl.crypto import get_backend
+from ray_vfl.crypto.bcp import keygen, setup
+from ray_vfl.crypto.bcp_arrays import BCP
+from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.crypto.two_server import LocalLink, ServerC, ServerS, TwoServerConfig
+
+
+def per_value(fn, count: int, repeats: int = 2) -> float:
+    """Best-of-``repeats`` seconds per value of ``fn()``, which handles ``count`` values."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best / count
+
+
+def textbook_encrypt(params, pk, ms: list[int]) -> list[tuple[int, int]]:
+    n, n2, g, h = params.n, params.nsquare, params.g, pk.h
+    out = []
+    for m in ms:
+        r = secrets.randbelow(n2 // 4) + 1
+        out.append((pow(g, r, n2), pow(h, r, n2) * (1 + (m % n) * n) % n2))
+    return out
+
+
+def table1(bits: int, small: int) -> tuple[list, tuple]:
+    t = time.perf_counter()
+    params, mk = setup(bits, allow_weak=True)
+    t_setup = time.perf_counter() - t
+    t_keygen = per_value(lambda: keygen(params), 1)
+    users = [keygen(params) for _ in range(3)]
+    cfg = TwoServerConfig()
+    s = ServerS(mk, cfg)
+    c = ServerC(params, LocalLink(s), cfg)
+    jpk = c.register([pk for pk, _ in users])
+    bcp = BCP()
+    (upk, usk) = users[0]
+    m = [secrets.randbits(64) - 2**63 for _ in range(small)]
+    c.encrypt_ints(jpk, m), bcp.encrypt_ints(upk, m)  # warm the fixed-base tables
+    x, y = c.encrypt_ints(jpk, m), c.encrypt_ints(jpk, m[::-1])
+    ux = bcp.encrypt_ints(upk, m)
+    few = max(4, small // 8)
+    rows = [
+        ("Setup (s, once)", t_setup),
+        ("KeyGen", t_keygen),
+        ("Enc", per_value(lambda: bcp.encrypt_ints(jpk, m), small)),
+        ("Dec (user key)", per_value(lambda: bcp.decrypt_ints(usk, bcp.take(ux, slice(0, few))), few)),
+        ("mDec (master key)", per_value(lambda: bcp.mdecrypt_ints(mk, jpk, x), small)),
+        ("KeyProd", per_value(lambda: c.key_prod([ux]), small)),
+        ("TransDec", per_value(lambda: c.trans_dec(x, upk), small)),
+        ("Add", per_value(lambda: c.add(x, y), small, 3)),
+        ("Mult", per_value(lambda: c.mult(x, y), small)),
+        ("LGT", per_value(lambda: c.lgt(x, y), small)),
+    ]
+    pai = get_backend("paillier")
+    ppk, psk = pai.generate_keys(bits, allow_weak=True)
+    xs = np.linspace(-1, 1, small)
+    pai.encrypt(ppk, xs)
+    pc = pai.encrypt(ppk, xs)
+    rows += [("Paillier Enc", per_value(lambda: pai.encrypt(ppk, xs), small)),
+             ("Paillier Dec", per_value(lambda: pai.decrypt(psk, pc), small))]
+    tb_count = 24 if bits <= 1024 else 6
+    t_text = per_value(lambda: textbook_encrypt(params, jpk, m[:tb_count]), tb_count, 1)
+    rows.append(("Enc, textbook (Python pow, full r)", t_text))
+    return rows, (params, mk, c, jpk)
+
+
+def table2(c: ServerC, jpk, n: int, loop: int) -> list:
+    vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
+    x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
+    out = []
+    for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
+        t = time.perf_counter()
+        op(x, y)
+        batch = time.perf_counter() - t
+        k = min(loop, n)
+        xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
+        ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
+        t = time.perf_counter()
+        for a, b in zip(xs, ys):
+            op(a, b)
+        looped = (time.perf_counter() - t) * n / k
+        out.append((name, n, k, batch, looped))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bits", type=int, nargs="+", default=[1024, 2048])
+    ap.add_argument("--small", type=int, default=200, help="values per Table 1 measurement")
+    ap.add_argument("--n", type=int, default=10_000, help="array length for Table 2")
+    ap.add_argument("--n-2048", type=int, default=1_000, help="array length for Table 2 at >= 2048 bits")
+    ap.add_argument("--loop", type=int, default=1_000, help="values the per-value loop is timed on")
+    ap.add_argument("--rtt-ms", type=float, nargs="+", default=[0.5, 20.0])
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    set_threads(1)
+    results = {}
+    for bits in args.bits:
+        rows, (_, _, c, jpk) = table1(bits, args.small)
+        n = args.n if bits < 2048 else args.n_2048
+        results[bits] = (rows, table2(c, jpk, n, args.loop if bits < 2048 else min(args.loop, 200)))
+        print(f"... {bits} bits done", file=sys.stderr, flush=True)
+    print("Table 1: microseconds per value, one thread (Setup: seconds)")
+    print(f"{'operation':<36}" + "".join(f"{b:>14}" for b in args.bits))
+    for i, (name, _) in enumerate(results[args.bits[0]][0]):
+        cells = []
+        for b in args.bits:
+            v = results[b][0][i][1]
+            cells.append(f"{v:>14.2f}" if name.startswith("Setup") else f"{v * 1e6:>14.0f}")
+        print(f"{name:<36}" + "".join(cells))
+    ratio = [dict(results[b][0])["Enc, textbook (Python pow, full r)"] / dict(results[b][0])["Enc"] for b in args.bits]
+    print(f"{'Enc: textbook / ours':<36}" + "".join(f"{r:>13.0f}x" for r in ratio))
+    print("\nTable 2: one round trip per array vs one per value (loop timed on k values, scaled to n); "
+          "'RTT x ms': the ratio when each round trip also costs x ms")
+    rtts = "".join(f"{f'RTT {r:g} ms':>12}" for r in args.rtt_ms)
+    print(f"{'bits':>5} {'op':<5} {'n':>6} {'k':>6} {'array s':>9} {'loop s':>9} {'ratio':>7}{rtts}")
+    for b in args.bits:
+        for name, n, k, batch, looped in results[b][1]:
+            at = "".join(f"{(looped + n * r / 1e3) / (batch + r / 1e3):>11.2f}x" for r in args.rtt_ms)
+            print(f"{b:>5} {name:<5} {n:>6} {k:>6} {batch:>9.2f} {looped:>9.2f} {looped / batch:>6.2f}x{at}")
+
+
+if __name__ == "__main__":
+    main()

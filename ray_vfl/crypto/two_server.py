@@ -1,0 +1,448 @@
+"""Two-server sub-protocols on BCP ciphertexts (SSXGB's KeyProd, TransDec, Add, Neg, Exp, Sub, Mult, LGT, SArgmax).
+
+Two non-colluding, honest-but-curious servers: **C** holds the public parameters, every public key and
+the ciphertexts, and does all homomorphic work; **S** holds the BCP master key (mDec) and only ever
+decrypts values that C has masked. Every protocol is vectorised: one C -> S request and one reply per
+whole array (or list of arrays), never one per value. ``ServerC`` and ``ServerS`` are plain classes;
+C reaches S through a *link* with one method, ``ask(step, *payload)`` (``step`` a ``ServerS`` method):
+:class:`LocalLink` runs it in-process, pickling every payload and reply so that only plain values
+(``CipherArray`` byte matrices, key ids, ints) cross, and counts round trips and bytes. A Ray wrapper
+sends the same payloads through ``ray_vfl.runtime.comm.Mailbox.send``.
+
+References: Peter, Tews, Katzenbeisser, "Efficiently outsourcing multiparty computation under
+multiple keys" (IEEE TIFS 2013) for KeyProd / TransDec / Mult; Liu, Lu, Ma, Chen, Qin, "Privacy-
+preserving outsourced calculation on floating point numbers" / "Efficient and privacy-preserving
+outsourced calculation of rational numbers" (IEEE TIFS / TDSC 2016) for the secure less-than (SLT)
+that LGT adapts; SSXGB (Scalable Multi-Party Privacy-Preserving Gradient Tree Boosting over
+Vertically Partitioned Dataset with Outsourced Computations) for how they compose.
+
+Parameters (:class:`TwoServerConfig`): ``value_bits`` = l (default 128) bounds the plaintexts of Mult
+and LGT, ``|x| < 2^l``; ``kappa`` (default 80) is the statistical hiding parameter. Both servers check
+``l + kappa + 6 <= |N|`` at construction.
+
+======================  =========================================  ==========================================
+protocol (rounds)       C -> S payload                             what S learns
+======================  =========================================  ==========================================
+register (1)            user public keys ``h_i`` (ints)            public keys only
+KeyProd (1)             ``Enc_pk_i(m + tau)`` per user array       ``m + tau mod N``: uniform in ``Z_N``
+TransDec (1)            ``Enc_pk(m + tau)``, target key id         ``m + tau mod N``: uniform in ``Z_N``
+Add, Neg, Sub, Exp (0)  (local at C)                               nothing
+Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)``           ``x + r1``, ``y + r2``: statistical
+                                                                   distance ``<= 2^(1 - kappa)`` from any
+                                                                   other in-range input's
+LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
+                                                                   [x < y]); the magnitude reveals about
+                                                                   ``log2 |x - y|`` (bit length, +-1)
+SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
+======================  =========================================  ==========================================
+
+S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
+``Enc([v > 0])``); C learns nothing from them (semantic security; C has no secret key).
+
+Randomness: S can compute the encryption exponent ``r mod N`` of any ciphertext with the master key,
+so the mask encryption C adds to every ciphertext it sends to S has a fresh exponent of ``|N| + 128`` bits
+(:data:`~ray_vfl.crypto.bcp.HIDING_BITS`), statistically uniform modulo ``N``: the exponent S could
+compute is then independent of C's secret multipliers (LGT's ``s r``, Mult's ``r1``, ``r2`` through the
+cross terms of earlier products).
+
+Masks (all from ``secrets``): ``tau`` uniform in ``Z_N`` (perfect hiding: a one-time pad mod ``N``);
+Mult's ``r1, r2`` uniform in ``[0, 2^(l + kappa))`` (statistical hiding: ``x + r1`` for two inputs
+``|x|, |x'| < 2^l`` are at statistical distance ``<= |x - x'| / 2^(l + kappa) < 2^(1 - kappa)``; short
+masks because C exponentiates by them: ``(l + kappa)``-bit instead of ``|N|``-bit exponents); LGT's
+sign ``s`` uniform in ``{-1, +1}`` (1 bit), ``r`` uniform in ``[2^(kappa - 1), 2^kappa)`` and ``r'``
+uniform in ``[0, r)``.
+
+Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
+``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with
+``|x| >= 2^(l + kappa) + 2^l`` and one with ``2^l <= |x| < 2^(l + kappa) + 2^l`` only with probability
+about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding
+degrades to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever
+``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``; S refuses
+``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 2)`` triggers
+(``|v| > r (|d| - 1)`` and ``r >= 2^(kappa - 1)``); a pair in between is accepted only when ``|v|`` is
+below the bound, far below ``N / 3``, so its result is still correct.
+SArgmax: ``|v| < 2^(l - 1)`` (its Mults take differences of two values).
+
+LGT leaks the approximate magnitude of ``x - y`` to S, as the SLT of Liu et al. does (multiplicative
+blinding cannot hide it); hiding it too needs a bitwise comparison (DGK-style), about ``l + kappa``
+ciphertexts per value each way.
+
+Example
+-------
+>>> import warnings; warnings.simplefilter("ignore")
+>>> from ray_vfl.crypto.bcp import setup, keygen
+>>> params, mk = setup(1024, allow_weak=True)
+>>> users = [keygen(params) for _ in range(2)]
+>>> s = ServerS(mk)
+>>> c = ServerC(params, LocalLink(s))
+>>> jpk = c.register([pk for pk, _ in users])
+>>> x, y = c.encrypt_ints(jpk, [3, -4, 5]), c.encrypt_ints(jpk, [2, -4, 6])
+>>> bcp = c.bcp
+>>> bcp.mdecrypt_ints(mk, jpk, c.mult(x, y)), bcp.mdecrypt_ints(mk, jpk, c.lgt(x, y))
+([6, 16, 30], [0, 0, 1])
+>>> back = c.trans_dec(c.mult(x, y), users[0][0])           # to user 0, who decrypts alone
+>>> bcp.decrypt_ints(users[0][1], back), c.link.round_trips
+([6, 16, 30], 5)
+"""
+
+from __future__ import annotations
+
+import pickle
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.bcp import BCPMasterKey, BCPParams, BCPPublicKey, joint_key
+from ray_vfl.crypto.bcp_arrays import BCP, check, key_logs, tag_frac_bits
+from ray_vfl.errors import ConfigError, CryptoError
+
+__all__ = ["LocalLink", "ServerC", "ServerS", "TwoServerConfig"]
+
+
+@dataclass(frozen=True)
+class TwoServerConfig:
+    """Value range and statistical hiding parameter of the two-server protocols.
+
+    Parameters
+    ----------
+    value_bits : int, default 128
+        ``l``: Mult and LGT inputs satisfy ``|x| < 2^l`` (SArgmax: ``2^(l - 1)``).
+    kappa : int, default 80
+        Statistical hiding parameter: Mult's masks hide an input within ``2^(1 - kappa)``.
+
+    Example
+    -------
+    >>> TwoServerConfig().mask_bits
+    208
+    >>> TwoServerConfig(value_bits=0)
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.ConfigError: value_bits must be an int >= 1, got 0
+    """
+
+    value_bits: int = 128
+    kappa: int = 80
+
+    def __post_init__(self) -> None:
+        for name, lo in (("value_bits", 1), ("kappa", 40)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ConfigError(f"{name} must be an int >= {lo}, got {v!r}")
+
+    @property
+    def mask_bits(self) -> int:
+        """Bits of Mult's additive masks ``r1``, ``r2``: ``l + kappa``."""
+        return self.value_bits + self.kappa
+
+    @property
+    def lgt_bound(self) -> int:
+        """S refuses an LGT value ``|v| >= 2^(l + kappa + 2)``."""
+        return 1 << (self.value_bits + self.kappa + 2)
+
+    def check_key(self, key_bits: int) -> None:
+        """``l + kappa + 6 <= |N|``: LGT's blinded values stay far below ``N / 3``."""
+        if self.value_bits + self.kappa + 6 > key_bits:
+            raise ConfigError(f"value_bits + kappa + 6 = {self.value_bits + self.kappa + 6} exceeds the "
+                              f"{key_bits}-bit key: lower value_bits (at most {key_bits - self.kappa - 6})")
+
+
+class ServerS:
+    """Server S: holds the master key, answers C's steps on masked ciphertexts.
+
+    Every ``*_step`` method takes and returns plain values (``CipherArray``, ``bytes``, ints).
+    ``record_view=True`` keeps what S decrypted, ``(step name, list of ints)``, in :attr:`view`
+    (tests audit it).
+    """
+
+    def __init__(self, mk: BCPMasterKey, config: TwoServerConfig = TwoServerConfig(), frac_bits: int = 40,
+                 record_view: bool = False, pool: Any = None) -> None:
+        if not isinstance(mk, BCPMasterKey):
+            raise CryptoError(f"server S needs a BCPMasterKey, got {type(mk).__name__}")
+        if not isinstance(config, TwoServerConfig):
+            raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
+        config.check_key(mk.params.key_bits)
+        self.pool = pool
+        self._mk = mk
+        self.config = config
+        self.bcp = BCP(frac_bits)
+        self.keys: dict[bytes, BCPPublicKey] = {}
+        self.record_view = record_view
+        self.view: list[tuple[str, list[int]]] = []
+
+    def _key(self, key_id: bytes) -> BCPPublicKey:
+        if key_id not in self.keys:
+            raise CryptoError(f"server S does not know key {bytes(key_id).hex()[:8]}..: register it first "
+                              "(ciphertexts under an unknown key are refused)")
+        return self.keys[key_id]
+
+    def _open(self, step: str, c: CipherArray, signed: bool) -> list[int]:
+        pk = self._key(c.key_id)
+        vals = (self.bcp.mdecrypt_ints if signed else self.bcp.mdecrypt_residues)(self._mk, pk, c, self.pool)
+        if self.record_view:
+            self.view.append((step, vals))
+        return vals
+
+    def register_step(self, hs: list[int]) -> list[bytes]:
+        """Learn public keys ``h`` (checked to lie in ``<g>``); returns their key ids."""
+        if not isinstance(hs, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
+            raise CryptoError("register_step takes a list of public keys h as ints")
+        ids = []
+        for h in hs:
+            pk = BCPPublicKey(self._mk.params, int(h))
+            key_logs(self._mk, pk)  # checks h in <g>, and caches a mod p, a mod q for mDec
+            self.keys[pk.key_id] = pk
+            ids.append(pk.key_id)
+        return ids
+
+    def switch_key_step(self, masked: list[CipherArray], target: list[bytes]) -> list[CipherArray]:
+        """KeyProd / TransDec: decrypt each masked array, re-encrypt it under its target key."""
+        if len(masked) != len(target):
+            raise CryptoError(f"{len(masked)} arrays for {len(target)} target keys")
+        out = []
+        for c, t in zip(masked, target):
+            vals = self._open("switch_key", c, signed=False)
+            out.append(self.bcp._encrypt_residues(self._key(t), vals, tag_frac_bits(c.tag), self.pool))
+        return out
+
+    def mult_step(self, xs: list[CipherArray], ys: list[CipherArray]) -> list[CipherArray]:
+        """Mult: open ``X = x + r1`` and ``Y = y + r2``, return ``Enc(X Y)`` under the same key."""
+        if len(xs) != len(ys):
+            raise CryptoError(f"mult_step: {len(xs)} left arrays for {len(ys)} right arrays")
+        lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
+        out = []
+        for x, y in zip(xs, ys):
+            if x.key_id != y.key_id or len(x) != len(y):
+                raise CryptoError("mult_step: operand arrays must share key and length")
+            big_x, big_y = self._open("mult", x, signed=True), self._open("mult", y, signed=True)
+            if any(not lo < v < hi for v in big_x + big_y):
+                raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
+                                  "mask no longer hides it; refused")
+            frac = tag_frac_bits(x.tag) + tag_frac_bits(y.tag)
+            out.append(self.bcp._encrypt_residues(self._key(x.key_id), [a * b for a, b in zip(big_x, big_y)], frac,
+                                                  self.pool))
+        return out
+
+    def lgt_step(self, v: CipherArray) -> CipherArray:
+        """LGT: open the blinded ``v`` and return ``Enc([v > 0])`` under the same key."""
+        vals = self._open("lgt", v, signed=True)
+        if any(abs(x) >= self.config.lgt_bound for x in vals):
+            raise CryptoError(f"LGT input outside |x|, |y| < 2^{self.config.value_bits} (value_bits): "
+                              "the comparison would not be reliable; refused")
+        return self.bcp._encrypt_residues(self._key(v.key_id), [int(x > 0) for x in vals], 0, self.pool)
+
+
+class LocalLink:
+    """In-process C -> S link: one :meth:`ask` is one round trip; payloads and replies are pickled,
+    so only plain values cross, and counted.
+
+    Attributes
+    ----------
+    round_trips, bytes_to_s, bytes_to_c : int
+    """
+
+    def __init__(self, server_s: ServerS) -> None:
+        self.server_s = server_s
+        self.round_trips = 0
+        self.bytes_to_s = 0
+        self.bytes_to_c = 0
+
+    def ask(self, step: Callable, *payload: Any) -> Any:
+        request = pickle.dumps(payload, protocol=5)
+        self.round_trips += 1
+        self.bytes_to_s += len(request)
+        reply = pickle.dumps(step(self.server_s, *pickle.loads(request)), protocol=5)
+        self.bytes_to_c += len(reply)
+        return pickle.loads(reply)
+
+
+def _uniform(bits: int, count: int) -> list[int]:
+    return [secrets.randbits(bits) for _ in range(count)]
+
+
+class ServerC:
+    """Server C: public parameters, public keys, ciphertexts; runs the protocols with S over ``link``.
+
+    Parameters
+    ----------
+    params : BCPParams
+    link : object with ``ask(step, *payload)``, e.g. :class:`LocalLink`
+    config : TwoServerConfig
+        The same as S's.
+    frac_bits : int, default 40
+        Scale of :meth:`encrypt` (floats).
+    pool : optional task pool for large encryptions (see :mod:`ray_vfl.crypto.bcp_arrays`)
+    """
+
+    def __init__(self, params: BCPParams, link: Any, config: TwoServerConfig = TwoServerConfig(),
+                 frac_bits: int = 40, pool: Any = None) -> None:
+        if not isinstance(params, BCPParams):
+            raise CryptoError(f"server C needs BCPParams, got {type(params).__name__}")
+        if not isinstance(config, TwoServerConfig):
+            raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
+        config.check_key(params.key_bits)
+        self.params = params
+        self.link = link
+        self.config = config
+        self.bcp = BCP(frac_bits)
+        self.pool = pool
+        self.keys: dict[bytes, BCPPublicKey] = {}
+        self.joint: BCPPublicKey | None = None
+
+    # -- keys -----------------------------------------------------------------------------------
+    def register(self, user_keys: Sequence[BCPPublicKey]) -> BCPPublicKey:
+        """KeyProd's key part: the joint key ``prod h_i``; S learns the user keys and the joint key (1 round)."""
+        if not user_keys or any(not isinstance(k, BCPPublicKey) or k.params != self.params for k in user_keys):
+            raise CryptoError("register needs BCPPublicKeys of this Setup")
+        jpk = joint_key(list(user_keys))
+        for k in (*user_keys, jpk):
+            self.keys[k.key_id] = k
+        self.link.ask(ServerS.register_step, [k.h for k in (*user_keys, jpk)])
+        self.joint = jpk
+        return jpk
+
+    def key_of(self, c: CipherArray) -> BCPPublicKey:
+        if not isinstance(c, CipherArray) or c.key_id not in self.keys:
+            raise CryptoError("ciphertext under a key server C does not know: register the key first")
+        return self.keys[c.key_id]
+
+    def encrypt_ints(self, pk: BCPPublicKey, ms: Sequence[int], frac_bits: int = 0) -> CipherArray:
+        return self.bcp.encrypt_ints(pk, ms, frac_bits, self.pool)
+
+    def encrypt(self, pk: BCPPublicKey, x: np.ndarray) -> CipherArray:
+        return self.bcp.encrypt(pk, x, self.pool)
+
+    # -- key switching ----------------------------------------------------------------------------
+    def _switch(self, arrays: Sequence[CipherArray], targets: Sequence[BCPPublicKey]) -> list[CipherArray]:
+        n = self.params.n
+        taus, masked = [], []
+        for c in arrays:
+            pk = self.key_of(c)
+            frac = check(pk, c)
+            tau = [secrets.randbelow(n) for _ in range(len(c))]  # one-time pad in Z_N
+            taus.append(tau)
+            masked.append(self.bcp.add(pk, c, self.bcp._encrypt_residues(pk, tau, frac, self.pool, hiding=True)))
+        replies = self.link.ask(ServerS.switch_key_step, masked, [t.key_id for t in targets])
+        out = []
+        for r, tau, t in zip(replies, taus, targets):
+            frac = check(t, r)
+            out.append(self.bcp.add(t, r, self.bcp._encrypt_residues(t, [-v % n for v in tau], frac, self.pool)))
+        return out
+
+    def key_prod(self, arrays: Sequence[CipherArray]) -> list[CipherArray]:
+        """KeyProd: arrays under user keys -> the same plaintexts under the joint key (1 round for all)."""
+        if self.joint is None:
+            raise CryptoError("register the user keys before KeyProd")
+        return self._switch(arrays, [self.joint] * len(arrays))
+
+    def trans_dec(self, c: CipherArray, user_key: BCPPublicKey) -> CipherArray:
+        """TransDec: an array under the joint key -> under ``user_key``, which its owner decrypts (1 round)."""
+        if not isinstance(user_key, BCPPublicKey) or user_key.key_id not in self.keys:
+            raise CryptoError("TransDec target must be a registered user key")
+        return self._switch([c], [user_key])[0]
+
+    # -- local operations ---------------------------------------------------------------------------
+    def add(self, a: CipherArray, b: CipherArray) -> CipherArray:
+        return self.bcp.add(self.key_of(a), a, b)
+
+    def neg(self, c: CipherArray) -> CipherArray:
+        return self.bcp.neg(self.key_of(c), c)
+
+    def sub(self, a: CipherArray, b: CipherArray) -> CipherArray:
+        return self.bcp.sub(self.key_of(a), a, b)
+
+    def exp(self, c: CipherArray, k: Sequence[int] | np.ndarray, frac_bits: int = 0) -> CipherArray:
+        """Exp: ``Enc(k x)`` for integer constants ``k`` (``frac_bits``: the scale ``k`` carries)."""
+        return self.bcp.mul_const(self.key_of(c), c, k, frac_bits)
+
+    # -- Mult -----------------------------------------------------------------------------------
+    def mult(self, a: CipherArray, b: CipherArray) -> CipherArray:
+        """Mult: ``Enc(x y)`` element-wise (scale: the sum of the operands'), 1 round."""
+        return self.mult_many([(a, b)])[0]
+
+    def mult_many(self, pairs: Sequence[tuple[CipherArray, CipherArray]]) -> list[CipherArray]:
+        """Mult of several array pairs in one round trip.
+
+        C sends ``Enc(x + r1)``, ``Enc(y + r2)``; S returns ``Enc((x + r1)(y + r2))``; C removes
+        the cross terms: ``Enc(x y) = Enc(X Y) - r2 Enc(x) - r1 Enc(y) - Enc(r1 r2)``.
+        """
+        bits, n = self.config.mask_bits, self.params.n
+        xs, ys, state = [], [], []
+        for a, b in pairs:
+            pk = self.key_of(a)
+            fa, fb = check(pk, a), check(pk, b)
+            if len(a) != len(b):
+                raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
+            r1, r2 = _uniform(bits, len(a)), _uniform(bits, len(a))
+            xs.append(self.bcp.add(pk, a, self.bcp._encrypt_residues(pk, r1, fa, self.pool, hiding=True)))
+            ys.append(self.bcp.add(pk, b, self.bcp._encrypt_residues(pk, r2, fb, self.pool, hiding=True)))
+            state.append((pk, a, b, r1, r2))
+        replies = self.link.ask(ServerS.mult_step, xs, ys)
+        out = []
+        for xy, (pk, a, b, r1, r2) in zip(replies, state):
+            frac = check(pk, xy)
+            acc = self.bcp.add(pk, xy, self.bcp.mul_const(pk, a, [-v for v in r2], tag_frac_bits(b.tag)))
+            acc = self.bcp.add(pk, acc, self.bcp.mul_const(pk, b, [-v for v in r1], tag_frac_bits(a.tag)))
+            cross = self.bcp._encrypt_residues(pk, [-u * v % n for u, v in zip(r1, r2)], frac, self.pool)
+            out.append(self.bcp.add(pk, acc, cross))
+        return out
+
+    # -- LGT --------------------------------------------------------------------------------------
+    def lgt(self, a: CipherArray, b: CipherArray) -> CipherArray:
+        """LGT: ``Enc([x < y])`` element-wise (integers of one scale, ``|x|, |y| < 2^l``), 1 round.
+        ``Enc([x > y])`` is ``lgt(b, a)``.
+
+        C sends ``Enc(v)``, ``v = s (r d + r')`` with ``d = 2 (y - x) - 1`` (odd, so never 0; ``d > 0``
+        iff ``x < y``), ``s`` a random sign, ``r`` in ``[2^(kappa-1), 2^kappa)``, ``r'`` in ``[0, r)``
+        (``r d + r'`` keeps the sign of ``d``); S returns ``Enc([v > 0])``; C flips it where ``s = -1``.
+        """
+        pk = self.key_of(a)
+        fa, fb = check(pk, a), check(pk, b)
+        if fa != fb or len(a) != len(b):
+            raise CryptoError(f"LGT needs arrays of equal length and scale, got {len(a)} (f{fa}) and {len(b)} (f{fb})")
+        k = len(a)
+        kappa = self.config.kappa
+        signs = [1 - 2 * secrets.randbits(1) for _ in range(k)]
+        rs = [(1 << (kappa - 1)) | secrets.randbits(kappa - 1) for _ in range(k)]
+        rps = [secrets.randbelow(r) for r in rs]
+        d = self.bcp.with_scale(self.bcp.mul_const(pk, self.bcp.sub(pk, b, a), [2] * k), 0)
+        d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
+        blind = self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True)
+        v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)]), blind)
+        bit = self.link.ask(ServerS.lgt_step, v)
+        check(pk, bit)
+        # s = +1: [v > 0] = [x < y];  s = -1: 1 - [v > 0]  ->  Enc(s b' + (1 - s) / 2), re-randomised
+        return self.bcp.add(pk, self.bcp.mul_const(pk, bit, signs),
+                            self.bcp._encrypt_residues(pk, [(1 - s) // 2 for s in signs], 0, self.pool))
+
+    # -- SArgmax ----------------------------------------------------------------------------------
+    def sargmax(self, c: CipherArray) -> tuple[CipherArray, CipherArray]:
+        """SArgmax: ``(Enc(argmax), Enc(max))`` of the values of ``c`` (the first index among equal
+        maxima, as ``numpy.argmax``); ``|v| < 2^(l - 1)``.
+
+        A tournament: at each level the values are paired, one LGT round gives ``b = [L < R]`` for
+        every pair, one Mult round selects ``L + b (R - L)`` for the value and for its index. Rounds:
+        ``2 ceil(log2 k)``; LGTs and Mults: ``k - 1`` each (two Mult products per pair).
+        """
+        pk = self.key_of(c)
+        frac = check(pk, c)
+        if len(c) == 0:
+            raise CryptoError("SArgmax of an empty array")
+        vals, idx = c, self.encrypt_ints(pk, list(range(len(c))))
+        while len(vals) > 1:
+            m = len(vals) // 2 * 2
+            left, right = self.bcp.take(vals, slice(0, m, 2)), self.bcp.take(vals, slice(1, m, 2))
+            li, ri = self.bcp.take(idx, slice(0, m, 2)), self.bcp.take(idx, slice(1, m, 2))
+            b = self.lgt(left, right)
+            dv, di = self.mult_many([(b, self.bcp.sub(pk, right, left)), (b, self.bcp.sub(pk, ri, li))])
+            new_v, new_i = self.bcp.add(pk, left, dv), self.bcp.add(pk, li, di)
+            if m < len(vals):  # the odd one out goes up a level unchanged
+                new_v = self.bcp.concat([new_v, self.bcp.take(vals, slice(m, m + 1))])
+                new_i = self.bcp.concat([new_i, self.bcp.take(idx, slice(m, m + 1))])
+            vals, idx = new_v, new_i
+        if tag_frac_bits(vals.tag) != frac:
+            raise CryptoError("SArgmax changed the scale")  # pragma: no cover - an internal invariant
+        return idx, vals
