@@ -270,9 +270,10 @@ class ServerS:
 
     def reciprocal_step(self, masked: CipherArray, scale_bits: int, out_frac: int) -> CipherArray:
         """Reciprocal: open ``M = d r`` (positive) and return ``Enc(round(2^K / M))`` tagged ``out_frac``."""
+        top = self._mk.params.key_bits - 2  # 2^K / M must stay below N / 3
         for name, v in (("scale_bits", scale_bits), ("out_frac", out_frac)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= self.config.value_bits:
-                raise CryptoError(f"reciprocal_step: {name} must be an int in [0, {self.config.value_bits}], got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+                raise CryptoError(f"reciprocal_step: {name} must be an int in [0, {top}], got {v!r}")
         vals = self._open("reciprocal", masked, signed=True)
         if any(v <= 0 or v >= 1 << self.config.mask_bits for v in vals):
             raise CryptoError("Reciprocal input outside 0 < d r < 2^(l + kappa): the divisor must be positive "

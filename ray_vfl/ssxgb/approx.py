@@ -37,15 +37,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
-__all__ = ["FixedPointPlan", "sigmoid_coefficients", "sigmoid_max_error", "gradient_ints", "leaf_ints",
-           "gradient_error_units", "leaf_error_units"]
+__all__ = [
+    "FixedPointPlan",
+    "gradient_error_units",
+    "gradient_ints",
+    "leaf_error_units",
+    "leaf_ints",
+    "sigmoid_coefficients",
+    "sigmoid_max_error",
+]
 
 
-@lru_cache(maxsize=None)
+@cache
 def sigmoid_coefficients(r: float) -> tuple[float, float]:
     """``(a1, a3)`` of the least-squares odd cubic ``1/2 + a1 x + a3 x^3`` to the sigmoid on ``[-r, r]``
     (20,001 uniform points).
@@ -88,7 +95,7 @@ class FixedPointPlan:
     n_rows: int
 
     @classmethod
-    def of(cls, config, n_rows: int) -> "FixedPointPlan":
+    def of(cls, config, n_rows: int) -> FixedPointPlan:
         f = config.frac_bits
         a1, a3 = sigmoid_coefficients(config.sigmoid_range)
         return cls(f, round(a1 * 2**f), round(a3 * 2**f), round(config.learning_rate * 2**f),
@@ -145,6 +152,20 @@ def gradient_error_units(plan: FixedPointPlan) -> tuple[int, int]:
     return e_p, 2 * e_p + 2
 
 
-def leaf_error_units(plan: FixedPointPlan) -> float:
-    """Bound on ``|W - round(-eta G / D)|`` of the secure division for the same integer ``G``, ``H``."""
-    return 2.0
+def leaf_error_units(plan: FixedPointPlan, G: int, H: int, n_leaf: int, margin_error: float = 0.0) -> float:
+    """Bound, in units of ``2^-F``, on ``|W - w_ref|``: the federated leaf weight against the floor
+    pipeline's ``round(-eta G / (H + lambda))`` of a leaf of ``n_leaf`` sampled rows with reference
+    sums ``G``, ``H``, when the rows' margins differ by at most ``margin_error`` units already.
+
+    Per row, ``g`` and ``h`` differ by at most ``e_g + m / 4 + 1`` and ``e_h + m / 4 + 1`` units
+    (:func:`gradient_error_units`; the cubic's slope is below ``1/4``); so ``G`` by ``dG = n_leaf`` times
+    that, ``D = H + lambda`` by ``dD``; then ``|dw| <= eta (dG / D' + |G| dD / (D D'))`` with
+    ``D' = max(D - dD, lambda)``, plus the division's ``1.5`` units and the reference's rounding ``0.5``.
+    """
+    e_g, e_h = gradient_error_units(plan)
+    d_g = n_leaf * (e_g + margin_error / 4 + 1)
+    d_h = n_leaf * (e_h + margin_error / 4 + 1)
+    eta = plan.eta / plan.one
+    d = H + plan.lam
+    d_low = max(d - d_h, plan.lam)
+    return eta * (d_g / d_low + abs(G) * d_h / (d * d_low)) + 2.0

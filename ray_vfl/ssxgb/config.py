@@ -106,4 +106,4 @@ class SSXGBConfig(ValidatedConfig):
 
     def check_key_policy(self) -> None:
         """Warn (:class:`~ray_vfl.errors.SecurityWarning`) about a key below 2048 bits (allowed by opt-in)."""
-        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", stacklevel=3)
+        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", stacklevel=4)

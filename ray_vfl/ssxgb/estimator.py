@@ -7,7 +7,7 @@ servers C and S, and returns ``self``; learned attributes end in ``_``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.base import ClassifierMixin

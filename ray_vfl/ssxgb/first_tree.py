@@ -33,7 +33,7 @@ class FirstTree:
                 "tree": {k: getattr(t, k).tolist() for k in ("left", "right", "feature", "bin", "default_left", "weight")}}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FirstTree":
+    def from_dict(cls, d: dict) -> FirstTree:
         t = d["tree"]
         tree = ReferenceTree(*(np.asarray(t[k]) for k in ("left", "right", "feature", "bin")),
                              np.asarray(t["default_left"], dtype=bool), np.asarray(t["weight"], dtype=np.float64))

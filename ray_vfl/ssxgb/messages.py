@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from ..crypto.bcp_arrays import check
 from ..errors import CryptoError
-from ..runtime.validation import Array, Is, Packed, Ref, Rule, Scalar, length, not_in, register
+from ..runtime.validation import (
+    Array,
+    Is,
+    Packed,
+    Ref,
+    Rule,
+    Scalar,
+    length,
+    not_in,
+    register,
+)
 
 __all__ = ["S_STEPS"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import ray
@@ -237,6 +238,10 @@ class Participant(PartyActor):
         c = self.mailbox.open(msg, "ssxgb_prediction", ctx, [self.server_c])
         self.ops["decrypt_prediction"] += len(c)
         return self.first.margins(bins) + self.bcp.decrypt(self.sk, c)
+
+    def lookup_part(self) -> list[tuple[int, int]]:
+        """Diagnostic only (tests): ``(feature, bin)`` of every record of the lookup table."""
+        return [(f, b) for f, b, _ in self.lookup]
 
     def op_counts(self) -> dict[str, int]:
         return dict(self.ops)

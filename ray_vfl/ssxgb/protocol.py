@@ -55,12 +55,12 @@ federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
 
 import numpy as np
 
@@ -76,7 +76,7 @@ from .participant import Participant
 from .server_c import ServerCRole
 from .server_s import ServerSRole
 
-__all__ = ["train", "SSXGBModel", "SERVER_C", "SERVER_S"]
+__all__ = ["SERVER_C", "SERVER_S", "SSXGBModel", "train"]
 
 log = logging.getLogger(__name__)
 SERVER_C, SERVER_S = "server_c", "server_s"
@@ -136,9 +136,13 @@ class SSXGBModel:
             routes = calls.each("route", self.order, lambda p: (key, n_trees - 1), 1, "prediction routes")
             out = calls.each("predict", [SERVER_C], lambda p: ([routes[q][0] for q in self.order], data.n_rows,
                                                                n_trees - 1), 1, "prediction sums")
-            return calls.value("open_prediction", [self.lbp], lambda p: (key, [out[SERVER_C][0]]), "prediction")[0]
-        finally:
-            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            margins = calls.value("open_prediction", [self.lbp], lambda p: (key, [out[SERVER_C][0]]), "prediction")[0]
+        except BaseException:
+            with contextlib.suppress(Exception):  # after a failure the runtime may have ended the actors
+                calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            raise
+        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+        return margins
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Probabilities (the exact sigmoid of the decrypted margins, at the LBP)."""
@@ -147,6 +151,18 @@ class SSXGBModel:
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them: node -> ("split", owner, record, left, right)."""
         return self._calls().value("structure", [SERVER_C], lambda p: (), "structure")[0]
+
+    def assembled_splits(self) -> list[dict[int, tuple]]:
+        """Diagnostic only (tests, benchmarks): every federated split as ``node -> (participant index,
+        feature, bin, left, right)``, put together from C's structure and each owner's private lookup
+        table, in the layout of :class:`~ray_vfl.ssxgb.reference.ReferenceModel`. In a deployment no
+        one can do this: each lookup table stays with its owner."""
+        lookups = dict(zip(self.order, self._calls().value("lookup_part", self.order, lambda p: (), "lookup")))
+        out = []
+        for tree in self.structure():
+            out.append({node: (self.order.index(owner), *lookups[owner][record], left, right)
+                        for node, (_, owner, record, left, right) in tree.items()})
+        return out
 
 
 def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callbacks: Sequence[TrainingCallback] = (),
@@ -171,9 +187,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     >>> model.predict(data)[:3]                                                      # doctest: +SKIP
     """
     lbp = _check_input(data, config)
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        config.check_key_policy()
+    config.check_key_policy()
     timeout = config.timeout_s or runtime.timeout_s
     order = data.party_names
     runtime.connect(order + [SERVER_C, SERVER_S])
@@ -215,15 +229,15 @@ def _grow_tree(calls: _Calls, order: list[str], config: SSXGBConfig, tree: int) 
     """One federated tree (Algorithms 3-5): gradients at C, then level by level, then the leaves."""
     grads = calls.each("begin_tree", [SERVER_C], lambda p: (tree,), 1, f"tree {tree + 1}: gradients")[SERVER_C][0]
     calls.value("take_gradients", order, lambda p: ([grads],), f"tree {tree + 1}: gradients")
-    for depth in range(config.max_depth):
+    for depth in range(config.max_depth):  # the lambdas run at once, inside each call: no late binding
         phase = f"tree {tree + 1}, depth {depth}"
-        sums = calls.each("left_sums", order, lambda p: (depth,), 1, phase)
-        wins = calls.each("find_splits", [SERVER_C], lambda p: (depth, [sums[q][0] for q in order]), len(order),
-                          phase)[SERVER_C]
-        branches = calls.each("take_win", order, lambda p: (depth, [wins[order.index(p)]]), 1, phase)
-        part = calls.each("apply_branches", [SERVER_C], lambda p: (depth, [branches[q][0] for q in order]), 1,
-                          phase)[SERVER_C][0]
-        calls.value("take_partition", order, lambda p: ([part],), phase)
+        sums = calls.each("left_sums", order, lambda p, d=depth: (d,), 1, phase)
+        wins = calls.each("find_splits", [SERVER_C], lambda p, d=depth, s=sums: (d, [s[q][0] for q in order]),
+                          len(order), phase)[SERVER_C]
+        branches = calls.each("take_win", order, lambda p, d=depth, w=wins: (d, [w[order.index(p)]]), 1, phase)
+        part = calls.each("apply_branches", [SERVER_C], lambda p, d=depth, b=branches: (d, [b[q][0] for q in order]),
+                          1, phase)[SERVER_C][0]
+        calls.value("take_partition", order, lambda p, m=part: ([m],), phase)
     calls.value("finish_tree", [SERVER_C], lambda p: (), f"tree {tree + 1}: leaves")
 
 

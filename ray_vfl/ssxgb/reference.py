@@ -17,7 +17,7 @@ from ..trees.sampling import RowSampler
 from .approx import FixedPointPlan, gradient_ints, leaf_ints
 from .first_tree import FirstTree, fit_first_tree
 
-__all__ = ["ReferenceModel", "fit_ssxgb_reference", "top_bins", "candidate_list"]
+__all__ = ["ReferenceModel", "candidate_list", "fit_ssxgb_reference", "top_bins"]
 
 
 def top_bins(bins: np.ndarray, missing_bin: int) -> np.ndarray:
@@ -41,16 +41,22 @@ class ReferenceModel:
     plan: FixedPointPlan
     splits: list[dict[int, tuple]] = field(default_factory=list)
     leaves: list[dict[int, int]] = field(default_factory=list)
+    sums: list[dict[int, tuple[int, int, int]]] = field(default_factory=list)  # leaf -> (G, H, sampled rows)
     margins: list[int] = field(default_factory=list)
+
+    def leaf_of_rows(self, bins: list[np.ndarray], tree: int) -> np.ndarray:
+        """The leaf of every row in federated tree ``tree`` (0-based)."""
+        node = np.zeros(len(bins[0]), dtype=np.int64)
+        for _ in range(len(self.splits[tree]) + 1):
+            for nd, (p, f, b, left, right) in self.splits[tree].items():
+                at = node == nd
+                node[at] = np.where(bins[p][at, f] <= b, left, right)
+        return node
 
     def predict_margin(self, bins: list[np.ndarray], lbp: int) -> np.ndarray:
         out = self.first.margins(bins[lbp])
-        for splits, leaves in zip(self.splits, self.leaves):
-            node = np.zeros(len(out), dtype=np.int64)
-            for _ in range(len(splits) + 1):
-                for nd, (p, f, b, left, right) in splits.items():
-                    at = node == nd
-                    node[at] = np.where(bins[p][at, f] <= b, left, right)
+        for t, leaves in enumerate(self.leaves):
+            node = self.leaf_of_rows(bins, t)
             out = out + np.ldexp(np.array([leaves[int(v)] for v in node], dtype=np.float64), -self.plan.frac_bits)
         return out
 
@@ -105,6 +111,7 @@ def fit_ssxgb_reference(bins: list[np.ndarray], lbp: int, y: np.ndarray, config)
         G = [int(g_row[(node_of_row == lf) & sampled].sum()) for lf in leaf_ids]
         H = [int(h_row[(node_of_row == lf) & sampled].sum()) for lf in leaf_ids]
         w = dict(zip(leaf_ids, leaf_ints(plan, G, H)))
+        model.sums.append({lf: (a, b, int(((node_of_row == lf) & sampled).sum())) for lf, a, b in zip(leaf_ids, G, H)})
         margin = [m + w[int(nd)] for m, nd in zip(margin, node_of_row)]
         model.splits.append(splits)
         model.leaves.append(w)

@@ -11,7 +11,8 @@ cannot do with additions alone it does with S through :class:`~ray_vfl.ssxgb.ser
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from gmpy2 import mpz

@@ -22,7 +22,7 @@ from ..runtime.payload_shapes import describe
 from .config import SSXGBConfig
 from .messages import S_STEPS
 
-__all__ = ["ServerSRole", "ActorLink"]
+__all__ = ["ActorLink", "ServerSRole"]
 
 
 class ServerSRole(PartyActor):

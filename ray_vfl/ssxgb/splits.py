@@ -23,7 +23,7 @@ import numpy as np
 from ..crypto.base import CipherArray
 from ..crypto.two_server import ServerC
 
-__all__ = ["gain_fractions", "best_candidates"]
+__all__ = ["best_candidates", "gain_fractions"]
 
 
 def gain_fractions(c: ServerC, gl: CipherArray, hl: CipherArray, g_node: CipherArray, h_node: CipherArray,
