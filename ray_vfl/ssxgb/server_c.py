@@ -221,6 +221,9 @@ class ServerCRole(PartyActor):
     def predict(self, routes: list, n_rows: int, n_trees: int) -> tuple:
         """Route the rows through the first ``n_trees`` federated trees by the owners' decisions, sum the
         encrypted leaf weights per row and move the sums to the LBP's key (TransDec, one round)."""
+        if n_trees > len(self.trees):
+            raise DataError(f"server C holds {len(self.trees)} federated trees, the model {n_trees}: a later fit "
+                            "re-used these actors; predict with the model of the last fit, or fit again")
         ctx = {"n_trees": n_trees, "n_rows": n_rows}
         bits: dict[tuple[int, int], np.ndarray] = {}
         for msg in fetch(routes):
