@@ -10,6 +10,7 @@ participant won, not which feature or threshold). Thresholds never leave their o
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -242,6 +243,10 @@ class Participant(PartyActor):
     def lookup_part(self) -> list[tuple[int, int]]:
         """Diagnostic only (tests): ``(feature, bin)`` of every record of the lookup table."""
         return [(f, b) for f, b, _ in self.lookup]
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
+        return time.process_time()
 
     def op_counts(self) -> dict[str, int]:
         return dict(self.ops)

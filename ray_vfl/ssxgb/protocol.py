@@ -47,7 +47,7 @@ predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S:
 Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
 bits; the sigmoid replaced by the least-squares odd cubic on ``[-R, R]`` (R = 4: max error 0.0383);
 every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure division within
-``1.5 * 2^-F`` of ``round(-eta G / (H + lambda))``. Split choice: exact comparisons of the gain
+``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``. Split choice: exact comparisons of the gain
 fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
 ``min_child_weight``: deciding them needs more comparisons); missing values always go right in the
 federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned missing direction).

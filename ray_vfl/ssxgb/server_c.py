@@ -10,6 +10,7 @@ cannot do with additions alone it does with S through :class:`~ray_vfl.ssxgb.ser
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -257,6 +258,10 @@ class ServerCRole(PartyActor):
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them (owner and record number of every split)."""
         return [dict(t) for t in self.trees]
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
+        return time.process_time()
 
     def round_trips(self) -> int:
         return self.link.round_trips

@@ -9,6 +9,7 @@ round trips between the servers show in the communication statistics like every 
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -57,6 +58,10 @@ class ServerSRole(PartyActor):
             self.received.append((p["step"], describe(p["args"])))
         reply = getattr(ServerS, p["step"])(self.server, *p["args"])
         return self.mailbox.send("ssxgb_s_reply", [self.server_c], reply, message.tree, message.depth)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
+        return time.process_time()
 
     def view(self) -> dict[str, Any]:
         """What S received (step, payload shape) and decrypted (step, integers), if recorded."""
