@@ -164,7 +164,7 @@ def test_a_ciphertext_under_another_joint_key_is_refused():
         Mailbox("server_c").open(msg, "ssxgb_left_sums", ctx)
 
 
-def test_estimator_and_server_c_failing(runtime):
+def test_estimator_save_load_and_server_c_failing(runtime, tmp_path):
     small = vertical_split(_frame(80, seed=1), COLUMNS, label="y")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -173,6 +173,11 @@ def test_estimator_and_server_c_failing(runtime):
     proba = clf.predict_proba(small)
     assert proba.shape == (80, 2) and np.allclose(proba.sum(axis=1), 1.0) and clf.n_trees_ == 2
     assert clf.comm_stats_.total_bytes > 0
+    clf.save_model(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["federation.json", "server_c.json", "server_s.json"] + [f"{p}.json" for p in COLUMNS])
+    back = SSXGBClassifier.load_model(str(tmp_path), runtime=runtime)  # every role reads its own part
+    np.testing.assert_array_equal(back.predict_proba(small), proba)
     ray.kill(runtime.actor("server_c"), no_restart=True)
     with pytest.raises(PartyFailedError, match="server_c"):
-        clf.predict(small)
+        back.predict(small)

@@ -19,7 +19,7 @@ from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import ProgressBar, TrainingCallback
 from ..trees.kernels import transform_margin
 from .config import SSXGBConfig
-from .protocol import train
+from .protocol import SSXGBModel, train
 
 __all__ = ["SSXGBClassifier"]
 
@@ -88,6 +88,20 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
         self.comm_stats_ = self.model_.comm_stats
         self.n_trees_ = self.model_.n_trees
         return self
+
+    def save_model(self, directory: str) -> dict[str, str]:
+        """Each role writes its own part under ``directory`` (see :meth:`SSXGBModel.save`)."""
+        return self._check_fitted().save(directory)
+
+    @classmethod
+    def load_model(cls, directory: str, runtime: Runtime | None = None) -> SSXGBClassifier:
+        """An estimator for prediction from the parts :meth:`save_model` wrote."""
+        model = SSXGBModel.load(directory, runtime)
+        params = model.config.to_dict()
+        params["n_estimators"] = params.pop("n_trees")
+        est = cls(**params, runtime=model.runtime)
+        est.model_, est.n_trees_ = model, model.n_trees
+        return est
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Margins by encrypted federated prediction, decrypted by the LBP alone."""

@@ -20,7 +20,7 @@ import ray
 from gmpy2 import mpz
 
 from ..crypto.base import CipherArray
-from ..crypto.bcp import BCPParams, BCPPublicKey, keygen
+from ..crypto.bcp import BCPParams, BCPPublicKey, BCPSecretKey, keygen
 from ..crypto.bcp_arrays import BCP, unwrap, wrap
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
@@ -239,6 +239,28 @@ class Participant(PartyActor):
         c = self.mailbox.open(msg, "ssxgb_prediction", ctx, [self.server_c])
         self.ops["decrypt_prediction"] += len(c)
         return self.first.margins(bins) + self.bcp.decrypt(self.sk, c)
+
+    # -- saved part (on this participant's own machine) -------------------------------------------------
+    def model_part(self) -> dict[str, Any]:
+        """Binner, lookup table, owned splits, key pair; at the LBP also the first tree (all its own)."""
+        return {"party": self.name, "binner": self.binner.to_dict(), "lookup": [list(r) for r in self.lookup],
+                "owned": [list(o) for o in self.owned], "n_trees": self.n_trees,
+                "first": self.first.to_dict() if self.first is not None else None,
+                "params": [str(self.params.n), str(self.params.g)], "a": str(self.sk.a), "joint": str(self.joint.h)}
+
+    def restore(self, part: dict[str, Any]) -> None:
+        self.binner = PartyBinner.from_dict(part["binner"])
+        self.lookup = [(int(f), int(b), float(t)) for f, b, t in part["lookup"]]
+        self.owned = [(int(t), int(n), int(r)) for t, n, r in part["owned"]]
+        self.n_trees = int(part["n_trees"])
+        self.first = FirstTree.from_dict(part["first"]) if part["first"] is not None else None
+        if self.is_lbp and self.first is None:
+            raise DataError(f"{self.name!r} is the LBP but its saved part holds no first tree")
+        self.params = BCPParams(int(part["params"][0]), int(part["params"][1]))
+        a = int(part["a"])
+        self.pk = BCPPublicKey(self.params, int(pow(self.params.g, a, self.params.nsquare)))
+        self.sk = BCPSecretKey(self.pk, a)
+        self.joint = BCPPublicKey(self.params, int(part["joint"]))
 
     def lookup_part(self) -> list[tuple[int, int]]:
         """Diagnostic only (tests): ``(feature, bin)`` of every record of the lookup table."""

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime, as_ref_list
 from ..runtime.comm import CommStats
-from ..runtime.party import warn_unseen_categories
+from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.kernels import transform_margin
 from .config import SSXGBConfig
@@ -147,6 +148,35 @@ class SSXGBModel:
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Probabilities (the exact sigmoid of the decrypted margins, at the LBP)."""
         return transform_margin("binary:logistic", self.predict_margin(data, n_trees))
+
+    def save(self, directory: str) -> dict[str, str]:
+        """Each role writes ``<directory>/<role>.json``, its own part only: every participant its binner,
+        lookup table and key pair (the LBP also its first tree), C the tree structure, public keys and
+        encrypted leaves, S the master key; the driver writes ``federation.json``. In a deployment each
+        file is on its role's own machine."""
+        meta = {"order": self.order, "lbp": self.lbp, "n_trees": self.n_trees, "config": self.config.to_dict()}
+        return save_parts(self.runtime, self.order + [SERVER_C, SERVER_S], directory, meta, ".json", kind="ssxgb")
+
+    @classmethod
+    def load(cls, directory: str, runtime: Runtime | None = None) -> SSXGBModel:
+        """One actor per role, each reading its own saved part."""
+        meta = load_meta(directory, "SSXGBModel.save", kind="ssxgb")
+        try:
+            config, order = SSXGBConfig.from_dict(meta["config"]), list(meta["order"])
+            lbp, n_trees = str(meta["lbp"]), int(meta["n_trees"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{directory!r} holds no complete SSXGB federation file ({type(exc).__name__}: {exc}); "
+                            "save the model again") from exc
+        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
+        timeout = config.timeout_s or runtime.timeout_s
+        runtime.connect(order + [SERVER_C, SERVER_S])
+        s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C)
+        runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
+        for p in order:
+            runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
+        roles = order + [SERVER_C, SERVER_S]
+        _Calls(runtime, timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
+        return cls(runtime, order, lbp, config, n_trees)
 
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them: node -> ("split", owner, record, left, right)."""

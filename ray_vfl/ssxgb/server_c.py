@@ -20,7 +20,7 @@ from gmpy2 import mpz
 
 from ..crypto.base import CipherArray
 from ..crypto.bcp import BCPParams, BCPPublicKey
-from ..crypto.bcp_arrays import unwrap, wrap
+from ..crypto.bcp_arrays import check, unwrap, wrap
 from ..crypto.two_server import ServerC, TwoServerConfig
 from ..errors import ConfigError, DataError, ProtocolError
 from ..runtime.party import PartyActor
@@ -254,6 +254,32 @@ class ServerCRole(PartyActor):
             total = self.two.encrypt_ints(self.joint, [0] * n_rows, self.config.frac_bits)
         out = self.two.trans_dec(total, self.user_keys[self.lbp])
         return None, self.mailbox.send("ssxgb_prediction", [self.lbp], out)
+
+    # -- saved part (on C's own machine: public keys, structure, encrypted leaves) ----------------------
+    def model_part(self) -> dict[str, Any]:
+        return {"party": self.name, "params": [str(self.params.n), str(self.params.g)],
+                "user_keys": {p: str(k.h) for p, k in self.user_keys.items()}, "joint": str(self.joint.h),
+                "trees": [[[n, *kind[1:]] for n, kind in sorted(t.items())] for t in self.trees],
+                "leaves": [[ids.tolist(), w.data.tobytes().hex(), w.tag] for ids, w in self.leaves]}
+
+    def restore(self, part: dict[str, Any]) -> None:
+        self.params = BCPParams(int(part["params"][0]), int(part["params"][1]))
+        cfg = self.config
+        self.two = ServerC(self.params, self.link, TwoServerConfig(cfg.value_bits, cfg.kappa), frac_bits=cfg.frac_bits)
+        self.user_keys = {p: BCPPublicKey(self.params, int(h)) for p, h in part["user_keys"].items()}
+        self.joint = BCPPublicKey(self.params, int(part["joint"]))
+        for k in (*self.user_keys.values(), self.joint):  # S restores its own copy of the same keys
+            self.two.keys[k.key_id] = k
+        self.two.joint = self.joint
+        self.trees = [{int(n): ("split", owner, int(r), int(left), int(right)) for n, owner, r, left, right in t}
+                      for t in part["trees"]]
+        width = 2 * self.params.width
+        self.leaves = []
+        for ids, data, tag in part["leaves"]:
+            raw = np.frombuffer(bytes.fromhex(data), dtype=np.uint8).reshape(len(ids), width)
+            w = CipherArray(raw.copy(), self.joint.key_id, tag)
+            check(self.joint, w)
+            self.leaves.append((np.asarray(ids, dtype=np.int64), w))
 
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them (owner and record number of every split)."""

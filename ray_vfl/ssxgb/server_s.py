@@ -13,7 +13,7 @@ import time
 import warnings
 from typing import Any
 
-from ..crypto.bcp import setup
+from ..crypto.bcp import BCPMasterKey, BCPParams, setup
 from ..crypto.two_server import ServerS, TwoServerConfig
 from ..errors import SecurityWarning
 from ..runtime.actors import gather
@@ -62,6 +62,19 @@ class ServerSRole(PartyActor):
     def cpu_seconds(self) -> float:
         """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
         return time.process_time()
+
+    # -- saved part (on S's own machine: it holds the master key) ---------------------------------------
+    def model_part(self) -> dict[str, Any]:
+        mk = self.server._mk
+        return {"party": self.name, "params": [str(mk.params.n), str(mk.params.g)], "p1": str(mk.p1),
+                "q1": str(mk.q1), "keys": [str(k.h) for k in self.server.keys.values()]}
+
+    def restore(self, part: dict[str, Any]) -> None:
+        params = BCPParams(int(part["params"][0]), int(part["params"][1]))
+        mk = BCPMasterKey(params, int(part["p1"]), int(part["q1"]))
+        self.server = ServerS(mk, TwoServerConfig(self.config.value_bits, self.config.kappa),
+                              frac_bits=self.config.frac_bits, record_view=self.record_view)
+        self.server.register_step([int(h) for h in part["keys"]])
 
     def view(self) -> dict[str, Any]:
         """What S received (step, payload shape) and decrypted (step, integers), if recorded."""
