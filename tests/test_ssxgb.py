@@ -164,19 +164,25 @@ def test_a_ciphertext_under_another_joint_key_is_refused():
         Mailbox("server_c").open(msg, "ssxgb_left_sums", ctx)
 
 
-def test_estimator_save_load_and_server_c_failing(runtime, tmp_path):
+def test_estimator_checkpoint_resume_save_load_and_server_c_failing(runtime, tmp_path):
     small = vertical_split(_frame(80, seed=1), COLUMNS, label="y")
+    params = dict(max_depth=1, max_bin=4, key_bits=1024, allow_weak_keys=True, runtime=runtime)
+    ckpt = str(tmp_path / "ckpt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = SSXGBClassifier(n_estimators=2, max_depth=1, max_bin=4, key_bits=1024, allow_weak_keys=True,
-                              runtime=runtime).fit(small)
-    proba = clf.predict_proba(small)
-    assert proba.shape == (80, 2) and np.allclose(proba.sum(axis=1), 1.0) and clf.n_trees_ == 2
-    assert clf.comm_stats_.total_bytes > 0
-    clf.save_model(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        clf = SSXGBClassifier(n_estimators=2, **params).fit(small, checkpoint_dir=ckpt)
+        first = clf.model_.structure()
+        more = SSXGBClassifier(n_estimators=3, **params).fit(small, checkpoint_dir=ckpt)  # resumes after tree 2
+    assert more.n_trees_ == 3 and more.model_.structure()[0] == first[0]
+    assert more.model_.round_trips < clf.model_.round_trips  # no set-up, one federated tree
+    proba = more.predict_proba(small)
+    assert proba.shape == (80, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    assert more.comm_stats_.total_bytes > 0
+    saved = tmp_path / "model"
+    more.save_model(str(saved))
+    assert sorted(p.name for p in saved.iterdir()) == sorted(
         ["federation.json", "server_c.json", "server_s.json"] + [f"{p}.json" for p in COLUMNS])
-    back = SSXGBClassifier.load_model(str(tmp_path), runtime=runtime)  # every role reads its own part
+    back = SSXGBClassifier.load_model(str(saved), runtime=runtime)  # every role reads its own part
     np.testing.assert_array_equal(back.predict_proba(small), proba)
     ray.kill(runtime.actor("server_c"), no_restart=True)
     with pytest.raises(PartyFailedError, match="server_c"):

@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import ProgressBar, TrainingCallback
+from ..trees.checkpoint import Checkpoint
 from ..trees.kernels import transform_margin
 from .config import SSXGBConfig
 from .protocol import SSXGBModel, train
@@ -75,8 +76,11 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
         params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
         return SSXGBConfig(**params)
 
-    def fit(self, data: VerticalDataset):
-        """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``."""
+    def fit(self, data: VerticalDataset, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+        """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``. With
+        ``checkpoint_dir`` every role (participants, C, S) saves its training state there (on its own
+        machine) every ``checkpoint_every`` trees, and a fit started again with the same folder
+        continues from the last tree every role completed."""
         config = self._config()
         VerticalDataset.ensure(data)
         if isinstance(self.callbacks, TrainingCallback):
@@ -84,6 +88,8 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
         callbacks = list(self.callbacks or [])
         if self.verbose:
             callbacks.append(ProgressBar())
+        if checkpoint_dir is not None:
+            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, callbacks)
         self.comm_stats_ = self.model_.comm_stats
         self.n_trees_ = self.model_.n_trees

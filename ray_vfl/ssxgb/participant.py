@@ -262,6 +262,10 @@ class Participant(PartyActor):
         self.sk = BCPSecretKey(self.pk, a)
         self.joint = BCPPublicKey(self.params, int(part["joint"]))
 
+    def resume_training(self, state: dict[str, Any]) -> None:
+        """Take up a checkpoint: the saved part (this participant's rows are binned again from its data)."""
+        self.restore(state)
+
     def lookup_part(self) -> list[tuple[int, int]]:
         """Diagnostic only (tests): ``(feature, bin)`` of every record of the lookup table."""
         return [(f, b) for f, b, _ in self.lookup]

@@ -71,6 +71,7 @@ from ..runtime.actors import Runtime, as_ref_list
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
+from ..trees.checkpoint import Checkpoint
 from ..trees.kernels import transform_margin
 from .config import SSXGBConfig
 from .participant import Participant
@@ -229,18 +230,21 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
     calls = _Calls(runtime, timeout)
     C, parts = [SERVER_C], order
-    params = calls.each("setup", [SERVER_S], lambda p: (), 1, "BCP setup")[SERVER_S][0]
-    fwd = calls.each("take_params", C, lambda p: ([params],), 1, "parameters")[SERVER_C][0]
-    keys = calls.each("make_key", parts, lambda p: ([fwd],), 1, "user keys")
-    joint = calls.each("register", C, lambda p: ([keys[q][0] for q in order],), 1, "joint key")[SERVER_C][0]
-    calls.value("take_joint_key", parts, lambda p: ([joint],), "joint key")
-    init = calls.each("lbp_init", [lbp], lambda p: (), 1, "LBP's first tree")[lbp][0]
-    calls.value("take_init", C, lambda p: ([init],), "KeyProd")
     model = SSXGBModel(runtime, order, lbp, config, 1)
+    start = _resume(calls, model, callbacks)
+    if not start:
+        params = calls.each("setup", [SERVER_S], lambda p: (), 1, "BCP setup")[SERVER_S][0]
+        fwd = calls.each("take_params", C, lambda p: ([params],), 1, "parameters")[SERVER_C][0]
+        keys = calls.each("make_key", parts, lambda p: ([fwd],), 1, "user keys")
+        joint = calls.each("register", C, lambda p: ([keys[q][0] for q in order],), 1, "joint key")[SERVER_C][0]
+        calls.value("take_joint_key", parts, lambda p: ([joint],), "joint key")
+        init = calls.each("lbp_init", [lbp], lambda p: (), 1, "LBP's first tree")[lbp][0]
+        calls.value("take_init", C, lambda p: ([init],), "KeyProd")
+    model.n_trees = max(1, start)
     cb = CallbackList(callbacks)
     cb.before_training(config)
-    stop = cb.after_iteration(0, {})
-    for t in range(1, config.n_trees):
+    stop = False if start else cb.after_iteration(0, {})
+    for t in range(max(1, start), config.n_trees):
         if stop:
             break
         _grow_tree(calls, order, config, t)
@@ -253,6 +257,37 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     model.round_trips = calls.value("round_trips", C, lambda p: (), "counts")[0]
     return model
+
+
+@dataclass
+class _Roles:
+    """What a :class:`~ray_vfl.trees.checkpoint.Checkpoint` saves: every role, the servers included."""
+
+    runtime: Runtime
+    order: list[str]
+    label_party: str
+    config: SSXGBConfig
+
+
+def _resume(calls: _Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallback]) -> int:
+    """Every role takes up the run's checkpoint, if a :class:`Checkpoint` callback has one (participants,
+    C with the encrypted margins, S with the master key, each from its own file); returns the trees
+    already grown (0 for a new run). Feature samples come from fresh entropy after a resume."""
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    if len(checkpoints) > 1:
+        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
+    if not checkpoints:
+        return 0
+    roles = _Roles(model.runtime, model.order + [SERVER_C, SERVER_S], model.lbp, model.config)
+    trees, files = checkpoints[0].resume_point(roles)
+    if not trees:
+        return 0
+    if trees > model.config.n_trees:
+        raise ConfigError(f"the checkpoint holds {trees} trees, more than n_trees = {model.config.n_trees}")
+    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in roles.order}
+    calls.value("resume_from", roles.order, lambda p: (paths[p],), "resume from checkpoint")
+    log.info("resuming from tree %d of %d (%s)", trees, model.config.n_trees, checkpoints[0].directory)
+    return trees
 
 
 def _grow_tree(calls: _Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:

@@ -99,7 +99,7 @@ class ServerCRole(PartyActor):
             raise ConfigError(f"the gain comparisons of {self.n_rows} rows at frac_bits={self.config.frac_bits} need "
                               f"value_bits >= {need}, got {self.config.value_bits}: raise value_bits (at most "
                               f"key_bits - kappa - 6) or lower frac_bits")
-        self.index_bits = self.config.value_bits - need + 2
+        self.index_bits = self.config.value_bits - self.plan.comparison_bits()
 
     # -- one tree --------------------------------------------------------------------------------------
     def begin_tree(self, tree: int) -> tuple:
@@ -280,6 +280,26 @@ class ServerCRole(PartyActor):
             w = CipherArray(raw.copy(), self.joint.key_id, tag)
             check(self.joint, w)
             self.leaves.append((np.asarray(ids, dtype=np.int64), w))
+
+    def training_state(self) -> dict[str, Any]:
+        """The saved part plus the encrypted training margins and labels (all ciphertexts)."""
+        return {**self.model_part(), "margin": [self.margin.data.tobytes().hex(), self.margin.tag],
+                "label": [self.label.data.tobytes().hex(), self.label.tag]}
+
+    def resume_training(self, state: dict[str, Any]) -> None:
+        self.restore(state)
+        width = 2 * self.params.width
+        arrays = []
+        for data, tag in (state["margin"], state["label"]):
+            raw = bytes.fromhex(data)
+            c = CipherArray(np.frombuffer(raw, dtype=np.uint8).reshape(len(raw) // width, width).copy(),
+                            self.joint.key_id, tag)
+            check(self.joint, c)
+            arrays.append(c)
+        self.margin, self.label = arrays
+        self.n_rows = len(self.margin)
+        self.plan = FixedPointPlan.of(self.config, self.n_rows)
+        self.index_bits = self.config.value_bits - self.plan.comparison_bits()
 
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them (owner and record number of every split)."""

@@ -76,6 +76,9 @@ class ServerSRole(PartyActor):
                               frac_bits=self.config.frac_bits, record_view=self.record_view)
         self.server.register_step([int(h) for h in part["keys"]])
 
+    def resume_training(self, state: dict[str, Any]) -> None:
+        self.restore(state)
+
     def view(self) -> dict[str, Any]:
         """What S received (step, payload shape) and decrypted (step, integers), if recorded."""
         return {"received": list(self.received), "decrypted": list(self.server.view) if self.server else []}
