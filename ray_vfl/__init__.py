@@ -4,7 +4,7 @@ Layers, each importing only those listed before it: :mod:`ray_vfl.errors`, :mod:
 and :mod:`ray_vfl.metrics` (shared by all); :mod:`ray_vfl.runtime` (actors, the metered send path);
 :mod:`ray_vfl.crypto`; :mod:`ray_vfl.psi` (ID alignment); :mod:`ray_vfl.data` (party data,
 binning); :mod:`ray_vfl.trees` (what every tree protocol shares); then one package per protocol
-family: :mod:`ray_vfl.secureboost`, :mod:`ray_vfl.pivodl`, :mod:`ray_vfl.splitnn`.
+family: :mod:`ray_vfl.secureboost`, :mod:`ray_vfl.pivodl`, :mod:`ray_vfl.ssxgb`, :mod:`ray_vfl.splitnn`.
 
 Example
 -------
@@ -54,6 +54,7 @@ _EXPORTS = {
     "SecureBoostClassifier": ".secureboost.estimator", "SecureBoostRegressor": ".secureboost.estimator",
     "FederatedModel": ".secureboost.protocol", "train": ".secureboost.protocol",
     "PIVODLClassifier": ".pivodl.estimator", "PIVODLRegressor": ".pivodl.estimator", "PIVODLConfig": ".pivodl.config",
+    "SSXGBClassifier": ".ssxgb.estimator", "SSXGBConfig": ".ssxgb.config",
 }
 
 

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("VFL_DATA_DIR", REPO.parent / "shared" / "data"))
-TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop"]
+TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop", "server_c", "server_s"]
 
 _SCRATCH = tempfile.mkdtemp(prefix="vflh")
 _RAY_TMP = tempfile.mkdtemp(prefix="rt", dir="/tmp")

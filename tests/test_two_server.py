@@ -234,3 +234,41 @@ def test_randomness_s_can_compute_is_uniform(world):
     x, y = spy.encrypt_ints(jpk, [0] * 200), spy.encrypt_ints(jpk, [5] * 200)
     spy.lgt(x, y), spy.lgt(y, x), spy.mult(spy.mult(x, y), y)
     assert len(got) == 800 and stats.kstest(np.array(got), "uniform").pvalue > P_MIN
+
+
+# -- Trunc and Reciprocal (SSXGB's fixed point and secure division) ---------------------------------
+@FAST
+@given(xs=st.lists(small, min_size=1, max_size=6), k=st.integers(1, 30))
+def test_trunc_is_floor_within_one_unit(world, xs, k):
+    c, jpk = world[4], world[5]
+    (out,), n = trips(c, c.trunc_many, [c.encrypt_ints(jpk, xs, 30)], k)
+    assert n == 1 and out.tag == f"bcp:f{30 - k}"
+    assert all(v - (x >> k) in (0, 1) for v, x in zip(opened(world, out), xs))
+
+
+def test_trunc_view_is_masked_and_refusals(world):
+    c, s, jpk = world[4], world[3], world[5]
+    s.view.clear()
+    c.trunc(c.encrypt_ints(jpk, [0, 1, -1, 2**L - 1], 10), 5)
+    (step, vals), = s.view
+    assert step == "trunc" and min(vals) >= 2**L  # x + r with r of l + kappa bits: never the bare value
+    with pytest.raises(CryptoError, match="shift"):
+        c.trunc(c.encrypt_ints(jpk, [1], 3), 4)
+
+
+@FAST
+@given(ds=st.lists(st.integers(1, 2**L - 1), min_size=1, max_size=6))
+def test_reciprocal_within_its_stated_error(world, ds):
+    c, jpk = world[4], world[5]
+    big_k = L + CFG.kappa + 8
+    inv, n = trips(c, c.reciprocal, c.encrypt_ints(jpk, ds), big_k, 3)
+    assert n == 1 and inv.tag == "bcp:f3"
+    assert all(abs(v * d - 2**big_k) < d * 2 ** (CFG.kappa - 1) for v, d in zip(opened(world, inv), ds))  # exact ints
+
+
+def test_reciprocal_refuses_a_non_positive_divisor(world):
+    c, jpk = world[4], world[5]
+    with pytest.raises(CryptoError, match="positive"):
+        c.reciprocal(c.encrypt_ints(jpk, [0]), 100, 0)
+    with pytest.raises(CryptoError, match="positive"):
+        c.reciprocal(c.encrypt_ints(jpk, [-5]), 100, 0)

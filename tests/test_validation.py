@@ -41,6 +41,7 @@ def test_every_kind_sent_or_opened_has_a_schema():
     # each of these modules registers its protocol's schemas
     import ray_vfl.data.store
     import ray_vfl.pivodl.messages
+    import ray_vfl.ssxgb.messages
     import ray_vfl.psi.party
     import ray_vfl.secureboost.messages
     import ray_vfl.splitnn.parties  # noqa: F401 - registers the split-NN schemas

@@ -34,6 +34,12 @@ LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is u
                                                                    [x < y]); the magnitude reveals about
                                                                    ``log2 |x - y|`` (bit length, +-1)
 SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
+Trunc (1)               ``Enc(x + r)``, shift ``k``                ``x + r``: as Mult's (``r`` of ``l + kappa``
+                                                                   bits)
+Reciprocal (1)          ``Enc(d r)``, ``d > 0``, ``K``             ``M = d r``, ``r`` uniform in
+                                                                   ``[2^(rho-1), 2^rho)``: the bit length of ``d``
+                                                                   (within 1 bit) and any factor structure of
+                                                                   ``M``; not ``d`` itself
 ======================  =========================================  ==========================================
 
 S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
@@ -62,6 +68,17 @@ degrades to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is c
 (``|v| > r (|d| - 1)`` and ``r >= 2^(kappa - 1)``); a pair in between is accepted only when ``|v|`` is
 below the bound, far below ``N / 3``, so its result is still correct.
 SArgmax: ``|v| < 2^(l - 1)`` (its Mults take differences of two values).
+
+Trunc (secure truncation, for fixed-point products): C sends ``Enc(x + r)`` with ``r`` uniform in
+``[0, 2^(l + kappa))``; S returns ``Enc(floor((x + r) / 2^k))``; C subtracts ``floor(r / 2^k)``. The result
+is ``floor(x / 2^k)`` or ``floor(x / 2^k) + 1`` (the carry of the low bits, which C cannot see):
+``|result - x / 2^k| < 1``, one unit of the new scale, for every integer ``x`` with ``|x| < 2^l``.
+
+Reciprocal (secure division's first half): for ``0 < d < 2^l`` C sends ``Enc(d r)`` with ``r`` uniform in
+``[2^(rho - 1), 2^rho)`` (``rho`` = ``kappa`` by default); S returns ``Enc(round(2^K / (d r)))``; C multiplies
+by ``r`` (Exp): ``Enc(r round(2^K / (d r)))``, within ``r / 2 < 2^(rho - 1)`` of ``2^K / d``. Multiplicative
+blinding over the integers hides ``d`` less than an additive mask: S learns ``d r``, hence the bit length of
+``d`` within one bit, and ``d`` exactly if ``d r`` happens to factor uniquely into a ``rho``-bit part.
 
 LGT leaks the approximate magnitude of ``x - y`` to S, as the SLT of Liu et al. does (multiplicative
 blinding cannot hide it); hiding it too needs a bitwise comparison (DGK-style), about ``l + kappa``
@@ -234,6 +251,37 @@ class ServerS:
                               "the comparison would not be reliable; refused")
         return self.bcp._encrypt_residues(self._key(v.key_id), [int(x > 0) for x in vals], 0, self.pool)
 
+    def trunc_step(self, masked: list[CipherArray], shifts: list[int]) -> list[CipherArray]:
+        """Trunc: open ``X = x + r`` and return ``Enc(floor(X / 2^k))`` (scale lowered by ``k``)."""
+        if len(masked) != len(shifts):
+            raise CryptoError(f"trunc_step: {len(masked)} arrays for {len(shifts)} shifts")
+        lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
+        out = []
+        for c, k in zip(masked, shifts):
+            frac = tag_frac_bits(c.tag)
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= frac:
+                raise CryptoError(f"trunc_step: shift must be an int in [1, {frac}] (the array's scale), got {k!r}")
+            vals = self._open("trunc", c, signed=True)
+            if any(not lo < v < hi for v in vals):
+                raise CryptoError(f"Trunc input outside |x| < 2^{self.config.value_bits} (value_bits): its "
+                                  "mask no longer hides it; refused")
+            out.append(self.bcp._encrypt_residues(self._key(c.key_id), [v >> k for v in vals], frac - k, self.pool))
+        return out
+
+    def reciprocal_step(self, masked: CipherArray, scale_bits: int, out_frac: int) -> CipherArray:
+        """Reciprocal: open ``M = d r`` (positive) and return ``Enc(round(2^K / M))`` tagged ``out_frac``."""
+        top = self._mk.params.key_bits - 2  # 2^K / M must stay below N / 3
+        for name, v in (("scale_bits", scale_bits), ("out_frac", out_frac)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
+                raise CryptoError(f"reciprocal_step: {name} must be an int in [0, {top}], got {v!r}")
+        vals = self._open("reciprocal", masked, signed=True)
+        if any(v <= 0 or v >= 1 << self.config.mask_bits for v in vals):
+            raise CryptoError("Reciprocal input outside 0 < d r < 2^(l + kappa): the divisor must be positive "
+                              "and below 2^value_bits; refused")
+        big = 1 << scale_bits
+        return self.bcp._encrypt_residues(self._key(masked.key_id), [(2 * big + v) // (2 * v) for v in vals],
+                                          out_frac, self.pool)
+
 
 class LocalLink:
     """In-process C -> S link: one :meth:`ask` is one round trip; payloads and replies are pickled,
@@ -332,6 +380,15 @@ class ServerC:
             out.append(self.bcp.add(t, r, self.bcp._encrypt_residues(t, [-v % n for v in tau], frac, self.pool)))
         return out
 
+    def trans_dec_many(self, arrays: Sequence[CipherArray], user_keys: Sequence[BCPPublicKey]) -> list[CipherArray]:
+        """TransDec of several arrays, each to its own registered user key, in one round trip."""
+        if len(arrays) != len(user_keys):
+            raise CryptoError(f"{len(arrays)} arrays for {len(user_keys)} target keys")
+        for k in user_keys:
+            if not isinstance(k, BCPPublicKey) or k.key_id not in self.keys:
+                raise CryptoError("TransDec target must be a registered user key")
+        return self._switch(arrays, user_keys) if arrays else []
+
     def key_prod(self, arrays: Sequence[CipherArray]) -> list[CipherArray]:
         """KeyProd: arrays under user keys -> the same plaintexts under the joint key (1 round for all)."""
         if self.joint is None:
@@ -389,6 +446,45 @@ class ServerC:
             cross = self.bcp._encrypt_residues(pk, [-u * v % n for u, v in zip(r1, r2)], frac, self.pool)
             out.append(self.bcp.add(pk, acc, cross))
         return out
+
+    # -- Trunc and Reciprocal -----------------------------------------------------------------------
+    def trunc(self, c: CipherArray, k: int) -> CipherArray:
+        """Trunc: ``Enc(floor(x / 2^k) + e)``, ``e`` in ``{0, 1}``, scale lowered by ``k`` (1 round)."""
+        return self.trunc_many([c], k)[0]
+
+    def trunc_many(self, arrays: Sequence[CipherArray], k: int) -> list[CipherArray]:
+        """Trunc of several arrays by the same ``k`` in one round trip (see the module docstring)."""
+        bits = self.config.mask_bits
+        masked, masks = [], []
+        for c in arrays:
+            pk = self.key_of(c)
+            frac = check(pk, c)
+            if not 0 < k <= frac:
+                raise CryptoError(f"Trunc by {k} bits of an array of scale {frac}: shift must be in [1, {frac}]")
+            r = _uniform(bits, len(c))
+            masks.append((pk, r))
+            masked.append(self.bcp.add(pk, c, self.bcp._encrypt_residues(pk, r, frac, self.pool, hiding=True)))
+        replies = self.link.ask(ServerS.trunc_step, masked, [int(k)] * len(masked))
+        out = []
+        for rep, (pk, r) in zip(replies, masks):
+            frac = check(pk, rep)
+            out.append(self.bcp.add(pk, rep, self.bcp._encrypt_residues(pk, [-(v >> k) for v in r], frac, self.pool)))
+        return out
+
+    def reciprocal(self, c: CipherArray, scale_bits: int, out_frac: int, rho: int | None = None) -> CipherArray:
+        """Reciprocal: ``Enc(~2^K / d)`` for positive integers ``0 < d < 2^l`` (``K`` = ``scale_bits``),
+        within ``2^(rho - 1)`` (``rho`` defaults to ``kappa``); the result is tagged ``out_frac``. 1 round."""
+        pk = self.key_of(c)
+        check(pk, c)
+        rho = self.config.kappa if rho is None else int(rho)
+        if not 1 <= rho <= self.config.kappa:
+            raise CryptoError(f"rho must be in [1, kappa = {self.config.kappa}], got {rho}")
+        rs = [(1 << (rho - 1)) | secrets.randbits(rho - 1) for _ in range(len(c))]
+        blinded = self.bcp.with_scale(self.bcp.mul_const(pk, c, rs), 0)
+        blinded = self.bcp.add(pk, blinded, self.bcp._encrypt_residues(pk, [0] * len(c), 0, self.pool, hiding=True))
+        inv = self.link.ask(ServerS.reciprocal_step, blinded, int(scale_bits), int(out_frac))
+        check(pk, inv)
+        return self.bcp.mul_const(pk, inv, rs)
 
     # -- LGT --------------------------------------------------------------------------------------
     def lgt(self, a: CipherArray, b: CipherArray) -> CipherArray:

@@ -1,0 +1,171 @@
+"""SSXGB's approximations, in one place: the sigmoid polynomial, the fixed-point pipeline of the
+gradients and of the leaf weights, and the error each adds.
+
+All encrypted values are integers scaled by ``2^F`` (``F`` = ``frac_bits``). The functions named
+``*_ints`` compute in Python integers what server C computes on ciphertexts, with *floor* where C
+uses the two-server truncation (:meth:`~ray_vfl.crypto.two_server.ServerC.trunc`); the centralized
+reference (:mod:`ray_vfl.ssxgb.reference`) calls them, so it differs from the federated run only by
+the truncations' carries and the secure division's rounding, bounded below.
+
+Sigmoid. ``sigma(x) ~ 1/2 + a1 x + a3 x^3``, the least-squares odd cubic on a uniform grid of
+``[-R, R]`` (:func:`sigmoid_coefficients`). For ``R = 4`` (the default): ``a1 = 0.216606``,
+``a3 = -0.00660418``, largest error ``0.0383`` on ``[-R, R]``; ``R = 5``: error ``0.0608``. Outside
+``[-R, R]`` the cubic turns away (at ``|x| = 6``: ``0.38`` off): margins are meant to stay inside, which
+the paper's learning rates (0.08) and depths keep for tens of rounds; nothing clips them (a clip needs
+two secure comparisons per row per round). Gradient ``g = p - y`` and hessian ``h = p (1 - p)`` of
+the approximated ``p``.
+
+Gradient pipeline at C (one two-server round per line; T = Trunc by F):
+``x2 = T(x x)``, ``x3 = T(x2 x)``, ``p = T(A1 x + A3 x3) + 2^(F-1)``, ``g = p - y``, ``h = T(p (2^F - p))``
+with ``A1 = round(a1 2^F)``, ``A3 = round(a3 2^F)``. Each T adds a carry ``e`` in ``{0, 1}`` (units of
+``2^-F``). For ``|x| <= R 2^F`` the errors against the floor pipeline are at most
+``x2: 1``, ``x3: 1 + R + 1``, ``p: 1 + |A3| (R + 2) / 2^F + 1``, ``h: 2 e_p + 2`` units:
+:func:`gradient_error_units` returns ``(e_g, e_h)`` = ``(3, 8)`` for ``R <= 8`` (a loose, simple bound).
+
+Secure division (leaf weights ``w = -eta G / (H + lambda)``): with ``D = H + round(lambda 2^F)`` and
+``a = -round(eta 2^F) G`` (Exp), C gets ``inv ~ 2^K / D`` from the Reciprocal protocol (error below
+``2^(rho - 1)``, ``rho = kappa``), multiplies ``a inv`` (Mult) and truncates by ``K`` (Trunc):
+``W = a inv / 2^K``, in units of ``2^-F``. With ``K = 2F + rho + bits(n) + 1`` the total error is below
+``1/2 + 1`` unit, i.e. ``|w - w_exact| < 1.5 * 2^-F`` given the same integer ``G``, ``H``
+(:func:`leaf_error_units`). What S learns from ``D r``: ``D``'s bit length (see two_server).
+
+Split gains are compared exactly (cross-multiplied fractions of integers, no division): no error
+beyond that of the gradient sums.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+__all__ = [
+    "FixedPointPlan",
+    "gradient_error_units",
+    "gradient_ints",
+    "leaf_error_units",
+    "leaf_ints",
+    "sigmoid_coefficients",
+    "sigmoid_max_error",
+]
+
+
+@cache
+def sigmoid_coefficients(r: float) -> tuple[float, float]:
+    """``(a1, a3)`` of the least-squares odd cubic ``1/2 + a1 x + a3 x^3`` to the sigmoid on ``[-r, r]``
+    (20,001 uniform points).
+
+    Example
+    -------
+    >>> [round(a, 6) for a in sigmoid_coefficients(4.0)]
+    [0.216606, -0.006604]
+    """
+    x = np.linspace(-r, r, 20001)
+    s = 1.0 / (1.0 + np.exp(-x)) - 0.5
+    coef, *_ = np.linalg.lstsq(np.column_stack([x, x**3]), s, rcond=None)
+    return float(coef[0]), float(coef[1])
+
+
+def sigmoid_max_error(r: float) -> float:
+    """Largest ``|cubic(x) - sigma(x)|`` on ``[-r, r]``.
+
+    Example
+    -------
+    >>> round(sigmoid_max_error(4.0), 4)
+    0.0383
+    """
+    a1, a3 = sigmoid_coefficients(r)
+    x = np.linspace(-r, r, 20001)
+    return float(np.abs(0.5 + a1 * x + a3 * x**3 - 1.0 / (1.0 + np.exp(-x))).max())
+
+
+@dataclass(frozen=True)
+class FixedPointPlan:
+    """The integer constants of one run: scale ``F``, the cubic's ``A1``, ``A3``, ``eta`` and ``lambda``
+    in units of ``2^-F``, and the secure division's ``K``."""
+
+    frac_bits: int
+    a1: int
+    a3: int
+    eta: int
+    lam: int
+    rho: int
+    n_rows: int
+
+    @classmethod
+    def of(cls, config, n_rows: int) -> FixedPointPlan:
+        f = config.frac_bits
+        a1, a3 = sigmoid_coefficients(config.sigmoid_range)
+        return cls(f, round(a1 * 2**f), round(a3 * 2**f), round(config.learning_rate * 2**f),
+                   max(1, round(config.reg_lambda * 2**f)), config.kappa, int(n_rows))
+
+    @property
+    def one(self) -> int:
+        return 1 << self.frac_bits
+
+    @property
+    def sum_bits(self) -> int:
+        """Bits of any ``|G|``, ``|H + lambda|``: ``|g|, h < 2`` per row (margins in ``[-R, R]``), so
+        ``|G| < 2^(F + 1) n`` and ``H + lambda < 2^(F + 1) n + lambda 2^F``."""
+        return self.frac_bits + max(1, self.n_rows).bit_length() + 2 + max(0, self.lam >> self.frac_bits).bit_length()
+
+    @property
+    def division_bits(self) -> int:
+        """``K`` of the secure division (see the module docstring)."""
+        return 2 * self.frac_bits + self.rho + max(1, self.n_rows).bit_length() + 1
+
+    def comparison_bits(self) -> int:
+        """Bits of the cross products the gain comparisons take: ``5 * sum_bits + 2``."""
+        return 5 * self.sum_bits + 2
+
+    def encode(self, x: np.ndarray) -> list[int]:
+        """Floats as integers in units of ``2^-F`` (rounded half to even)."""
+        return [int(v) for v in np.rint(np.ldexp(np.asarray(x, dtype=np.float64), self.frac_bits)).astype(np.int64)]
+
+
+def gradient_ints(plan: FixedPointPlan, x: list[int], y: list[int]) -> tuple[list[int], list[int]]:
+    """``(g, h)`` of margins ``x`` and labels ``y`` (units of ``2^-F``) by the floor pipeline."""
+    f, one = plan.frac_bits, plan.one
+    x2 = [(v * v) >> f for v in x]
+    x3 = [(a * b) >> f for a, b in zip(x2, x)]
+    p = [((plan.a1 * a + plan.a3 * b) >> f) + (one >> 1) for a, b in zip(x, x3)]
+    return [a - b for a, b in zip(p, y)], [(a * (one - a)) >> f for a in p]
+
+
+def leaf_ints(plan: FixedPointPlan, G: list[int], H: list[int]) -> list[int]:
+    """Exact ``round(-eta G / (H + lambda))`` in units of ``2^-F`` (the secure division's target)."""
+    out = []
+    for g, h in zip(G, H):
+        num, den = -plan.eta * g, h + plan.lam
+        out.append((2 * num + den) // (2 * den))
+    return out
+
+
+def gradient_error_units(plan: FixedPointPlan) -> tuple[int, int]:
+    """Bounds, in units of ``2^-F``, on ``|g - g_floor|`` and ``|h - h_floor|`` per row for margins in
+    ``[-R, R]`` (module docstring)."""
+    r = 8  # the largest sigmoid_range
+    e_x3 = 2 + r
+    e_p = 1 + math.ceil(abs(plan.a3) * e_x3 / plan.one) + 1
+    return e_p, 2 * e_p + 2
+
+
+def leaf_error_units(plan: FixedPointPlan, G: int, H: int, n_leaf: int, margin_error: float = 0.0) -> float:
+    """Bound, in units of ``2^-F``, on ``|W - w_ref|``: the federated leaf weight against the floor
+    pipeline's ``round(-eta G / (H + lambda))`` of a leaf of ``n_leaf`` sampled rows with reference
+    sums ``G``, ``H``, when the rows' margins differ by at most ``margin_error`` units already.
+
+    Per row, ``g`` and ``h`` differ by at most ``e_g + m / 4 + 1`` and ``e_h + m / 4 + 1`` units
+    (:func:`gradient_error_units`; the cubic's slope is below ``1/4``); so ``G`` by ``dG = n_leaf`` times
+    that, ``D = H + lambda`` by ``dD``; then ``|dw| <= eta (dG / D' + |G| dD / (D D'))`` with
+    ``D' = max(D - dD, lambda)``, plus the division's ``1.5`` units and the reference's rounding ``0.5``.
+    """
+    e_g, e_h = gradient_error_units(plan)
+    d_g = n_leaf * (e_g + margin_error / 4 + 1)
+    d_h = n_leaf * (e_h + margin_error / 4 + 1)
+    eta = plan.eta / plan.one
+    d = H + plan.lam
+    d_low = max(d - d_h, plan.lam)
+    return eta * (d_g / d_low + abs(G) * d_h / (d * d_low)) + 2.0

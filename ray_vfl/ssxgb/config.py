@@ -1,0 +1,109 @@
+"""SSXGB's hyper-parameters: XGBoost's, the fixed-point and two-server sizes, the sampling rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ValidatedConfig, check_float, check_int
+from ..crypto.key_policy import check_key_bits
+from ..errors import ConfigError
+
+__all__ = ["SSXGBConfig"]
+
+
+@dataclass(frozen=True)
+class SSXGBConfig(ValidatedConfig):
+    """What one SSXGB training uses (binary logistic loss only, as in the paper).
+
+    Parameters
+    ----------
+    n_trees : int
+        Trees in all, the LBP's first (plaintext) tree included, in [1, 10000].
+    max_depth : int
+        Depth of every tree; federated trees are grown full (every node of a level splits), in [1, 10].
+    learning_rate, reg_lambda : float
+        ``eta`` in (0, 1] and ``lambda`` > 0 (the secure division needs ``H + lambda > 0``).
+    max_bin : int
+        Quantile bins per feature, in [2, 255]; a feature's candidates are ``bin <= b`` for every
+        bin ``b`` below its top one (missing values always go right).
+    base_score : float or None
+        Initial probability; ``None``: the LBP's label mean.
+    key_bits, allow_weak_keys
+        BCP modulus size (2048 and up; 1024 only with ``allow_weak_keys=True``).
+    frac_bits : int
+        ``F``: every encrypted value is a fixed-point integer scaled by ``2^F``, in [8, 40].
+    value_bits, kappa : int
+        ``l`` and the statistical hiding parameter of the two-server protocols
+        (:class:`~ray_vfl.crypto.two_server.TwoServerConfig`).
+    sigmoid_range : float
+        ``R``: the sigmoid is replaced by its least-squares odd cubic on ``[-R, R]``
+        (:mod:`ray_vfl.ssxgb.approx`), in [1, 8].
+    row_subsample, feature_subsample : float
+        Rates in (0, 1] (the paper: 0.8): rows from a shared seed per round, features by each
+        participant's own generator.
+    seed : int
+        The shared seed of the row sample.
+    max_candidates : int
+        Largest number of split candidates of one node over all participants: the comparison
+        tournament costs ``3 ceil(log2 k)`` two-server rounds per level and its encrypted index must
+        stay below ``2^index_bits`` (``index_bits = value_bits - 5 * (bits of the sums) - 2``, the bits the
+        gain comparisons leave free); more is refused.
+    timeout_s : float or None
+        Longest wait for one phase (default: the runtime's).
+
+    Example
+    -------
+    >>> SSXGBConfig(n_trees=3, key_bits=1024, allow_weak_keys=True).frac_bits
+    24
+    """
+
+    n_trees: int = 10
+    max_depth: int = 3
+    learning_rate: float = 0.3
+    reg_lambda: float = 1.0
+    max_bin: int = 32
+    base_score: float | None = None
+    key_bits: int = 2048
+    allow_weak_keys: bool = False
+    frac_bits: int = 24
+    value_bits: int = 256
+    kappa: int = 80
+    sigmoid_range: float = 4.0
+    row_subsample: float = 0.8
+    feature_subsample: float = 0.8
+    seed: int = 0
+    max_candidates: int = 4096
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        check_int("n_trees", self.n_trees, 1, 10_000)
+        check_int("max_depth", self.max_depth, 1, 10)
+        check_float("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
+        check_float("reg_lambda", self.reg_lambda, 0.0, 1e6, lo_open=True)
+        check_int("max_bin", self.max_bin, 2, 255)
+        if self.base_score is not None:
+            check_float("base_score", self.base_score, 0.0, 1.0, lo_open=True)
+            if self.base_score >= 1.0:
+                raise ConfigError(f"base_score must be a probability in (0, 1), got {self.base_score}")
+        if not isinstance(self.allow_weak_keys, bool):
+            raise ConfigError(f"allow_weak_keys must be True or False, got {self.allow_weak_keys!r}")
+        if isinstance(self.key_bits, bool) or not isinstance(self.key_bits, int):
+            raise ConfigError(f"key_bits must be an integer such as 2048, got {self.key_bits!r}")
+        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", warn=False)
+        check_int("frac_bits", self.frac_bits, 8, 40)
+        check_int("value_bits", self.value_bits, 64, 4096)
+        check_int("kappa", self.kappa, 40, 256)
+        check_float("sigmoid_range", self.sigmoid_range, 1.0, 8.0)
+        check_float("row_subsample", self.row_subsample, 0.0, 1.0, lo_open=True)
+        check_float("feature_subsample", self.feature_subsample, 0.0, 1.0, lo_open=True)
+        check_int("seed", self.seed, 0, 2**63 - 1)
+        check_int("max_candidates", self.max_candidates, 2, 1 << 20)
+        if self.value_bits + self.kappa + 6 > self.key_bits:
+            raise ConfigError(f"value_bits + kappa + 6 = {self.value_bits + self.kappa + 6} exceeds key_bits = "
+                              f"{self.key_bits}: lower value_bits or use a larger key")
+        if self.timeout_s is not None:
+            check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+
+    def check_key_policy(self) -> None:
+        """Warn (:class:`~ray_vfl.errors.SecurityWarning`) about a key below 2048 bits (allowed by opt-in)."""
+        check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", stacklevel=4)

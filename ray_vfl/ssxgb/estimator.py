@@ -1,0 +1,123 @@
+"""scikit-learn style estimator over SSXGB: many participants, two outsourcing servers.
+
+``__init__`` only stores parameters; ``fit`` validates them (through
+:class:`~ray_vfl.ssxgb.config.SSXGBConfig`), trains with one Ray actor per participant plus the
+servers C and S, and returns ``self``; learned attributes end in ``_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+
+from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
+from ..runtime.actors import Runtime
+from ..runtime.estimator import FederatedEstimator
+from ..trees.callbacks import ProgressBar, TrainingCallback
+from ..trees.checkpoint import Checkpoint
+from ..trees.kernels import transform_margin
+from .config import SSXGBConfig
+from .protocol import SSXGBModel, train
+
+__all__ = ["SSXGBClassifier"]
+
+_RENAMED = {"n_estimators": "n_trees"}
+_NOT_CONFIG = {"callbacks", "verbose", "runtime"}
+
+
+class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
+    """Federated XGBoost classifier outsourced to two non-colluding servers (SSXGB).
+
+    Parameters are those of :class:`~ray_vfl.ssxgb.config.SSXGBConfig` (``n_estimators`` is its
+    ``n_trees``), plus ``callbacks``, ``verbose`` (a progress bar) and ``runtime``.
+
+    Example
+    -------
+    >>> from ray_vfl import vertical_split                                              # doctest: +SKIP
+    >>> data = vertical_split(frame, 4, label="y", seed=0)                               # doctest: +SKIP
+    >>> clf = SSXGBClassifier(n_estimators=5, max_depth=3, learning_rate=0.08).fit(data)  # doctest: +SKIP
+    >>> clf.predict_proba(data)[:, 1]                                                     # doctest: +SKIP
+    """
+
+    classes_ = np.array([0, 1])
+
+    def __init__(self, n_estimators: int = 10, max_depth: int = 3, learning_rate: float = 0.3,
+                 reg_lambda: float = 1.0, max_bin: int = 32, base_score: float | None = None, key_bits: int = 2048,
+                 allow_weak_keys: bool = False, frac_bits: int = 24, value_bits: int = 256, kappa: int = 80,
+                 sigmoid_range: float = 4.0, row_subsample: float = 0.8, feature_subsample: float = 0.8,
+                 seed: int = 0, max_candidates: int = 4096, timeout_s: float | None = None,
+                 callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
+                 runtime: Runtime | None = None) -> None:
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.reg_lambda = reg_lambda
+        self.max_bin = max_bin
+        self.base_score = base_score
+        self.key_bits = key_bits
+        self.allow_weak_keys = allow_weak_keys
+        self.frac_bits = frac_bits
+        self.value_bits = value_bits
+        self.kappa = kappa
+        self.sigmoid_range = sigmoid_range
+        self.row_subsample = row_subsample
+        self.feature_subsample = feature_subsample
+        self.seed = seed
+        self.max_candidates = max_candidates
+        self.timeout_s = timeout_s
+        self.callbacks = callbacks
+        self.verbose = verbose
+        self.runtime = runtime
+
+    def _config(self) -> SSXGBConfig:
+        params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
+        return SSXGBConfig(**params)
+
+    def fit(self, data: VerticalDataset, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+        """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``. With
+        ``checkpoint_dir`` every role (participants, C, S) saves its training state there (on its own
+        machine) every ``checkpoint_every`` trees, and a fit started again with the same folder
+        continues from the last tree every role completed."""
+        config = self._config()
+        VerticalDataset.ensure(data)
+        if isinstance(self.callbacks, TrainingCallback):
+            raise ConfigError(f"callbacks takes a list of callbacks, e.g. callbacks=[{type(self.callbacks).__name__}(...)]")
+        callbacks = list(self.callbacks or [])
+        if self.verbose:
+            callbacks.append(ProgressBar())
+        if checkpoint_dir is not None:
+            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
+        self.model_ = train(self._fit_runtime(config.timeout_s), data, config, callbacks)
+        self.comm_stats_ = self.model_.comm_stats
+        self.n_trees_ = self.model_.n_trees
+        return self
+
+    def save_model(self, directory: str) -> dict[str, str]:
+        """Each role writes its own part under ``directory`` (see :meth:`SSXGBModel.save`)."""
+        return self._check_fitted().save(directory)
+
+    @classmethod
+    def load_model(cls, directory: str, runtime: Runtime | None = None) -> SSXGBClassifier:
+        """An estimator for prediction from the parts :meth:`save_model` wrote."""
+        model = SSXGBModel.load(directory, runtime)
+        params = model.config.to_dict()
+        params["n_estimators"] = params.pop("n_trees")
+        est = cls(**params, runtime=model.runtime)
+        est.model_, est.n_trees_ = model, model.n_trees
+        return est
+
+    def predict_margin(self, data: VerticalDataset) -> np.ndarray:
+        """Margins by encrypted federated prediction, decrypted by the LBP alone."""
+        return self._check_fitted().predict_margin(data)
+
+    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
+        """``(n, 2)`` class probabilities."""
+        p = transform_margin("binary:logistic", self.predict_margin(data))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, data: VerticalDataset) -> np.ndarray:
+        """Predicted class (0 or 1) per row."""
+        return (self.predict_proba(data)[:, 1] > 0.5).astype(np.int64)

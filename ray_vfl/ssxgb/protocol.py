@@ -1,0 +1,324 @@
+"""SSXGB: "Scalable Multi-Party Privacy-Preserving Gradient Tree Boosting over Vertically Partitioned
+Dataset with Outsourced Computations" (the paper's Algorithms 2-5): federated XGBoost among many
+participants, outsourced to two non-colluding, honest-but-curious servers.
+
+Participants each hold some features of every row; exactly one, the label-bearing participant (LBP),
+holds the labels. Server C talks to everyone and computes on BCP ciphertexts under the joint key;
+server S holds the BCP master key, talks only to C, and answers the two-server steps
+(:mod:`ray_vfl.crypto.two_server`) on values C has masked. The driver is a coordinator: it calls the
+actors and hands each message (a Ray reference) to its receiver, never fetching one.
+
+Rounds (``P`` participants; ``i`` a participant; every message through the metered send path):
+
+=========  ======================  =========================================  ===========================================
+when       sender -> receiver      payload                                    what the receiver learns
+=========  ======================  =========================================  ===========================================
+once       S -> C -> every i       BCP public parameters ``(N, g)``           public parameters
+once       i -> C                  user public key ``h_i``                    public keys
+once       C <-> S (1 round)       the user keys and the joint key            public keys
+once       C -> every i            joint key ``prod h_i``                     a public key
+once       LBP -> C                ``Enc_LBP(base + first-tree margin)``,     nothing (ciphertexts); the LBP's first tree
+                                   ``Enc_LBP(label)`` per row                 and base score stay with the LBP
+once       C <-> S (KeyProd)       ``Enc(m + tau)``, ``tau`` uniform mod N    S: uniform values; C: nothing
+tree       C <-> S (7 rounds)      Mult / Trunc on masked margins (sigmoid)   S: masked values only (``x + r``, ``r`` of
+                                                                              ``l + kappa`` bits); C: nothing
+tree       C -> every i            sampled rows (public: shared seed),        the row sample; ciphertexts
+                                   ``Enc(g)``, ``Enc(h)`` of those rows
+level      C -> every i            children ids and where each node's rows    the instance space of every node (as in the
+                                   go (after the previous level)              paper); never a feature or threshold
+level      i -> C                  per open node, ``Enc`` of the left sums    C: nothing (ciphertexts, re-randomised);
+                                   of ``g`` and ``h`` for each of i's         how many candidates i has
+                                   candidates (its sampled features' bins)
+level      C <-> S                 gain fractions (2 Mult rounds) and the     S: masked values only, and from LGT the bit
+                                   tournament (3 rounds per halving: Mult,    length of the masked cross-product
+                                   LGT, Mult); TransDec of the winners        differences; C: nothing
+level      C -> every i            ``Enc_i(winner's index)``, i's offset      owner: which of its candidates won; others:
+                                                                              that another participant's record won
+level      owner -> C              the won node's left branch (all rows),     C: the partition and the owner of the split
+                                   the owner's record number                  (a record number; no feature, no threshold)
+tree end   C <-> S (3 rounds)      secure division: ``Enc(D r)``, Mult,       S: ``D r`` (the bit length of ``D = H +
+                                   Trunc                                      lambda``), masked values; C: nothing
+predict    owner -> C              left/right of every prediction row at      C: each row's leaf in every federated tree
+                                   each split it owns
+predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S: uniform values; LBP: the margins (adds its
+                                   (TransDec)                                 first tree); no one else decrypts
+=========  ======================  =========================================  ===========================================
+
+Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
+bits; the sigmoid replaced by the least-squares odd cubic on ``[-R, R]`` (R = 4: max error 0.0383);
+every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure division within
+``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``. Split choice: exact comparisons of the gain
+fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
+``min_child_weight``: deciding them needs more comparisons); missing values always go right in the
+federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned missing direction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..data.dataset import VerticalDataset
+from ..errors import ConfigError, DataError
+from ..runtime.actors import Runtime, as_ref_list
+from ..runtime.comm import CommStats
+from ..runtime.party import load_meta, save_parts, warn_unseen_categories
+from ..trees.callbacks import CallbackList, TrainingCallback
+from ..trees.checkpoint import Checkpoint
+from ..trees.kernels import transform_margin
+from .config import SSXGBConfig
+from .participant import Participant
+from .server_c import ServerCRole
+from .server_s import ServerSRole
+
+__all__ = ["SERVER_C", "SERVER_S", "SSXGBModel", "train"]
+
+log = logging.getLogger(__name__)
+SERVER_C, SERVER_S = "server_c", "server_s"
+
+
+class _Calls:
+    """The driver's side of the rounds: one reference per message, waits on statuses only."""
+
+    def __init__(self, runtime: Runtime, timeout_s: float) -> None:
+        self.runtime, self.timeout_s = runtime, timeout_s
+
+    def each(self, method: str, parties: Sequence[str], args_of, n_messages: int, phase: str) -> dict[str, list]:
+        out, statuses = {}, []
+        for p in parties:
+            refs = as_ref_list(getattr(self.runtime.actor(p), method).options(num_returns=1 + n_messages)
+                               .remote(*args_of(p)), 1 + n_messages)
+            statuses.append((p, refs[0]))
+            out[p] = refs[1:]
+        self.runtime.get(statuses, phase, self.timeout_s)
+        return out
+
+    def value(self, method: str, parties: Sequence[str], args_of, phase: str) -> list:
+        calls = [(p, getattr(self.runtime.actor(p), method).remote(*args_of(p))) for p in parties]
+        return self.runtime.get(calls, phase, self.timeout_s)
+
+
+@dataclass
+class SSXGBModel:
+    """A trained SSXGB model, spread over the actors: the LBP holds the base score and first tree, each
+    participant the lookup table of its splits, C the tree structure and the encrypted leaf weights."""
+
+    runtime: Runtime
+    order: list[str]
+    lbp: str
+    config: SSXGBConfig
+    n_trees: int
+    comm_stats: CommStats = field(default_factory=CommStats)
+    op_counts: dict[str, int] = field(default_factory=dict)
+    round_trips: int = 0
+
+    def _calls(self) -> _Calls:
+        return _Calls(self.runtime, self.config.timeout_s or self.runtime.timeout_s)
+
+    def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
+        """Margins by encrypted federated prediction; only the LBP decrypts (and adds its first tree)."""
+        n_trees = self.n_trees if n_trees is None else int(n_trees)
+        if not 1 <= n_trees <= self.n_trees:
+            raise ConfigError(f"n_trees must be in [1, {self.n_trees}], got {n_trees}")
+        VerticalDataset.ensure(data, "predict")
+        if data.party_names != self.order:
+            raise DataError(f"prediction data must hold the participants {self.order}, got {data.party_names}")
+        calls, key = self._calls(), f"predict-{uuid.uuid4().hex[:8]}"
+        tables = data.tables(self.runtime)
+        try:
+            reports = calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load prediction rows")
+            warn_unseen_categories(self.order, reports, "prediction data")
+            routes = calls.each("route", self.order, lambda p: (key, n_trees - 1), 1, "prediction routes")
+            out = calls.each("predict", [SERVER_C], lambda p: ([routes[q][0] for q in self.order], data.n_rows,
+                                                               n_trees - 1), 1, "prediction sums")
+            margins = calls.value("open_prediction", [self.lbp], lambda p: (key, [out[SERVER_C][0]]), "prediction")[0]
+        except BaseException:
+            with contextlib.suppress(Exception):  # after a failure the runtime may have ended the actors
+                calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            raise
+        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+        return margins
+
+    def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
+        """Probabilities (the exact sigmoid of the decrypted margins, at the LBP)."""
+        return transform_margin("binary:logistic", self.predict_margin(data, n_trees))
+
+    def save(self, directory: str) -> dict[str, str]:
+        """Each role writes ``<directory>/<role>.json``, its own part only: every participant its binner,
+        lookup table and key pair (the LBP also its first tree), C the tree structure, public keys and
+        encrypted leaves, S the master key; the driver writes ``federation.json``. In a deployment each
+        file is on its role's own machine."""
+        meta = {"order": self.order, "lbp": self.lbp, "n_trees": self.n_trees, "config": self.config.to_dict()}
+        return save_parts(self.runtime, self.order + [SERVER_C, SERVER_S], directory, meta, ".json", kind="ssxgb")
+
+    @classmethod
+    def load(cls, directory: str, runtime: Runtime | None = None) -> SSXGBModel:
+        """One actor per role, each reading its own saved part."""
+        meta = load_meta(directory, "SSXGBModel.save", kind="ssxgb")
+        try:
+            config, order = SSXGBConfig.from_dict(meta["config"]), list(meta["order"])
+            lbp, n_trees = str(meta["lbp"]), int(meta["n_trees"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{directory!r} holds no complete SSXGB federation file ({type(exc).__name__}: {exc}); "
+                            "save the model again") from exc
+        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
+        timeout = config.timeout_s or runtime.timeout_s
+        runtime.connect(order + [SERVER_C, SERVER_S])
+        s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C)
+        runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
+        for p in order:
+            runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
+        roles = order + [SERVER_C, SERVER_S]
+        _Calls(runtime, timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
+        return cls(runtime, order, lbp, config, n_trees)
+
+    def structure(self) -> list[dict[int, tuple]]:
+        """The federated trees as C knows them: node -> ("split", owner, record, left, right)."""
+        return self._calls().value("structure", [SERVER_C], lambda p: (), "structure")[0]
+
+    def assembled_splits(self) -> list[dict[int, tuple]]:
+        """Diagnostic only (tests, benchmarks): every federated split as ``node -> (participant index,
+        feature, bin, left, right)``, put together from C's structure and each owner's private lookup
+        table, in the layout of :class:`~ray_vfl.ssxgb.reference.ReferenceModel`. In a deployment no
+        one can do this: each lookup table stays with its owner."""
+        lookups = dict(zip(self.order, self._calls().value("lookup_part", self.order, lambda p: (), "lookup")))
+        out = []
+        for tree in self.structure():
+            out.append({node: (self.order.index(owner), *lookups[owner][record], left, right)
+                        for node, (_, owner, record, left, right) in tree.items()})
+        return out
+
+
+def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callbacks: Sequence[TrainingCallback] = (),
+          record_view: bool = False) -> SSXGBModel:
+    """Train SSXGB with one actor per participant, one for server C and one for server S.
+
+    Parameters
+    ----------
+    runtime : Runtime
+    data : VerticalDataset
+        At least two participants; exactly one holds the labels (0/1): the LBP.
+    config : SSXGBConfig
+    callbacks : sequence of TrainingCallback
+        Called after every tree (progress bar, logging); no metrics are computed during training.
+    record_view : bool
+        Let S keep what it received and decrypted (for audits: ``runtime.actor("server_s").view``).
+
+    Example
+    -------
+    >>> data = vertical_split(frame, 4, label="y")                                   # doctest: +SKIP
+    >>> model = train(Runtime(), data, SSXGBConfig(n_trees=3, max_depth=3))         # doctest: +SKIP
+    >>> model.predict(data)[:3]                                                      # doctest: +SKIP
+    """
+    lbp = _check_input(data, config)
+    config.check_key_policy()
+    timeout = config.timeout_s or runtime.timeout_s
+    order = data.party_names
+    runtime.connect(order + [SERVER_C, SERVER_S])
+    tables = data.tables(runtime)
+    cats = data.categorical
+    s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, record_view)
+    runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
+    for p in order:
+        runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
+    calls = _Calls(runtime, timeout)
+    C, parts = [SERVER_C], order
+    model = SSXGBModel(runtime, order, lbp, config, 1)
+    start = _resume(calls, model, callbacks)
+    if not start:
+        params = calls.each("setup", [SERVER_S], lambda p: (), 1, "BCP setup")[SERVER_S][0]
+        fwd = calls.each("take_params", C, lambda p: ([params],), 1, "parameters")[SERVER_C][0]
+        keys = calls.each("make_key", parts, lambda p: ([fwd],), 1, "user keys")
+        joint = calls.each("register", C, lambda p: ([keys[q][0] for q in order],), 1, "joint key")[SERVER_C][0]
+        calls.value("take_joint_key", parts, lambda p: ([joint],), "joint key")
+        init = calls.each("lbp_init", [lbp], lambda p: (), 1, "LBP's first tree")[lbp][0]
+        calls.value("take_init", C, lambda p: ([init],), "KeyProd")
+    model.n_trees = max(1, start)
+    cb = CallbackList(callbacks)
+    cb.before_training(config)
+    stop = False if start else cb.after_iteration(0, {})
+    for t in range(max(1, start), config.n_trees):
+        if stop:
+            break
+        _grow_tree(calls, order, config, t)
+        model.n_trees = t + 1
+        stop = cb.after_iteration(t, {})
+    cb.after_training(model)
+    records = calls.value("comm_records", order + [SERVER_C, SERVER_S], lambda p: (), "communication statistics")
+    model.comm_stats = CommStats(r for rs in records for r in rs)
+    counts = calls.value("op_counts", order, lambda p: (), "counts")
+    model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
+    model.round_trips = calls.value("round_trips", C, lambda p: (), "counts")[0]
+    return model
+
+
+@dataclass
+class _Roles:
+    """What a :class:`~ray_vfl.trees.checkpoint.Checkpoint` saves: every role, the servers included."""
+
+    runtime: Runtime
+    order: list[str]
+    label_party: str
+    config: SSXGBConfig
+
+
+def _resume(calls: _Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallback]) -> int:
+    """Every role takes up the run's checkpoint, if a :class:`Checkpoint` callback has one (participants,
+    C with the encrypted margins, S with the master key, each from its own file); returns the trees
+    already grown (0 for a new run). Feature samples come from fresh entropy after a resume."""
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    if len(checkpoints) > 1:
+        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
+    if not checkpoints:
+        return 0
+    roles = _Roles(model.runtime, model.order + [SERVER_C, SERVER_S], model.lbp, model.config)
+    trees, files = checkpoints[0].resume_point(roles)
+    if not trees:
+        return 0
+    if trees > model.config.n_trees:
+        raise ConfigError(f"the checkpoint holds {trees} trees, more than n_trees = {model.config.n_trees}")
+    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in roles.order}
+    calls.value("resume_from", roles.order, lambda p: (paths[p],), "resume from checkpoint")
+    log.info("resuming from tree %d of %d (%s)", trees, model.config.n_trees, checkpoints[0].directory)
+    return trees
+
+
+def _grow_tree(calls: _Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:
+    """One federated tree (Algorithms 3-5): gradients at C, then level by level, then the leaves."""
+    grads = calls.each("begin_tree", [SERVER_C], lambda p: (tree,), 1, f"tree {tree + 1}: gradients")[SERVER_C][0]
+    calls.value("take_gradients", order, lambda p: ([grads],), f"tree {tree + 1}: gradients")
+    for depth in range(config.max_depth):  # the lambdas run at once, inside each call: no late binding
+        phase = f"tree {tree + 1}, depth {depth}"
+        sums = calls.each("left_sums", order, lambda p, d=depth: (d,), 1, phase)
+        wins = calls.each("find_splits", [SERVER_C], lambda p, d=depth, s=sums: (d, [s[q][0] for q in order]),
+                          len(order), phase)[SERVER_C]
+        branches = calls.each("take_win", order, lambda p, d=depth, w=wins: (d, [w[order.index(p)]]), 1, phase)
+        part = calls.each("apply_branches", [SERVER_C], lambda p, d=depth, b=branches: (d, [b[q][0] for q in order]),
+                          1, phase)[SERVER_C][0]
+        calls.value("take_partition", order, lambda p, m=part: ([m],), phase)
+    calls.value("finish_tree", [SERVER_C], lambda p: (), f"tree {tree + 1}: leaves")
+
+
+def _check_input(data: VerticalDataset, config: SSXGBConfig) -> str:
+    VerticalDataset.ensure(data, "train")
+    if not isinstance(config, SSXGBConfig):
+        raise ConfigError(f"config must be an SSXGBConfig, got {type(config).__name__}")
+    if len(data.party_names) < 2:
+        raise DataError(f"SSXGB needs at least two participants (features split over several parties), got "
+                        f"{data.party_names}")
+    for name in (SERVER_C, SERVER_S):
+        if name in data.party_names:
+            raise DataError(f"a participant may not be called {name!r}: that is a server's name")
+    if data.labels_spread or len(data.label_parties) != 1:
+        found = data.label_parties
+        raise DataError(f"SSXGB needs exactly one label-bearing participant (LBP), found {len(found)}: {found}; "
+                        "give every label to one participant (label_party=...)")
+    data.check_labels("binary:logistic")
+    return data.label_parties[0]

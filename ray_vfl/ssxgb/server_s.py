@@ -1,0 +1,110 @@
+"""Server S as a Ray actor, and the link through which server C reaches it.
+
+S holds the BCP master key and runs the two-server steps of :class:`~ray_vfl.crypto.two_server.ServerS`
+on what C sends; it talks to C only. :class:`ActorLink` is C's ``link``: each ``ask(step, *payload)``
+is one metered ``ssxgb_s_request`` message from C's actor to S's actor and one metered
+``ssxgb_s_reply`` back (both through :meth:`~ray_vfl.runtime.comm.Mailbox.send`), so the bytes and
+round trips between the servers show in the communication statistics like every other channel.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+from ..crypto.bcp import BCPMasterKey, BCPParams, setup
+from ..crypto.two_server import ServerS, TwoServerConfig
+from ..errors import SecurityWarning
+from ..runtime.actors import gather
+from ..runtime.comm import Mailbox, Message
+from ..runtime.party import PartyActor
+from ..runtime.payload_shapes import describe
+from .config import SSXGBConfig
+from .messages import S_STEPS
+
+__all__ = ["ActorLink", "ServerSRole"]
+
+
+class ServerSRole(PartyActor):
+    """Server S: BCP Setup, the master key, and the answers to C's masked requests.
+
+    ``record_view=True`` keeps what S received (step names and payload shapes) and what it
+    decrypted, for the view audit (:meth:`view`).
+    """
+
+    def __init__(self, name: str, config: SSXGBConfig, server_c: str, record_view: bool = False) -> None:
+        self.reset(name, config, server_c, record_view)
+
+    def reset(self, name: str, config: SSXGBConfig, server_c: str, record_view: bool = False) -> None:
+        self._start_party(name)
+        self.config, self.server_c, self.record_view = config, server_c, record_view
+        self.server: ServerS | None = None
+        self.received: list[tuple[str, Any]] = []
+
+    def setup(self) -> tuple:
+        """BCP Setup (the master key stays here); the public parameters ``(N, g)`` go to C."""
+        with warnings.catch_warnings():  # the driver warns about a weak key once, where the user sees it
+            warnings.simplefilter("ignore", SecurityWarning)
+            params, mk = setup(self.config.key_bits, allow_weak=self.config.allow_weak_keys)
+        self.server = ServerS(mk, TwoServerConfig(self.config.value_bits, self.config.kappa),
+                              frac_bits=self.config.frac_bits, record_view=self.record_view)
+        return None, self.mailbox.send("ssxgb_params", [self.server_c], {"n": int(params.n), "g": int(params.g)})
+
+    def answer(self, message: Message) -> Message:
+        """One two-server step: open C's request, run it, send the reply back to C."""
+        p = self.mailbox.open(message, "ssxgb_s_request", None, [self.server_c])
+        if self.record_view:
+            self.received.append((p["step"], describe(p["args"])))
+        reply = getattr(ServerS, p["step"])(self.server, *p["args"])
+        return self.mailbox.send("ssxgb_s_reply", [self.server_c], reply, message.tree, message.depth)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
+        return time.process_time()
+
+    # -- saved part (on S's own machine: it holds the master key) ---------------------------------------
+    def model_part(self) -> dict[str, Any]:
+        mk = self.server._mk
+        return {"party": self.name, "params": [str(mk.params.n), str(mk.params.g)], "p1": str(mk.p1),
+                "q1": str(mk.q1), "keys": [str(k.h) for k in self.server.keys.values()]}
+
+    def restore(self, part: dict[str, Any]) -> None:
+        params = BCPParams(int(part["params"][0]), int(part["params"][1]))
+        mk = BCPMasterKey(params, int(part["p1"]), int(part["q1"]))
+        self.server = ServerS(mk, TwoServerConfig(self.config.value_bits, self.config.kappa),
+                              frac_bits=self.config.frac_bits, record_view=self.record_view)
+        self.server.register_step([int(h) for h in part["keys"]])
+
+    def resume_training(self, state: dict[str, Any]) -> None:
+        self.restore(state)
+
+    def view(self) -> dict[str, Any]:
+        """What S received (step, payload shape) and decrypted (step, integers), if recorded."""
+        return {"received": list(self.received), "decrypted": list(self.server.view) if self.server else []}
+
+
+class ActorLink:
+    """C's link to S's actor: ``ask(step, *payload)`` is one metered round trip (see the module docstring).
+
+    Attributes
+    ----------
+    round_trips : int
+    tree, depth : int
+        Where the protocol is (recorded with each message).
+    """
+
+    def __init__(self, mailbox: Mailbox, server_s: str, handle: Any, timeout_s: float) -> None:
+        self.mailbox, self.server_s, self.handle, self.timeout_s = mailbox, server_s, handle, timeout_s
+        self.round_trips = 0
+        self.tree, self.depth = -1, -1
+
+    def ask(self, step: Any, *payload: Any) -> Any:
+        name = step.__name__
+        if name not in S_STEPS:
+            raise ValueError(f"{name} is not a server S step")
+        request = self.mailbox.send("ssxgb_s_request", [self.server_s], {"step": name, "args": payload},
+                                    self.tree, self.depth)
+        (reply,) = gather([(self.server_s, self.handle.answer.remote(request))], f"two-server {name}", self.timeout_s)
+        self.round_trips += 1
+        return self.mailbox.open(reply, "ssxgb_s_reply", None, [self.server_s])

@@ -1,0 +1,67 @@
+"""Server C's split finding on ciphertexts: gains as fractions, compared without decrypting any.
+
+For a candidate with left sums ``GL``, ``HL`` of a node with sums ``G``, ``H`` (integers in units of
+``2^-F``, ``L = round(lambda 2^F)``), XGBoost's gain is, up to terms equal for every candidate of the
+node, ``GL^2 / (HL + L) + GR^2 / (HR + L)``, i.e. the fraction
+
+    num / den,   num = GL^2 (HR + L) + GR^2 (HL + L),   den = (HL + L) (HR + L) > 0
+
+(scales ``2^3F`` and ``2^2F``). Two Mult rounds give every candidate's ``Enc(num)``, ``Enc(den)``.
+A tournament then finds each node's best candidate: at every level the candidates are paired, one
+Mult round gives ``num_a den_b`` and ``num_b den_a``, one LGT round ``b = [num_a den_b < num_b den_a]``
+(``b`` is ``1`` iff the right one is strictly better), one Mult round selects ``num``, ``den`` and the
+encrypted index ``idx`` of the winner (``x_a + b (x_b - x_a)``). Ties go to the lower index, as
+``numpy.argmax``; all nodes of a level run in the same rounds (``3 ceil(log2 k) + 2`` rounds for ``k``
+candidates per node). No gain, sum or comparison result is ever decrypted: S sees only masked values
+(:mod:`ray_vfl.crypto.two_server`), C only ciphertexts. Exact: no approximation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..crypto.base import CipherArray
+from ..crypto.two_server import ServerC
+
+__all__ = ["best_candidates", "gain_fractions"]
+
+
+def gain_fractions(c: ServerC, gl: CipherArray, hl: CipherArray, g_node: CipherArray, h_node: CipherArray,
+                   lam: int) -> tuple[CipherArray, CipherArray]:
+    """``(Enc(num), Enc(den))`` per candidate; ``g_node``/``h_node`` hold each candidate's node sums."""
+    bcp, pk = c.bcp, c.key_of(gl)
+    n = len(gl)
+    lam_c = c.encrypt_ints(pk, [lam] * n, int(gl.tag[5:]))
+    gr, hr = bcp.sub(pk, g_node, gl), bcp.sub(pk, h_node, hl)
+    hl_l, hr_l = bcp.add(pk, hl, lam_c), bcp.add(pk, hr, lam_c)
+    gl2, gr2, den = c.mult_many([(gl, gl), (gr, gr), (hl_l, hr_l)])
+    a, b = c.mult_many([(gl2, hr_l), (gr2, hl_l)])
+    return bcp.add(pk, a, b), den
+
+
+def best_candidates(c: ServerC, num: CipherArray, den: CipherArray, n_nodes: int, k: int) -> CipherArray:
+    """``Enc(index of the best candidate)`` of each node; ``num``/``den`` hold ``n_nodes`` blocks of ``k``."""
+    bcp, pk = c.bcp, c.key_of(num)
+    idx = c.encrypt_ints(pk, list(range(k)) * n_nodes)
+    cols = np.arange(n_nodes * k).reshape(n_nodes, k)  # positions of each node's remaining candidates
+    while cols.shape[1] > 1:
+        m = cols.shape[1] // 2 * 2
+        left, right = cols[:, 0:m:2].ravel(), cols[:, 1:m:2].ravel()
+        na, nb, da, db = (bcp.take(num, left), bcp.take(num, right), bcp.take(den, left), bcp.take(den, right))
+        ia, ib = bcp.take(idx, left), bcp.take(idx, right)
+        x, y = c.mult_many([(na, db), (nb, da)])
+        bit = c.lgt(x, y)
+        dn, dd, di = c.mult_many([(bit, bcp.sub(pk, nb, na)), (bit, bcp.sub(pk, db, da)), (bit, bcp.sub(pk, ib, ia))])
+        won_n, won_d, won_i = bcp.add(pk, na, dn), bcp.add(pk, da, dd), bcp.add(pk, ia, di)
+        half = m // 2
+        base = np.arange(n_nodes * half).reshape(n_nodes, half)
+        parts_n, parts_d, parts_i = [won_n], [won_d], [won_i]
+        if m < cols.shape[1]:  # each node's odd one out goes up unchanged, after the winners
+            odd = cols[:, m]
+            parts_n.append(bcp.take(num, odd))
+            parts_d.append(bcp.take(den, odd))
+            parts_i.append(bcp.take(idx, odd))
+            base = np.column_stack([base, n_nodes * half + np.arange(n_nodes)])
+        num, den, idx = bcp.concat(parts_n), bcp.concat(parts_d), bcp.concat(parts_i)
+        cols = base
+    return bcp.take(idx, cols[:, 0])
