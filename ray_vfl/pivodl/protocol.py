@@ -73,200 +73,25 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
-import uuid
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
-
-import numpy as np
+from typing import Mapping, Sequence
 
 from ..crypto.gaussian_dp import accounted_epsilon
 from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from ..runtime.party import load_meta, save_parts, warn_unseen_categories
+from ..runtime.party import warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.checkpoint import Checkpoint
-from ..trees.kernels import transform_margin
 from .client import Client
 from .config import PIVODLConfig
+from .model import PIVODLModel
+from .rounds import Calls, evaluate, grow_tree, other_index, secure_total
 
 __all__ = ["train", "PIVODLModel"]
 
 log = logging.getLogger(__name__)
-
-
-class _Calls:
-    """The driver's side of the rounds: calls with one reference per message, waits on statuses only."""
-
-    def __init__(self, runtime: Runtime, order: list[str], timeout_s: float) -> None:
-        self.runtime, self.order, self.timeout_s = runtime, order, timeout_s
-
-    def each(self, method: str, parties: Sequence[str], args_of, n_messages: int, phase: str) -> dict[str, list]:
-        """Call ``method(*args_of(p))`` on every party, expecting a status and ``n_messages`` message
-        references back; wait for every status; return each party's message references."""
-        out, statuses = {}, []
-        for p in parties:
-            refs = getattr(self.runtime.actor(p), method).options(num_returns=1 + n_messages).remote(*args_of(p))
-            refs = refs if isinstance(refs, list) else [refs]
-            statuses.append((p, refs[0]))
-            out[p] = refs[1:]
-        self.runtime.get(statuses, phase, self.timeout_s)
-        return out
-
-    def value(self, method: str, parties: Sequence[str], args_of, phase: str) -> list:
-        """Call a method that returns a plain value (statuses, counts, structure) on every party."""
-        calls = [(p, getattr(self.runtime.actor(p), method).remote(*args_of(p))) for p in parties]
-        return self.runtime.get(calls, phase, self.timeout_s)
-
-    def to(self, receiver: str, sent: dict[str, list], index_of) -> list:
-        """The references every other party sent ``receiver`` (``index_of(sender, receiver)`` picks one)."""
-        return [sent[p][index_of(p, receiver)] for p in self.order if p != receiver]
-
-
-def _other_index(order: list[str]):
-    """Index of ``receiver`` among ``sender``'s others (messages sent one per other client, in order)."""
-    return lambda sender, receiver: [p for p in order if p != sender].index(receiver)
-
-
-@dataclass
-class PIVODLModel:
-    """A trained PIVODL model, spread over the client actors: every client holds its lookup table and
-    the exact weights of the leaves it holds; the tree shapes are known to every client.
-
-    Example
-    -------
-    >>> model = train(Runtime(), data, PIVODLConfig(backend="plain"))  # doctest: +SKIP
-    >>> model.predict(test)[:3]                                         # doctest: +SKIP
-    """
-
-    runtime: Runtime
-    order: list[str]
-    config: PIVODLConfig
-    n_trees: int
-    comm_stats: CommStats = field(default_factory=CommStats)
-    op_counts: dict[str, int] = field(default_factory=dict)
-    op_counts_by_client: dict[str, dict[str, int]] = field(default_factory=dict)
-    history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
-    epsilon: float | None = None
-    best_iteration: int | None = None
-    label_party: None = None  # no single label party (what checkpoints record of a federation)
-
-    def _calls(self) -> _Calls:
-        return _Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
-
-    def predict_margin(self, data: VerticalDataset, n_trees: int | None = None, output: str | None = None) -> np.ndarray:
-        """Margins by secure prediction (step 7); ``output`` is the client that sums the masked shares
-        (the first client by default) and hands the margins to the caller."""
-        n_trees = self.n_trees if n_trees is None else int(n_trees)
-        if not 1 <= n_trees <= self.n_trees:
-            raise ConfigError(f"n_trees must be in [1, {self.n_trees}], got {n_trees}")
-        VerticalDataset.ensure(data, "predict")
-        if sorted(data.party_names) != sorted(self.order):
-            raise DataError(f"prediction data must hold the clients {self.order}, got {data.party_names}")
-        output = output or self.order[0]
-        if output not in self.order:
-            raise ConfigError(f"output must be one of the clients {self.order}, got {output!r}")
-        calls, key = self._calls(), f"predict-{uuid.uuid4().hex[:8]}"
-        tables = data.tables(self.runtime)
-        try:
-            reports = calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load prediction rows")
-            warn_unseen_categories(self.order, reports, "prediction data")
-            _route(calls, self.config, key, n_trees)
-            nonce = secrets.token_bytes(16)
-            shares = calls.each("prediction_share", self.order, lambda p: (key, nonce, output), 1, "prediction shares")
-            refs = [shares[p][0] for p in self.order if p != output]
-            margins = self.runtime.get([(output, self.runtime.actor(output).combine_shares.remote(key, refs))],
-                                       "prediction")[0]
-        finally:
-            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
-        return margins
-
-    def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
-        """Predictions (probabilities for the logistic objective)."""
-        return transform_margin(self.config.objective, self.predict_margin(data, n_trees))
-
-    def evaluate(self, data: VerticalDataset, n_trees: int | None = None) -> dict[str, float]:
-        """Metrics on labelled ``data`` (logloss and error, or RMSE and MAE): each client scores the rows
-        it labels from margins only it receives; the driver gets the totals (AUC needs every label in
-        one place and is not computed: use :meth:`predict` where the labels are)."""
-        n_trees = self.n_trees if n_trees is None else int(n_trees)
-        VerticalDataset.ensure(data, "evaluate")
-        calls, key = self._calls(), f"evaluate-{uuid.uuid4().hex[:8]}"
-        tables = data.tables(self.runtime)
-        try:
-            calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load evaluation rows")
-            owned = calls.each("eval_labelled", self.order, lambda p: (key,), 1, "evaluation")
-            calls.value("take_eval_labelled", self.order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), "evaluation")
-            return _evaluate(calls, self.config, key, n_trees)
-        finally:
-            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
-
-    def save(self, directory: str) -> dict[str, str]:
-        """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,
-        the exact weights of the leaves it holds); the driver writes ``federation.json``."""
-        meta = {"order": self.order, "n_trees": self.n_trees, "config": self.config.to_dict(), "epsilon": self.epsilon}
-        return save_parts(self.runtime, self.order, directory, meta, ".json", kind="pivodl")
-
-    @classmethod
-    def load(cls, directory: str, runtime: Runtime | None = None, objective: str | None = None) -> "PIVODLModel":
-        """One actor per client, each reading its own saved part; the clients agree on fresh mask keys."""
-        meta = load_meta(directory, "PIVODLModel.save", kind="pivodl")
-        try:
-            config, order, n_trees = PIVODLConfig.from_dict(meta["config"]), list(meta["order"]), int(meta["n_trees"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{directory!r} holds no complete PIVODL federation file ({type(exc).__name__}: {exc}); "
-                            "save the model again") from exc
-        if objective is not None and config.objective != objective:
-            raise DataError(f"{directory!r} holds a model with objective {config.objective!r}, not {objective!r}: "
-                            "load it with the estimator of that objective")
-        runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
-        runtime.connect(order)
-        for p in order:
-            runtime.spawn(p, Client, p, None, [], config, runtime.pool(p, 1), order)
-        model = cls(runtime, order, config, n_trees, epsilon=meta.get("epsilon"))
-        calls = model._calls()
-        calls.value("load_part", order, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
-        keys = calls.each("mask_key", order, lambda p: (), 1, "load")
-        calls.value("agree", order, lambda p: (calls.to(p, keys, lambda s, r: 0),), "load")
-        return model
-
-    def skeleton(self) -> list[dict[int, tuple]]:
-        """The tree shapes (owner of every split, holder of every leaf), as every client knows them."""
-        return self._calls().value("skeleton", self.order[:1], lambda p: (), "trees")[0]
-
-    def assembled_trees(self, n_features: dict[str, int]) -> list[dict[str, np.ndarray]]:
-        """Diagnostic only (tests, benchmarks): the trees put together from every client's private
-        part -- split features as global indices (clients' features concatenated in client order, as
-        ``n_features`` counts them), bins, missing directions and exact leaf weights, in the centralized
-        reference's layout. In a deployment no one can do this: each part stays with its client."""
-        parts = self._calls().value("model_part", self.order, lambda p: (), "model parts")
-        lookup = {p: part["lookup"] for p, part in zip(self.order, parts)}
-        held = {(t, n): w for part in parts for t, n, w in part["held"]}
-        offset = dict(zip(self.order, np.cumsum([0] + [n_features[p] for p in self.order])))
-        out = []
-        for t, tree in enumerate(self.skeleton()):
-            size = max(tree) + 1
-            arrays = {"left": np.full(size, -1), "right": np.full(size, -1), "feature": np.full(size, -1),
-                      "bin": np.full(size, -1), "default_left": np.zeros(size, dtype=bool), "weight": np.zeros(size)}
-            for node, kind in tree.items():
-                if kind[0] == "split":
-                    _, source, record, left, right = kind
-                    f, b, dl, _ = lookup[source][record]
-                    arrays["left"][node], arrays["right"][node] = left, right
-                    arrays["feature"][node], arrays["bin"][node], arrays["default_left"][node] = offset[source] + f, b, dl
-                else:
-                    arrays["weight"][node] = held[(t, node)]
-            out.append(arrays)
-        return out
-
-    def label_guess_scores(self) -> dict[str, dict[str, np.ndarray]]:
-        """Every client's label-guess scores of the training rows from its own view (the paper's attack).
-        For experiments in simulation only: it returns what a curious client could compute."""
-        views = self._calls().value("guess_scores", self.order, lambda p: (), "label guess")
-        return dict(zip(self.order, views))
 
 
 def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
@@ -305,14 +130,14 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     for p in order:
         workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
         runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order)
-    calls = _Calls(runtime, order, config.timeout_s)
-    other = _other_index(order)
+    calls = Calls(runtime, order, config.timeout_s)
+    other = other_index(order)
     # step 1: keys, key-agreement keys, labelled rows; then every source's bins at every client's rows
     hello = calls.each("make_keys", order, lambda p: (), 3, "keys")
     bins = calls.each("meet", order, lambda p: tuple(calls.to(p, hello, lambda s, r: i) for i in range(3)),
                       len(order) - 1, "set-up")
     calls.value("take_bins", order, lambda p: (calls.to(p, bins, other),), "set-up")
-    _secure_total(calls, order, "base")
+    secure_total(calls, order, "base")
     for key, eval_data in eval_sets.items():
         eval_tables = eval_data.tables(runtime)
         reports = calls.value("load_rows", order, lambda p: (key, eval_tables[p]), f"eval set {key!r}")
@@ -324,9 +149,9 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     cb = CallbackList(callbacks)
     cb.before_training(config)
     for t in range(start, config.n_trees):
-        _grow_tree(calls, order, config, t)
+        grow_tree(calls, order, config, t)
         model.n_trees = t + 1
-        logs = {key: _evaluate(calls, config, key, t + 1) for key in eval_sets}
+        logs = {key: evaluate(calls, config, key, t + 1) for key in eval_sets}
         for key, metrics in logs.items():
             model.history.setdefault(key, []).append(metrics)
         if cb.after_iteration(t, logs):
@@ -348,33 +173,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     return model
 
 
-def _route(calls: _Calls, config: PIVODLConfig, key: str, n_trees: int) -> None:
-    """Move the rows of data set ``key`` through the first ``n_trees`` trees, one level per round."""
-    calls.value("route_start", calls.order, lambda p: (key, n_trees), "prediction")
-    sent: dict[str, list] = {}
-    for depth in range(config.max_depth + 1):
-        last = depth == config.max_depth
-        sent = calls.each("route_step", calls.order,
-                          lambda p: (key, calls.to(p, sent, lambda s, r: 0) if depth else [], depth, not last),
-                          1, f"prediction round {depth + 1}")
-
-
-def _evaluate(calls: _Calls, config: PIVODLConfig, key: str, n_trees: int) -> dict[str, float]:
-    """Metrics of eval set ``key`` after ``n_trees`` trees: margins reach each row's label owner only,
-    the loss sums reach a random output client masked, and the driver gets the metrics."""
-    order = calls.order
-    _route(calls, config, key, n_trees)
-    other = _other_index(order)
-    nonce = secrets.token_bytes(16)
-    shares = calls.each("eval_shares", order, lambda p: (key, nonce), len(order) - 1, f"evaluation of {key!r}")
-    output, nonce = secrets.choice(order), secrets.token_bytes(16)
-    sums = calls.each("eval_sums", order, lambda p: (key, calls.to(p, shares, other), nonce, output), 1,
-                      f"evaluation of {key!r}")
-    refs = [sums[p][0] for p in order if p != output]
-    return calls.value("eval_metrics", [output], lambda p: (refs,), f"evaluation of {key!r}")[0]
-
-
-def _resume(calls: _Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> int:
+def _resume(calls: Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> int:
     """Every client takes up the run's checkpoint, if a :class:`Checkpoint` callback has one; returns
     the number of trees already grown (0 for a new run)."""
     checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
@@ -393,49 +192,6 @@ def _resume(calls: _Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallb
     log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoints[0].directory)
     model.n_trees = start
     return start
-
-
-def _secure_total(calls: _Calls, order: list[str], what: str) -> None:
-    """Step 2: every client's sums, added by a random aggregation client, decrypted and broadcast by a
-    random encryption client (two different clients, drawn from OS entropy)."""
-    a, e = secrets.SystemRandom().sample(order, 2)
-    shares = calls.each("total_share", order, lambda p: (what, e, a), 1, f"secure total ({what})")
-    summed = calls.each("aggregate", [a], lambda p: ([shares[q][0] for q in order if q != a], e), 1, "aggregation")
-    opened = calls.each("open_total", [e], lambda p: (summed[a][0], what), 1, "decryption")
-    calls.value("take_total", [p for p in order if p != e], lambda p: (opened[e][0], what), "totals")
-
-
-def _grow_tree(calls: _Calls, order: list[str], config: PIVODLConfig, tree: int) -> None:
-    """One tree, level by level (steps 2-6)."""
-    other = _other_index(order)
-    calls.value("begin_tree", order, lambda p: (), f"tree {tree + 1}")
-    _secure_total(calls, order, "root")
-    open_nodes, next_id, leaves = [0], 1, []
-    for depth in range(config.max_depth):
-        if not open_nodes:
-            break
-        last = depth + 1 == config.max_depth
-        phase = f"tree {tree + 1}, depth {depth}"
-        calls.value("set_open_nodes", order, lambda p: (open_nodes,), phase)
-        req = calls.each("propose", order, lambda p: (depth, open_nodes), 1, phase)
-        sums = calls.each("sum_candidates", order, lambda p: (depth, calls.to(p, req, lambda s, r: 0)), len(order) - 1, phase)
-        fwd = calls.each("forward", order, lambda p: (depth, calls.to(p, sums, other)), len(order) - 1, phase)
-        best = calls.each("score", order, lambda p: (depth, calls.to(p, fwd, other)), 1, phase)
-        won = calls.each("decide", order, lambda p: (depth, calls.to(p, best, lambda s, r: 0)), len(order), phase)
-        leaves += [won[p][0] for p in order]
-        told = calls.each("apply_wins", order, lambda p: (depth, [won[q][1 + other(q, p)] for q in order if q != p]),
-                          len(order), phase)
-        moves = calls.value("apply_partitions", order, lambda p: (depth, calls.to(p, told, lambda s, r: 0), next_id), phase)
-        children = moves[0]
-        chosen = calls.each("apply_chosen", order,
-                            lambda p: (depth, [told[q][1 + other(q, p)] for q in order if q != p], children, last),
-                            1, phase)
-        leaves += [chosen[p][0] for p in order]
-        open_nodes = [c for _, left, right in children for c in (left, right)]
-        next_id += 2 * len(children)
-        if last:
-            break
-    calls.value("finish_tree", order, lambda p: (leaves,), f"tree {tree + 1}")
 
 
 def _check_input(data: VerticalDataset, config: PIVODLConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:

@@ -1,0 +1,119 @@
+"""The driver's side of PIVODL's rounds: calls that hand message references from client to client.
+
+The driver never fetches a message: each client method returns a status and one Ray reference per
+message (``num_returns``), the driver waits on the statuses only (a failed or silent client is named by
+:meth:`~ray_vfl.runtime.actors.Runtime.get`) and passes each reference to its receiver, whose actor
+resolves it. The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pivodl.protocol`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Sequence
+
+from ..runtime.actors import Runtime
+from .config import PIVODLConfig
+
+__all__ = ["Calls", "other_index", "route", "evaluate", "secure_total", "grow_tree"]
+
+
+class Calls:
+    """The driver's side of the rounds: calls with one reference per message, waits on statuses only."""
+
+    def __init__(self, runtime: Runtime, order: list[str], timeout_s: float) -> None:
+        self.runtime, self.order, self.timeout_s = runtime, order, timeout_s
+
+    def each(self, method: str, parties: Sequence[str], args_of, n_messages: int, phase: str) -> dict[str, list]:
+        """Call ``method(*args_of(p))`` on every party, expecting a status and ``n_messages`` message
+        references back; wait for every status; return each party's message references."""
+        out, statuses = {}, []
+        for p in parties:
+            refs = getattr(self.runtime.actor(p), method).options(num_returns=1 + n_messages).remote(*args_of(p))
+            refs = refs if isinstance(refs, list) else [refs]
+            statuses.append((p, refs[0]))
+            out[p] = refs[1:]
+        self.runtime.get(statuses, phase, self.timeout_s)
+        return out
+
+    def value(self, method: str, parties: Sequence[str], args_of, phase: str) -> list:
+        """Call a method that returns a plain value (statuses, counts, structure) on every party."""
+        calls = [(p, getattr(self.runtime.actor(p), method).remote(*args_of(p))) for p in parties]
+        return self.runtime.get(calls, phase, self.timeout_s)
+
+    def to(self, receiver: str, sent: dict[str, list], index_of) -> list:
+        """The references every other party sent ``receiver`` (``index_of(sender, receiver)`` picks one)."""
+        return [sent[p][index_of(p, receiver)] for p in self.order if p != receiver]
+
+
+def other_index(order: list[str]):
+    """Index of ``receiver`` among ``sender``'s others (messages sent one per other client, in order)."""
+    return lambda sender, receiver: [p for p in order if p != sender].index(receiver)
+
+
+def route(calls: Calls, config: PIVODLConfig, key: str, n_trees: int) -> None:
+    """Move the rows of data set ``key`` through the first ``n_trees`` trees, one level per round."""
+    calls.value("route_start", calls.order, lambda p: (key, n_trees), "prediction")
+    sent: dict[str, list] = {}
+    for depth in range(config.max_depth + 1):
+        last = depth == config.max_depth
+        sent = calls.each("route_step", calls.order,
+                          lambda p: (key, calls.to(p, sent, lambda s, r: 0) if depth else [], depth, not last),
+                          1, f"prediction round {depth + 1}")
+
+
+def evaluate(calls: Calls, config: PIVODLConfig, key: str, n_trees: int) -> dict[str, float]:
+    """Metrics of eval set ``key`` after ``n_trees`` trees: margins reach each row's label owner only,
+    the loss sums reach a random output client masked, and the driver gets the metrics."""
+    order = calls.order
+    route(calls, config, key, n_trees)
+    other = other_index(order)
+    nonce = secrets.token_bytes(16)
+    shares = calls.each("eval_shares", order, lambda p: (key, nonce), len(order) - 1, f"evaluation of {key!r}")
+    output, nonce = secrets.choice(order), secrets.token_bytes(16)
+    sums = calls.each("eval_sums", order, lambda p: (key, calls.to(p, shares, other), nonce, output), 1,
+                      f"evaluation of {key!r}")
+    refs = [sums[p][0] for p in order if p != output]
+    return calls.value("eval_metrics", [output], lambda p: (refs,), f"evaluation of {key!r}")[0]
+
+
+def secure_total(calls: Calls, order: list[str], what: str) -> None:
+    """Step 2: every client's sums, added by a random aggregation client, decrypted and broadcast by a
+    random encryption client (two different clients, drawn from OS entropy)."""
+    a, e = secrets.SystemRandom().sample(order, 2)
+    shares = calls.each("total_share", order, lambda p: (what, e, a), 1, f"secure total ({what})")
+    summed = calls.each("aggregate", [a], lambda p: ([shares[q][0] for q in order if q != a], e), 1, "aggregation")
+    opened = calls.each("open_total", [e], lambda p: (summed[a][0], what), 1, "decryption")
+    calls.value("take_total", [p for p in order if p != e], lambda p: (opened[e][0], what), "totals")
+
+
+def grow_tree(calls: Calls, order: list[str], config: PIVODLConfig, tree: int) -> None:
+    """One tree, level by level (steps 2-6)."""
+    other = other_index(order)
+    calls.value("begin_tree", order, lambda p: (), f"tree {tree + 1}")
+    secure_total(calls, order, "root")
+    open_nodes, next_id, leaves = [0], 1, []
+    for depth in range(config.max_depth):
+        if not open_nodes:
+            break
+        last = depth + 1 == config.max_depth
+        phase = f"tree {tree + 1}, depth {depth}"
+        calls.value("set_open_nodes", order, lambda p: (open_nodes,), phase)
+        req = calls.each("propose", order, lambda p: (depth, open_nodes), 1, phase)
+        sums = calls.each("sum_candidates", order, lambda p: (depth, calls.to(p, req, lambda s, r: 0)), len(order) - 1, phase)
+        fwd = calls.each("forward", order, lambda p: (depth, calls.to(p, sums, other)), len(order) - 1, phase)
+        best = calls.each("score", order, lambda p: (depth, calls.to(p, fwd, other)), 1, phase)
+        won = calls.each("decide", order, lambda p: (depth, calls.to(p, best, lambda s, r: 0)), len(order), phase)
+        leaves += [won[p][0] for p in order]
+        told = calls.each("apply_wins", order, lambda p: (depth, [won[q][1 + other(q, p)] for q in order if q != p]),
+                          len(order), phase)
+        moves = calls.value("apply_partitions", order, lambda p: (depth, calls.to(p, told, lambda s, r: 0), next_id), phase)
+        children = moves[0]
+        chosen = calls.each("apply_chosen", order,
+                            lambda p: (depth, [told[q][1 + other(q, p)] for q in order if q != p], children, last),
+                            1, phase)
+        leaves += [chosen[p][0] for p in order]
+        open_nodes = [c for _, left, right in children for c in (left, right)]
+        next_id += 2 * len(children)
+        if last:
+            break
+    calls.value("finish_tree", order, lambda p: (leaves,), f"tree {tree + 1}")
