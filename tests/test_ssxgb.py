@@ -166,7 +166,7 @@ def test_a_ciphertext_under_another_joint_key_is_refused():
 
 def test_estimator_checkpoint_resume_save_load_and_server_c_failing(runtime, tmp_path):
     small = vertical_split(_frame(80, seed=1), COLUMNS, label="y")
-    params = dict(max_depth=1, max_bin=4, key_bits=1024, allow_weak_keys=True, runtime=runtime)
+    params = {"max_depth": 1, "max_bin": 4, "key_bits": 1024, "allow_weak_keys": True, "runtime": runtime}
     ckpt = str(tmp_path / "ckpt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
