@@ -70,3 +70,12 @@ def test_jobs_report_bad_input_in_one_line(tmp_path):
     run = subprocess.run([sys.executable, str(REPO / "jobs" / "plot.py"), "--results", str(tmp_path), "--x", "clients",
                           "--y", "auc"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "run jobs/experiment.py first" in run.stderr
+
+
+def test_an_ssxgb_sweep_runs(runtime, tmp_path):
+    cfg = ExperimentConfig.from_dict({"name": "ssxgb_tiny", "protocol": "ssxgb", "rows": 120, "sweep": {"clients": [2]},
+                                      "params": {"key_bits": 1024, "n_trees": 2, "max_depth": 1, "max_bin": 4}})
+    table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
+    assert len(table) == 1 and table["backend"].tolist() == ["bcp"] and table["mb"].iloc[0] > 0
+    with pytest.raises(ConfigError, match="one cryptosystem"):
+        ExperimentConfig.from_dict({"name": "x", "protocol": "ssxgb", "sweep": {"backend": ["ou"]}})

@@ -29,7 +29,7 @@ from ..errors import ConfigError, DataError
 
 __all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE"]
 
-PROTOCOLS = ("secureboost", "pivodl")
+PROTOCOLS = ("secureboost", "pivodl", "ssxgb")
 # What a sweep may vary, and what each value must be.
 SWEEPABLE = {
     "clients": "an integer >= 2 (parties the columns are split over)",
@@ -51,7 +51,7 @@ class ExperimentConfig(ValidatedConfig):
     name : str
         Names the results (``<out>/<name>/results.csv``).
     protocol : str
-        ``"secureboost"`` or ``"pivodl"``.
+        ``"secureboost"``, ``"pivodl"`` or ``"ssxgb"`` (binary classification only).
     dataset : str
         Default dataset (``sweep`` may vary it).
     sweep : dict
@@ -91,7 +91,9 @@ class ExperimentConfig(ValidatedConfig):
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"sweep[{key!r}] must be a non-empty list of values, got {values!r}")
             if key == "epsilon" and self.protocol != "pivodl":
-                raise ConfigError("sweep over epsilon needs protocol 'pivodl' (SecureBoost has no DP)")
+                raise ConfigError(f"sweep over epsilon needs protocol 'pivodl' ({self.protocol} has no DP)")
+            if key == "backend" and self.protocol == "ssxgb":
+                raise ConfigError("SSXGB has one cryptosystem (BCP): sweep key_bits instead of backend")
             for v in values:
                 self._check_value(key, v)
         if not isinstance(self.params, dict):

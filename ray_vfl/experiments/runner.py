@@ -69,13 +69,15 @@ def _data(cfg: ExperimentConfig, run: dict[str, Any]):
         owners = {f"party{i}": 1.0 / clients for i in range(clients)}
         owners[f"party{clients - 1}"] = 1.0 - sum(list(owners.values())[:-1])
     data = vertical_split(frame, clients, label=label, categorical=categorical, seed=seed, label_owners=owners)
+    if cfg.protocol == "ssxgb" and objective != "binary:logistic":
+        raise DataError(f"SSXGB classifies (binary labels); {run['dataset']!r} is a {objective} dataset")
     stratify = objective == "binary:logistic"
     train, test = data.train_test_split(cfg.test_size, seed=seed, stratify=stratify)
     return train, test, objective
 
 
 def _protocol_config(cfg: ExperimentConfig, run: dict[str, Any], objective: str):
-    params = {**cfg.params, "objective": objective}
+    params = {**cfg.params} if cfg.protocol == "ssxgb" else {**cfg.params, "objective": objective}
     for key in ("max_depth", "n_trees", "key_bits", "backend", "epsilon"):
         if key in run:
             params[key] = run[key]
@@ -83,6 +85,8 @@ def _protocol_config(cfg: ExperimentConfig, run: dict[str, Any], objective: str)
         params.setdefault("allow_weak_keys", True)
     if cfg.protocol == "pivodl":
         from ..pivodl.config import PIVODLConfig as Config
+    elif cfg.protocol == "ssxgb":
+        from ..ssxgb.config import SSXGBConfig as Config
     else:
         from ..trees.config import BoostConfig as Config
     return Config.from_dict(params)
@@ -100,6 +104,8 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
     if cfg.protocol == "pivodl":
         from ..pivodl.attack import label_guess_report
         from ..pivodl.protocol import train as fit
+    elif cfg.protocol == "ssxgb":
+        from ..ssxgb.protocol import train as fit
     else:
         from ..secureboost.protocol import train as fit
     model = fit(runtime, train, config, callbacks=[timer])
@@ -108,7 +114,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
     t_pred = time.perf_counter()
     y = test.label
     row: dict[str, Any] = {"run_id": run["run_id"], "name": cfg.name, "protocol": cfg.protocol, **run,
-                           "objective": objective, "backend": config.backend, "key_bits": config.key_bits,
+                           "objective": objective, "backend": getattr(config, "backend", "bcp"), "key_bits": config.key_bits,
                            "max_depth": config.max_depth, "n_trees": model.n_trees, "train_rows": train.n_rows}
     if objective == "binary:logistic":
         p = 1.0 / (1.0 + np.exp(-margins))
