@@ -14,12 +14,10 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
-from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
-from ..trees.callbacks import EarlyStopping, EvaluationLogger, ProgressBar, TrainingCallback
-from ..trees.checkpoint import Checkpoint
-from ..trees.kernels import transform_margin
+from ..trees.callbacks import TrainingCallback
+from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
 from .config import PIVODLConfig
 from .protocol import PIVODLModel, train
 
@@ -77,21 +75,8 @@ class _PIVODL(FederatedEstimator):
         again with the same folder continues from the last tree every client completed."""
         config = self._config()
         VerticalDataset.ensure(data)
-        if eval_set is not None and not isinstance(eval_set, (list, tuple)):
-            raise DataError(f"eval_set takes a list of data sets, e.g. eval_set=[test]; got {type(eval_set).__name__}")
-        evals = {f"validation_{i}": VerticalDataset.ensure(d, f"eval_set[{i}]") for i, d in enumerate(eval_set or [])}
-        if isinstance(self.callbacks, TrainingCallback):
-            raise ConfigError(f"callbacks takes a list of callbacks, e.g. callbacks=[{type(self.callbacks).__name__}(...)]")
-        callbacks = list(self.callbacks or [])
-        if self.verbose:
-            callbacks += [ProgressBar(), EvaluationLogger()]
-        if checkpoint_dir is not None:
-            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
-        if self.early_stopping_rounds is not None:
-            if not evals:
-                raise DataError("early_stopping_rounds needs an eval_set to watch")
-            callbacks.append(EarlyStopping(self.early_stopping_rounds, data=f"validation_{len(evals) - 1}",
-                                           metric=self._stop_metric, maximize=False))
+        evals = eval_sets_of(eval_set)
+        callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, self._stop_metric, maximize=False)
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, evals, callbacks)
         self.evals_result_ = self.model_.history
         self.comm_stats_ = self.model_.comm_stats
@@ -123,7 +108,7 @@ class _PIVODL(FederatedEstimator):
         return est
 
 
-class PIVODLClassifier(ClassifierMixin, _PIVODL):
+class PIVODLClassifier(BinaryClassifier, ClassifierMixin, _PIVODL):
     """Federated XGBoost classifier with labels spread over several clients (PIVODL).
 
     Example
@@ -137,16 +122,6 @@ class PIVODLClassifier(ClassifierMixin, _PIVODL):
     """
 
     _objective = "binary:logistic"
-    classes_ = np.array([0, 1])
-
-    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """``(n, 2)`` class probabilities."""
-        p = transform_margin(self._objective, self.predict_margin(data))
-        return np.column_stack([1.0 - p, p])
-
-    def predict(self, data: VerticalDataset) -> np.ndarray:
-        """Predicted class (0 or 1) per row."""
-        return (self.predict_proba(data)[:, 1] > 0.5).astype(np.int64)
 
 
 class PIVODLRegressor(RegressorMixin, _PIVODL):

@@ -15,18 +15,11 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
-from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
-from ..trees.callbacks import (
-    EarlyStopping,
-    EvaluationLogger,
-    ProgressBar,
-    TrainingCallback,
-)
-from ..trees.checkpoint import Checkpoint
+from ..trees.callbacks import TrainingCallback
 from ..trees.config import BoostConfig
-from ..trees.kernels import transform_margin
+from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
 from .protocol import FederatedModel, train
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -102,21 +95,9 @@ class _SecureBoost(FederatedEstimator):
         """
         config = self._config()
         VerticalDataset.ensure(data)
-        if eval_set is not None and not isinstance(eval_set, (list, tuple)):
-            raise DataError(f"eval_set takes a list of data sets, e.g. eval_set=[test]; got {type(eval_set).__name__}")
-        evals = {f"validation_{i}": VerticalDataset.ensure(d, f"eval_set[{i}]") for i, d in enumerate(eval_set or [])}
-        if isinstance(self.callbacks, TrainingCallback):
-            raise ConfigError(f"callbacks takes a list of callbacks, e.g. callbacks=[{type(self.callbacks).__name__}(...)]")
+        evals = eval_sets_of(eval_set)
         runtime = self._fit_runtime(config.timeout_s)
-        callbacks = list(self.callbacks or [])
-        if self.verbose:
-            callbacks += [ProgressBar(), EvaluationLogger()]
-        if checkpoint_dir is not None:
-            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
-        if self.early_stopping_rounds is not None:
-            if not evals:
-                raise DataError("early_stopping_rounds needs an eval_set to watch")
-            callbacks.append(EarlyStopping(self.early_stopping_rounds, data=f"validation_{len(evals) - 1}"))
+        callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every)
         init_model = xgb_model
         if isinstance(xgb_model, _SecureBoost):  # each party writes its part on its own node, read back there
             init_model = tempfile.mkdtemp(prefix="ray_vfl_continue_")
@@ -161,7 +142,7 @@ class _SecureBoost(FederatedEstimator):
         return est
 
 
-class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
+class SecureBoostClassifier(BinaryClassifier, ClassifierMixin, _SecureBoost):
     """Federated XGBoost classifier (SecureBoost) for 0/1 labels.
 
     Example
@@ -175,16 +156,6 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
     """
 
     _objective = "binary:logistic"
-    classes_ = np.array([0, 1])
-
-    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """``(n, 2)`` class probabilities."""
-        p = transform_margin(self._objective, self.predict_margin(data))
-        return np.column_stack([1.0 - p, p])
-
-    def predict(self, data: VerticalDataset) -> np.ndarray:
-        """Predicted class (0 or 1) per row."""
-        return (self.predict_proba(data)[:, 1] > 0.5).astype(np.int64)
 
 
 class SecureBoostRegressor(RegressorMixin, _SecureBoost):

@@ -13,12 +13,10 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 
 from ..data.dataset import VerticalDataset
-from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
-from ..trees.callbacks import ProgressBar, TrainingCallback
-from ..trees.checkpoint import Checkpoint
-from ..trees.kernels import transform_margin
+from ..trees.callbacks import TrainingCallback
+from ..trees.estimator import BinaryClassifier, fit_callbacks
 from .config import SSXGBConfig
 from .protocol import SSXGBModel, train
 
@@ -28,7 +26,7 @@ _RENAMED = {"n_estimators": "n_trees"}
 _NOT_CONFIG = {"callbacks", "verbose", "runtime"}
 
 
-class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
+class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
     """Federated XGBoost classifier outsourced to two non-colluding servers (SSXGB).
 
     Parameters are those of :class:`~ray_vfl.ssxgb.config.SSXGBConfig` (``n_estimators`` is its
@@ -41,8 +39,6 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
     >>> clf = SSXGBClassifier(n_estimators=5, max_depth=3, learning_rate=0.08).fit(data)  # doctest: +SKIP
     >>> clf.predict_proba(data)[:, 1]                                                     # doctest: +SKIP
     """
-
-    classes_ = np.array([0, 1])
 
     def __init__(self, n_estimators: int = 10, max_depth: int = 3, learning_rate: float = 0.3,
                  reg_lambda: float = 1.0, max_bin: int = 32, base_score: float | None = None, key_bits: int = 2048,
@@ -83,13 +79,7 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
         continues from the last tree every role completed."""
         config = self._config()
         VerticalDataset.ensure(data)
-        if isinstance(self.callbacks, TrainingCallback):
-            raise ConfigError(f"callbacks takes a list of callbacks, e.g. callbacks=[{type(self.callbacks).__name__}(...)]")
-        callbacks = list(self.callbacks or [])
-        if self.verbose:
-            callbacks.append(ProgressBar())
-        if checkpoint_dir is not None:
-            callbacks.append(Checkpoint(checkpoint_dir, checkpoint_every))
+        callbacks = fit_callbacks(self, None, checkpoint_dir, checkpoint_every)
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, callbacks)
         self.comm_stats_ = self.model_.comm_stats
         self.n_trees_ = self.model_.n_trees
@@ -112,12 +102,3 @@ class SSXGBClassifier(ClassifierMixin, FederatedEstimator):
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Margins by encrypted federated prediction, decrypted by the LBP alone."""
         return self._check_fitted().predict_margin(data)
-
-    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """``(n, 2)`` class probabilities."""
-        p = transform_margin("binary:logistic", self.predict_margin(data))
-        return np.column_stack([1.0 - p, p])
-
-    def predict(self, data: VerticalDataset) -> np.ndarray:
-        """Predicted class (0 or 1) per row."""
-        return (self.predict_proba(data)[:, 1] > 0.5).astype(np.int64)
