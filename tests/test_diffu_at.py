@@ -139,7 +139,7 @@ def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
     assert clf.unaligned_report_["aligned_rows"] == int(keep.sum())
     proba = clf.predict_proba(held)
     assert proba.shape == (int(keep.sum()), 2) and np.isfinite(proba).all()
-    with pytest.raises(ConfigError, match="not supported yet"):
+    with pytest.raises(ConfigError, match="is not supported: predict with it while"):
         clf.save_model(str(tmp_path / "model"))
 
 

@@ -130,7 +130,7 @@ class SplitNNModel:
         """
         if self.unaligned is not None:  # its label party adds a batch norm per branch that load() does not rebuild
             raise ConfigError("saving a model trained with unaligned rows (Diffu-AT, JPL, HeuristicVFL) is not "
-                              "supported yet; predict with it in this session")
+                              "supported: predict with it while its party actors run (before the next fit or shutdown)")
         meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
                 "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
         return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt", kind="splitnn")
