@@ -45,7 +45,7 @@ _EXPORTS = {
     "PartyFailedError": ".errors", "ProtocolError": ".errors", "VFLError": ".errors",
     "VFLWarning": ".errors", "SecurityWarning": ".errors", "DataWarning": ".errors",
     "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
-    "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.dataset",
+    "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.splitting",
     "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",
     "PsiResult": ".psi.protocol", "private_set_intersection": ".psi.protocol",
     "BoostConfig": ".trees.config",

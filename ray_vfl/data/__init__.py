@@ -1,6 +1,6 @@
 """The data layer: vertically partitioned datasets, per-party binning, the bundled tables.
 
-:mod:`.dataset` (:class:`VerticalDataset`, :func:`vertical_split`, :func:`read_table`),
+:mod:`.dataset` (:class:`VerticalDataset`, :func:`read_table`), :mod:`.splitting` (:func:`vertical_split`),
 :mod:`.alignment` (rows aligned by private set intersection), :mod:`.binning` (each party's
 quantile bins) and :mod:`.bundled` (the credit table shipped with the package, named datasets).
 Labels are held by one party (``label_party``) or spread over several, each row's label at one of
@@ -10,7 +10,7 @@ them (``label_owner``, ``label_parties``; PIVODL).
 from .. import _lazy_exports
 
 _EXPORTS = {
-    "VerticalDataset": ".dataset", "read_table": ".sources", "PartySource": ".sources", "vertical_split": ".dataset",
+    "VerticalDataset": ".dataset", "read_table": ".sources", "PartySource": ".sources", "vertical_split": ".splitting",
     "AlignedDataset": ".alignment", "align_frames": ".alignment",
     "PartyBinner": ".binning", "check_encodable": ".binning",
     "load_credit": ".bundled", "load_named": ".bundled", "credit_path": ".bundled", "NAMED_DATASETS": ".bundled",

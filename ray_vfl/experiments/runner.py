@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.bundled import load_named
-from ..data.dataset import vertical_split
+from ..data.splitting import vertical_split
 from ..errors import ConfigError, DataError
 from ..metrics import auc, logloss
 from ..runtime.actors import Runtime
