@@ -10,7 +10,8 @@ from scipy import stats
 
 from ray_vfl.crypto import CipherArray
 from ray_vfl.crypto.bcp import BCPPublicKey, keygen, setup
-from ray_vfl.crypto.two_server import LocalLink, ServerC, ServerS, TwoServerConfig
+from ray_vfl.crypto.two_server import LocalLink, ServerS, TwoServerConfig
+from ray_vfl.crypto.two_server_c import ServerC
 from ray_vfl.errors import ConfigError, CryptoError
 
 KEY_BITS = 1024

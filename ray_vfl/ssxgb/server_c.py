@@ -21,7 +21,8 @@ from gmpy2 import mpz
 from ..crypto.base import CipherArray
 from ..crypto.bcp import BCPParams, BCPPublicKey
 from ..crypto.bcp_arrays import check, unwrap, wrap
-from ..crypto.two_server import ServerC, TwoServerConfig
+from ..crypto.two_server import TwoServerConfig
+from ..crypto.two_server_c import ServerC
 from ..errors import ConfigError, DataError, ProtocolError
 from ..runtime.party import PartyActor
 from ..trees.sampling import RowSampler
