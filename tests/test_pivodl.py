@@ -171,14 +171,21 @@ def test_dp_noise_has_the_configured_deviation():
     assert lo < statistic < hi
 
 
-def test_secure_prediction_shares(runtime, credit_frame):
+def test_secure_prediction_sums_the_holders_exact_leaves(runtime, credit_frame):
+    """Under partial DP the clients trained on noisy released weights, yet the masked shares of secure
+    prediction sum to the margins of the exact leaf weights the holders keep (and not the released ones)."""
+    from ray_vfl.trees.reference import ReferenceTree
+
     frame, label = credit_frame
     data = spread(frame, label, 3, (0.4, 0.4, 0.2))
-    model = train(runtime, data, PIVODLConfig(n_trees=2, max_depth=2, backend="plain"))
-    margins = model.predict_margin(data)
-    assert margins.shape == (data.n_rows,) and np.isfinite(margins).all()
-    kinds = {r.kind for r in model.comm_stats.records}
-    assert "pivodl_leaf_weights" in kinds
+    config = PIVODLConfig(n_trees=2, max_depth=2, max_bin=16, backend="plain", epsilon=1.0)
+    model = train(runtime, data, config)
+    trees = [ReferenceTree(t["left"], t["right"], t["feature"], t["bin"], t["default_left"], t["weight"])
+             for t in model.assembled_trees({p: data.n_features(p) for p in data.party_names})]
+    base = float(np.clip(data.label.mean(), 1e-6, 1 - 1e-6))
+    expect = predict_reference(trees, reference_bins(data, config.max_bin), base_margin(config.objective, base),
+                               config.max_bin)
+    np.testing.assert_allclose(model.predict_margin(data), expect, atol=1e-8)
 
 
 def test_bad_inputs(runtime, credit_frame):

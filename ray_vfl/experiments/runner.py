@@ -31,27 +31,13 @@ from ..errors import ConfigError, DataError
 from ..metrics import auc, logloss
 from ..runtime.actors import Runtime
 from ..runtime.party import write_atomically
-from ..trees.callbacks import TrainingCallback
+from ..trees.callbacks import TreeTimer
 from .config import ExperimentConfig
 
 __all__ = ["run_sweep", "run_one", "RESULTS_FILE"]
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = "results.csv"
-
-
-class _Timer(TrainingCallback):
-    """Seconds per tree, and when training started (after the set-up)."""
-
-    def before_training(self, config: Any) -> None:
-        self.start = self.last = time.perf_counter()
-        self.trees: list[float] = []
-
-    def after_iteration(self, iteration: int, logs: dict) -> bool:
-        now = time.perf_counter()
-        self.trees.append(now - self.last)
-        self.last = now
-        return False
 
 
 def _data(cfg: ExperimentConfig, run: dict[str, Any]):
@@ -99,7 +85,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
     t0 = time.perf_counter()
     train, test, objective = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
-    timer = _Timer()
+    timer = TreeTimer()
     t_data = time.perf_counter()
     if cfg.protocol == "pivodl":
         from ..pivodl.attack import label_guess_report
@@ -121,10 +107,9 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
         row.update(auc=auc(y, p), accuracy=float(np.mean((p > 0.5) == (y == 1))), nll=logloss(y, p))
     else:
         row.update(rmse=float(np.sqrt(np.mean((margins - y) ** 2))))
-    trees = getattr(timer, "trees", [])
-    train_s = sum(trees)
+    train_s = getattr(timer, "seconds", 0.0)
     row.update(data_s=t_data - t0, setup_s=(t_fit - t_data) - train_s, train_s=train_s,
-               s_per_tree=train_s / max(1, len(trees)), predict_s=t_pred - t_fit,
+               s_per_tree=train_s / max(1, model.n_trees), predict_s=t_pred - t_fit,
                mb=model.comm_stats.total_mb, mb_per_tree=model.comm_stats.total_mb / max(1, model.n_trees),
                mb_by_channel=json.dumps(model.comm_stats.by_channel()), mb_by_kind=json.dumps(model.comm_stats.by_kind()),
                ops=json.dumps(model.op_counts))

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import ray
 
 from ..crypto import get_backend
 from ..crypto.gaussian_dp import GaussianNoise
@@ -25,24 +24,16 @@ from ..crypto.secure_sum import PairwiseMasker
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.actors import TaskPool
-from ..runtime.comm import Message
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
-from .candidates import candidate_table, feature_spec
+from .candidates import FeatureSpec, candidate_table, feature_spec
 from .config import PIVODLConfig
+from .messages import fetch
 from .prediction import PredictionRole
 from .roles import SourceRole, SplitRole
 
 __all__ = ["Client"]
-
-
-def fetch(messages: Sequence[Any]) -> list[Message]:
-    """The messages handed to this client as Ray references (each resolved here, in its own actor),
-    without the ``None`` of senders that had nothing for it."""
-    refs = [m for m in messages if m is not None]
-    values = ray.get(refs) if refs and isinstance(refs[0], ray.ObjectRef) else refs
-    return [m for m in values if m is not None]
 
 
 class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
@@ -139,8 +130,6 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
 
     def take_bins(self, messages: list) -> None:
         """Keep every source's bins at this client's labelled rows, to sum its candidates."""
-        from .candidates import FeatureSpec
-
         for msg in fetch(messages):
             p = self.mailbox.open(msg, "pivodl_source_bins", {"n_own": len(self.own), "n_bins": self.n_bins}, self.others)
             self.peer_bins[msg.sender] = p["bins"]

@@ -8,13 +8,25 @@ SecureBoost's ``public_key`` kind (same payload, same checks).
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
+import ray
 
 from ..crypto.secure_sum import PUBLIC_KEY_BYTES
+from ..runtime.comm import Message
 from ..runtime.validation import Array, Ciphers, Is, Packed, Ref, Rule, Size, length, not_in, register
 from ..trees.encoding import public_key_problem
 
-__all__: list[str] = []
+__all__ = ["fetch"]
+
+
+def fetch(messages: Sequence[Any]) -> list[Message]:
+    """The messages handed to a client as Ray references (each resolved in the client's own actor),
+    without the ``None`` of senders that had nothing for it."""
+    refs = [m for m in messages if m is not None]
+    values = ray.get(refs) if refs and isinstance(refs[0], ray.ObjectRef) else refs
+    return [m for m in values if m is not None]
 
 
 def _packed_each(path: str, bits: str):

@@ -16,14 +16,9 @@ import numpy as np
 
 from ..crypto.secure_sum import combine
 from ..trees.kernels import base_margin, goes_left
+from .messages import fetch
 
 __all__ = ["PredictionRole"]
-
-
-def _fetch(messages):
-    from .client import fetch
-
-    return fetch(messages)
 
 
 class PredictionRole:
@@ -35,7 +30,12 @@ class PredictionRole:
         self.routes[key] = np.zeros((n_trees, len(self.rows[key])), dtype=np.int64)
 
     def _waiting(self, pos: np.ndarray, trees: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        return np.array([int((pos[t] == n).sum()) for t, n in zip(trees.tolist(), nodes.tolist())], dtype=np.int64)
+        """How many rows wait at each (tree, node)."""
+        if not len(trees):
+            return np.zeros(0, dtype=np.int64)
+        counts = {t: np.bincount(pos[t]) for t in np.unique(trees).tolist()}
+        return np.array([counts[t][n] if n < len(counts[t]) else 0 for t, n in zip(trees.tolist(), nodes.tolist())],
+                        dtype=np.int64)
 
     def route_step(self, key: str, decisions: list, depth: int, send: bool = True) -> tuple:
         """Apply every source's decisions of the last round (the others' and this client's own, all
@@ -43,7 +43,7 @@ class PredictionRole:
         own split nodes and tell every other client."""
         pos = self.routes[key]
         ctx = {"n_trees": len(pos), "waiting": lambda t, n: int(self._waiting(pos, t, n).sum())}
-        rounds = [self.mailbox.open(msg, "pivodl_route_decisions", ctx, self.others) for msg in _fetch(decisions)]
+        rounds = [self.mailbox.open(msg, "pivodl_route_decisions", ctx, self.others) for msg in fetch(decisions)]
         rounds += [self._pending_route.pop(key)] if key in getattr(self, "_pending_route", {}) else []
         self._move(pos, rounds)
         if not send:
@@ -101,7 +101,7 @@ class PredictionRole:
     def combine_shares(self, key: str, shares: list) -> np.ndarray:
         """At the output client: the sum of every client's share plus the base margin, the model's margins."""
         ctx = {"n_rows": len(self.rows[key])}
-        all_shares = [self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others) for m in _fetch(shares)]
+        all_shares = [self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others) for m in fetch(shares)]
         self.routes.pop(key, None)
         return combine(all_shares) + base_margin(self.config.objective, self.base_score)
 
@@ -117,7 +117,7 @@ class PredictionRole:
 
     def take_eval_labelled(self, key: str, messages: list) -> None:
         n = len(self.rows[key])
-        for msg in _fetch(messages):
+        for msg in fetch(messages):
             bits = self.mailbox.open(msg, "pivodl_labelled_rows", {"n_rows": n}, self.others)
             self.eval_owned[key][msg.sender] = np.flatnonzero(np.unpackbits(bits, count=n))
 
@@ -135,7 +135,7 @@ class PredictionRole:
         own = self.eval_owned[key][self.name]
         ctx = {"n_rows": len(own)}
         margin = combine([self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others)
-                                              for m in _fetch(shares)]) + base_margin(self.config.objective, self.base_score)
+                                              for m in fetch(shares)]) + base_margin(self.config.objective, self.base_score)
         y = self.labels[key][own] if len(own) else np.zeros(0)
         if self.config.objective == "binary:logistic":
             p = np.clip(transform_margin(self.config.objective, margin), 1e-15, 1 - 1e-15)
@@ -152,7 +152,7 @@ class PredictionRole:
     def eval_metrics(self, messages: list) -> dict[str, float]:
         """At the output client: the metrics from every client's masked sums (nothing per client)."""
         total = combine([self._metric_share] + [self.mailbox.open(m, "pivodl_metric_share", None, self.others)
-                                                for m in _fetch(messages)])
+                                                for m in fetch(messages)])
         count = max(total[2], 1.0)
         if self.config.objective == "binary:logistic":
             return {"logloss": float(total[0] / count), "error": float(total[1] / count)}

@@ -72,7 +72,6 @@ their holders for prediction, so DP costs accuracy only through the training mar
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 from typing import Mapping, Sequence
 
@@ -83,7 +82,7 @@ from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from ..runtime.party import warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
-from ..trees.checkpoint import Checkpoint
+from ..trees.checkpoint import checkpoint_of, take_up
 from .client import Client
 from .config import PIVODLConfig
 from .model import PIVODLModel
@@ -176,20 +175,13 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
 def _resume(calls: Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> int:
     """Every client takes up the run's checkpoint, if a :class:`Checkpoint` callback has one; returns
     the number of trees already grown (0 for a new run)."""
-    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
-    if len(checkpoints) > 1:
-        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
-    if not checkpoints:
-        return 0
-    trees, files = checkpoints[0].resume_point(model)
-    if not trees:
-        return 0
-    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in model.order}
-    calls.value("resume_from", model.order, lambda p: (paths[p],), "resume from checkpoint")
+    checkpoint = checkpoint_of(callbacks)
+    trees = 0 if checkpoint is None else take_up(checkpoint, model)
     start = min(trees, model.config.n_trees)
     if start < trees:
         calls.value("truncate", model.order, lambda p: (start,), "truncate")
-    log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoints[0].directory)
+    if trees:
+        log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoint.directory)
     model.n_trees = start
     return start
 

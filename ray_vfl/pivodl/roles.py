@@ -22,14 +22,9 @@ import numpy as np
 
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
 from .candidates import left_sums
+from .messages import fetch
 
 __all__ = ["SourceRole", "SplitRole"]
-
-
-def _fetch(messages):
-    from .client import fetch  # the client module imports this one
-
-    return fetch(messages)
 
 
 def _encrypt_job(job: list, spec: tuple, keys: dict) -> list:
@@ -64,8 +59,8 @@ class SourceRole:
         key. A candidate whose left branch holds between 1 and ``instance_threshold - 1`` of this client's
         rows is refused (its sum is sent as 0 and flagged, and the source drops it)."""
         tree = len(self.trees) - 1
-        ctx = {"open_nodes": set(self._open_nodes(depth)), "n_clients": len(self.order)}
-        for msg in _fetch(requests):
+        ctx = {"open_nodes": set(self.open_nodes), "n_clients": len(self.order)}
+        for msg in fetch(requests):
             p = self.mailbox.open(msg, "pivodl_candidate_request", {**ctx, "n_candidates": len(self.peer_tables[msg.sender]),
                                                              "sender_index": self.order.index(msg.sender)}, self.others)
             self.requests[msg.sender] = (p["node"], p["split"], p["order"])
@@ -122,7 +117,7 @@ class SourceRole:
         dropped = {n: np.unpackbits(b, count=len(self.candidates)).astype(bool)
                    for n, b in zip(self._own_sums["node"], self._own_sums["refused"])}
         splitter = dict(zip(nodes.tolist(), [self.order[c] for c in split.tolist()]))
-        for msg in _fetch(sums):
+        for msg in fetch(sums):
             ctx = {"nodes": nodes, "backend": self.backend, "public_keys": [self.peer_pk[splitter[n]] for n in nodes.tolist()],
                    "entries": len(self.candidates) + 1, "n_candidates": len(self.candidates)}
             p = self.mailbox.open(msg, "pivodl_candidate_sums", ctx, self.others)
@@ -148,7 +143,7 @@ class SourceRole:
         order_of = dict(zip(nodes.tolist(), orders))
         bins = self.rows["train"]
         won, records, lefts, chosen = [], [], [], {}
-        for msg in _fetch(wins):
+        for msg in fetch(wins):
             p = self.mailbox.open(msg, "pivodl_split_won", {"nodes": nodes, "n_candidates": len(self.candidates)}, self.others)
             for node, tied in zip(p["node"].tolist(), p["records"]):
                 order = order_of[node]
@@ -179,8 +174,9 @@ class SourceRole:
     def apply_partitions(self, depth: int, partitions: list, next_id: int) -> list[tuple[int, int, int]]:
         """Take every source's partitions; children get ids from ``next_id`` on, in the order of their
         parents' ids (every client assigns the same). Returns ``(parent, left, right)`` of each split."""
-        ctx = {"node_rows": {n: int((self.node_of_row == n).sum()) for n in self._open_nodes(depth)}}
-        for msg in _fetch(partitions):
+        rows = np.bincount(self.node_of_row, minlength=max(self.open_nodes) + 1)
+        ctx = {"node_rows": {n: int(rows[n]) for n in self.open_nodes}}
+        for msg in fetch(partitions):
             self._take_partition(msg.sender, self.mailbox.open(msg, "pivodl_partition", ctx, self.others))
         splits = sorted(self._pending)
         moves = []
@@ -199,13 +195,10 @@ class SourceRole:
         pending = getattr(self, "_pending", None)
         if pending is None:
             self._pending = pending = {}
-        counts = [int((self.node_of_row == n).sum()) for n in p["node"].tolist()]
+        counts = np.bincount(self.node_of_row, minlength=int(p["node"].max(initial=0)) + 1)[p["node"]].tolist()
         bits = np.unpackbits(p["bits"], count=sum(counts)).astype(bool)
         for node, record, left in zip(p["node"].tolist(), p["record"].tolist(), np.split(bits, np.cumsum(counts)[:-1])):
             pending[node] = (source, record, left)
-
-    def _open_nodes(self, depth: int) -> list[int]:
-        return self.open_nodes
 
     def set_open_nodes(self, nodes: list[int]) -> None:
         self.open_nodes = list(nodes)
@@ -220,7 +213,7 @@ class SplitRole:
         tree = len(self.trees) - 1
         cfg = self.config
         sources, nodes, gains, work = [], [], [], []
-        for msg in _fetch(forwarded):
+        for msg in fetch(forwarded):
             ctx = {"backend": self.backend, "public_key": self.pk,
                    "entries": len(self.peer_tables[msg.sender]) + 1, "open_nodes": set(self.open_nodes),
                    "n_candidates": len(self.peer_tables[msg.sender])}
@@ -249,7 +242,7 @@ class SplitRole:
         ``min_child_weight`` becomes a leaf, held by the split client of its first source."""
         tree = len(self.trees) - 1
         ctx = {"open_nodes": set(self.open_nodes), "n_clients": len(self.order)}
-        for msg in _fetch(bests):
+        for msg in fetch(bests):
             self._bests[msg.sender] = self.mailbox.open(msg, "pivodl_best_gains", ctx, self.others)
         per_node: dict[int, list[tuple[int, str, float]]] = {}
         for splitter, p in self._bests.items():
@@ -283,7 +276,7 @@ class SplitRole:
         children are leaves, and it holds them: it alone knows their sums."""
         child = {parent: (left, right) for parent, left, right in children}
         leaves = []
-        for msg in _fetch(chosen):
+        for msg in fetch(chosen):
             pairs = self.mailbox.open(msg, "pivodl_chosen_record", {"open_nodes": set(self.open_nodes)}, self.others)
             for node, record in pairs.tolist():
                 GL, HL, G, H, _ = self.scored[(msg.sender, node)]

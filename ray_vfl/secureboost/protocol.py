@@ -67,7 +67,7 @@ from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
-from ..trees.checkpoint import Checkpoint
+from ..trees.checkpoint import checkpoint_of, take_up
 from ..trees.config import BoostConfig
 from ..trees.kernels import transform_margin
 from .active import ActiveParty
@@ -331,22 +331,17 @@ def _init_parts(init_model: str | None, order: list[str], label_party: str) -> d
 def _resume(runtime: Runtime, model: FederatedModel, callbacks: Sequence[TrainingCallback], end: int) -> int:
     """Have every party take up the run's checkpoint, if a :class:`Checkpoint` callback has one;
     returns the number of trees grown so far (``model.n_trees`` for a new run)."""
-    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
-    if len(checkpoints) > 1:
-        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
-    if not checkpoints:
+    checkpoint = checkpoint_of(callbacks)
+    if checkpoint is None:
         return model.n_trees
-    trees, files = checkpoints[0].resume_point(model)
+    trees = take_up(checkpoint, model, after=model.n_trees)
     if trees <= model.n_trees:
         return model.n_trees
-    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in model.order}
-    runtime.get([(p, runtime.actor(p).resume_from.remote(paths[p])) for p in model.order], "resume from checkpoint",
-                model.config.timeout_s)
     start = min(trees, end)
     if start < trees:  # the checkpoint holds more trees than this run asks for
         label = runtime.actor(model.label_party)
         runtime.get([(model.label_party, label.truncate.remote(start))], "truncate", model.config.timeout_s)
-    log.info("resuming from tree %d of %d (%s)", start, end, checkpoints[0].directory)
+    log.info("resuming from tree %d of %d (%s)", start, end, checkpoint.directory)
     model.n_trees = start
     return start
 

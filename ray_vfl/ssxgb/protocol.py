@@ -71,7 +71,7 @@ from ..runtime.actors import Runtime, as_ref_list
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
-from ..trees.checkpoint import Checkpoint
+from ..trees.checkpoint import checkpoint_of, take_up
 from ..trees.kernels import transform_margin
 from .config import SSXGBConfig
 from .participant import Participant
@@ -273,20 +273,15 @@ def _resume(calls: _Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallba
     """Every role takes up the run's checkpoint, if a :class:`Checkpoint` callback has one (participants,
     C with the encrypted margins, S with the master key, each from its own file); returns the trees
     already grown (0 for a new run). Feature samples come from fresh entropy after a resume."""
-    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
-    if len(checkpoints) > 1:
-        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
-    if not checkpoints:
+    checkpoint = checkpoint_of(callbacks)
+    if checkpoint is None:
         return 0
     roles = _Roles(model.runtime, model.order + [SERVER_C, SERVER_S], model.lbp, model.config)
-    trees, files = checkpoints[0].resume_point(roles)
-    if not trees:
-        return 0
+    trees = take_up(checkpoint, roles)
     if trees > model.config.n_trees:
         raise ConfigError(f"the checkpoint holds {trees} trees, more than n_trees = {model.config.n_trees}")
-    paths = {p: os.path.join(checkpoints[0].directory, files[p]) for p in roles.order}
-    calls.value("resume_from", roles.order, lambda p: (paths[p],), "resume from checkpoint")
-    log.info("resuming from tree %d of %d (%s)", trees, model.config.n_trees, checkpoints[0].directory)
+    if trees:
+        log.info("resuming from tree %d of %d (%s)", trees, model.config.n_trees, checkpoint.directory)
     return trees
 
 

@@ -24,7 +24,7 @@ from ..errors import ConfigError, DataError
 from ..runtime.party import write_atomically
 from .callbacks import TrainingCallback
 
-__all__ = ["Checkpoint", "CHECKPOINT_FILE"]
+__all__ = ["Checkpoint", "CHECKPOINT_FILE", "checkpoint_of", "take_up"]
 
 CHECKPOINT_FILE = "checkpoint.json"
 FORMAT = 1
@@ -130,3 +130,25 @@ def _difference(saved: Any, now: Any) -> str:
         keys = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         return ", ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in keys)
     return f"{saved!r} then, {now!r} now"
+
+
+def checkpoint_of(callbacks: Any) -> "Checkpoint | None":
+    """The run's :class:`Checkpoint` callback, if any; :class:`ConfigError` for more than one."""
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    if len(checkpoints) > 1:
+        raise ConfigError("give at most one Checkpoint callback (one checkpoint folder per run)")
+    return checkpoints[0] if checkpoints else None
+
+
+def take_up(checkpoint: Checkpoint, model: Any, after: int = 0) -> int:
+    """Every party of ``model`` (its ``runtime``, ``order`` and ``config.timeout_s``) restores its own
+    file of the checkpoint, on its own machine, if the checkpoint holds more than ``after`` trees;
+    returns the checkpoint's tree count (``after`` when there is nothing to take up)."""
+    trees, files = checkpoint.resume_point(model)
+    if trees <= after:
+        return after
+    runtime = model.runtime
+    paths = {p: os.path.join(checkpoint.directory, files[p]) for p in model.order}
+    runtime.get([(p, runtime.actor(p).resume_from.remote(paths[p])) for p in model.order], "resume from checkpoint",
+                model.config.timeout_s)
+    return trees
