@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import DataError
 from .sources import read_table
 
-__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "NAMED_DATASETS"]
+__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "synthetic", "NAMED_DATASETS"]
 
 CREDIT_LABEL = "default.payment.next.month"
 
@@ -47,6 +47,33 @@ def _bank(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
     return frame, "y", cats, "binary:logistic"
 
 
+def _mnist(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
+    """MNIST test set as a binary task: digits 0-4 (0) against 5-9 (1), 784 pixel columns (0-255)."""
+    frame = read_table(path)
+    frame["label"] = (frame["label"] >= 5).astype(np.int64)
+    return frame, "label", [], "binary:logistic"
+
+
+def synthetic(rows: int, features: int = 20, seed: int = 0) -> pd.DataFrame:
+    """A documented synthetic binary table for row-scaling studies: ``features`` standard-normal columns
+    ``x0..``, label ``y = 1`` when ``x . w + noise > 0`` for a fixed random ``w`` (every column informs).
+
+    Example
+    -------
+    >>> frame = synthetic(1000, features=4)
+    >>> frame.shape, sorted(frame["y"].unique().tolist())
+    ((1000, 5), [0, 1])
+    """
+    if not isinstance(rows, (int, np.integer)) or rows < 10:
+        raise DataError(f"synthetic data needs rows >= 10, got {rows!r}")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((int(rows), features)).astype(np.float32)
+    w = np.random.default_rng(12345).standard_normal(features)
+    frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(features)])
+    frame["y"] = (x @ w + rng.standard_normal(int(rows)) > 0).astype(np.int64)
+    return frame
+
+
 def _energy(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
     frame = read_table(path).drop(columns=["date"])
     return frame, "Appliances", [], "reg:squarederror"
@@ -56,8 +83,11 @@ NAMED_DATASETS = {
     "credit": "bundled UCI default of credit card clients (binary)",
     "bank": "UCI bank marketing, bank-full (binary); reads uci_bank_marketing_full.csv.gz from the data folder",
     "energy": "UCI appliances energy (regression); reads uci_appliances_energy.csv.gz from the data folder",
+    "mnist": "MNIST test set, digits 0-4 vs 5-9 (binary, 784 pixels); reads mnist_test_10k.csv.gz from the data folder",
+    "synthetic": "synthetic binary table, 20 normal columns, as many rows as asked (rows=, default 10,000)",
 }
-_FILES = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy)}
+_FILES = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy),
+          "mnist": ("mnist_test_10k.csv.gz", _mnist)}
 _TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".txt", ".parquet", ".pq")
 
 
@@ -97,6 +127,8 @@ def load_named(name: str, data_dir: str | Sequence[str] | None = None) -> tuple[
     """
     if name == "credit":
         return load_credit().drop(columns=["ID"]), CREDIT_LABEL, [], "binary:logistic"
+    if name == "synthetic":
+        return synthetic(10_000), "y", [], "binary:logistic"
     if name not in _FILES:
         if os.sep in name or name.lower().endswith(_TABLE_SUFFIXES) or os.path.exists(name):
             if os.path.exists(name):

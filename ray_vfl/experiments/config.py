@@ -12,7 +12,7 @@ Example
 >>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
 Traceback (most recent call last):
 ...
-ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError, DataError
 
-__all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE"]
+__all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE", "FIGURE_KEYS"]
 
 PROTOCOLS = ("secureboost", "pivodl", "ssxgb")
 # What a sweep may vary, and what each value must be.
@@ -38,8 +38,13 @@ SWEEPABLE = {
     "epsilon": "a positive number, or null for no DP (PIVODL)",
     "key_bits": "an integer such as 1024 or 2048",
     "backend": "a crypto backend name: plain, paillier, ou",
-    "dataset": "credit, bank, energy or a CSV/Parquet path",
+    "dataset": "credit, bank, energy, mnist, synthetic or a CSV/Parquet path",
+    "rows": "an integer >= 10 (the dataset's first rows; for synthetic, the rows generated)",
 }
+# What each entry of ``figures`` may hold (``x`` and ``y`` are required).
+FIGURE_KEYS = {"name": "the PNG's file name (without .png)", "x": "the result column on the x axis",
+               "y": "one result column or a list of them (one panel each)", "group": "one line per value of this column",
+               "title": "the figure's title", "logx": "true for a logarithmic x axis", "logy": "true for a logarithmic y axis"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,12 @@ class ExperimentConfig(ValidatedConfig):
     test_size : float
         Fraction of rows held out for the test metrics.
     rows : int or None
-        Use the first ``rows`` rows of the dataset only (the small variants).
+        Use the first ``rows`` rows of the dataset only (the small variants); for ``synthetic``, the rows
+        generated (default 10,000). ``sweep`` may vary it.
+    figures : list of dict
+        The paper figures this sweep reproduces, drawn by ``jobs/plot.py --config``: each names its file
+        (``name``), ``x``, ``y`` (a column or a list, one panel each), optional ``group``, ``title``,
+        ``logx``/``logy``.
     seed : int
         Seed of the column split, the label spread and the train/test split (plus the repeat number).
     """
@@ -77,6 +87,7 @@ class ExperimentConfig(ValidatedConfig):
     test_size: float = 0.2
     rows: int | None = None
     seed: int = 0
+    figures: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or os.sep in self.name:
@@ -98,6 +109,8 @@ class ExperimentConfig(ValidatedConfig):
                 self._check_value(key, v)
         if not isinstance(self.params, dict):
             raise ConfigError(f"params must map hyper-parameters to values, got {type(self.params).__name__}")
+        if "rows" in self.sweep and self.rows is not None:
+            raise ConfigError("rows is both swept and fixed; keep it in one place")
         clash = sorted(set(self.params) & set(self.sweep))
         if clash:
             raise ConfigError(f"{clash} are both swept and fixed in params; keep them in one place")
@@ -106,6 +119,14 @@ class ExperimentConfig(ValidatedConfig):
         if self.rows is not None:
             check_int("rows", self.rows, 10, 10**9)
         check_int("seed", self.seed, 0, 2**31)
+        if not isinstance(self.figures, list):
+            raise ConfigError(f"figures must be a list of mappings, got {type(self.figures).__name__}")
+        for i, fig in enumerate(self.figures):
+            if not isinstance(fig, dict) or "x" not in fig or "y" not in fig:
+                raise ConfigError(f"figures[{i}] must be a mapping with x and y at least, got {fig!r}")
+            unknown = sorted(set(fig) - set(FIGURE_KEYS))
+            if unknown:
+                raise ConfigError(f"figures[{i}] has unknown key(s) {unknown}; valid keys are {sorted(FIGURE_KEYS)}")
 
     @staticmethod
     def _check_value(key: str, v: Any) -> None:
@@ -117,6 +138,7 @@ class ExperimentConfig(ValidatedConfig):
             "key_bits": isinstance(v, int) and not isinstance(v, bool),
             "backend": isinstance(v, str),
             "dataset": isinstance(v, str),
+            "rows": isinstance(v, int) and not isinstance(v, bool) and v >= 10,
         }[key]
         if not ok:
             raise ConfigError(f"sweep[{key!r}] holds {v!r}; each value must be {SWEEPABLE[key]}")

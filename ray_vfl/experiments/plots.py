@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["plot_sweep", "UNITS"]
+__all__ = ["plot_sweep", "plot_figures", "UNITS"]
 
 # Axis labels with units for the result columns.
 UNITS = {
@@ -17,14 +17,27 @@ UNITS = {
     "rmse": "test RMSE", "train_s": "training time (s)", "s_per_tree": "time per tree (s)",
     "setup_s": "set-up time (s)", "predict_s": "prediction time (s)", "mb": "traffic (MB)",
     "mb_per_tree": "traffic per tree (MB)", "guess_accuracy": "label-guess accuracy",
-    "guess_auc_two_sided": "label-guess AUC (two-sided)",
+    "guess_auc_two_sided": "label-guess AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
+    "crypto_s": "crypto time (s)", "idle_s": "time no party computes (s)", "calls": "actor calls",
 }
 
 
-def plot_sweep(results: pd.DataFrame, x: str, y: str, path: str, group: str | None = None, title: str | None = None) -> str:
+def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = None, title: str | None = None,
+               logx: bool = False, logy: bool = False) -> str:
     """Write a PNG of ``y`` against ``x`` (one line per value of ``group``): the mean over repeats,
-    a band from the minimum to the maximum. Returns ``path``."""
-    for column in (x, y) + ((group,) if group else ()):
+    a band from the minimum to the maximum. ``y`` may be a list: one panel each, side by side.
+    Returns ``path``.
+
+    Example
+    -------
+    >>> table = pd.DataFrame({"clients": [2, 2, 4, 4], "s_per_tree": [1.0, 1.2, 2.0, 2.4]})
+    >>> plot_sweep(table, "clients", "s_per_tree", "/tmp/doc_fig.png")  # doctest: +SKIP
+    '/tmp/doc_fig.png'
+    """
+    ys = [y] if isinstance(y, str) else list(y)
+    if not ys:
+        raise ConfigError("y names no result column")
+    for column in [x, *ys] + ([group] if group else []):
         if column not in results.columns:
             raise ConfigError(f"column {column!r} is not in the results; they hold {sorted(results.columns)}")
     if results.empty:
@@ -34,23 +47,49 @@ def plot_sweep(results: pd.DataFrame, x: str, y: str, path: str, group: str | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, axes = plt.subplots(1, len(ys), figsize=(5.0 * len(ys), 3.8), squeeze=False)
     groups = [(None, results)] if group is None else list(results.groupby(group, dropna=False))
-    for key, part in groups:
-        stats = part.groupby(x)[y].agg(["mean", "min", "max"]).sort_index()
-        xs = stats.index.to_numpy(dtype=float)
-        label = None if key is None else f"{group}={key}"
-        line, = ax.plot(xs, stats["mean"], marker="o", label=label)
-        ax.fill_between(xs, stats["min"], stats["max"], alpha=0.2, color=line.get_color())
-    ax.set_xlabel(UNITS.get(x, x))
-    ax.set_ylabel(UNITS.get(y, y))
+    for ax, col in zip(axes[0], ys):
+        for key, part in groups:
+            stats = part.groupby(x)[col].agg(["mean", "min", "max"]).sort_index()
+            xs = stats.index.to_numpy(dtype=float)
+            label = None if key is None else f"{group}={key}"
+            line, = ax.plot(xs, stats["mean"], marker="o", label=label)
+            ax.fill_between(xs, stats["min"], stats["max"], alpha=0.2, color=line.get_color())
+        ax.set_xlabel(UNITS.get(x, x))
+        ax.set_ylabel(UNITS.get(col, col))
+        if logx:
+            ax.set_xscale("log")
+        if logy:
+            ax.set_yscale("log")
+        if group is not None:
+            ax.legend()
+        ax.grid(alpha=0.3)
     if title:
-        ax.set_title(title)
-    if group is not None:
-        ax.legend()
-    ax.grid(alpha=0.3)
+        fig.suptitle(title)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_figures(cfg, results: pd.DataFrame, folder: str) -> list[str]:
+    """Draw every figure a sweep's config declares (``figures``) into ``folder``; returns the paths.
+
+    Example
+    -------
+    >>> from ray_vfl.experiments import ExperimentConfig
+    >>> cfg = ExperimentConfig.from_dict({"name": "d", "protocol": "pivodl", "sweep": {"clients": [2, 4]},
+    ...     "figures": [{"name": "fig6", "x": "clients", "y": ["auc", "s_per_tree"]}]})
+    >>> plot_figures(cfg, table, "results/d")                               # doctest: +SKIP
+    ['results/d/fig6.png']
+    """
+    if not cfg.figures:
+        raise ConfigError(f"config {cfg.name!r} declares no figures; name x and y on the command line instead")
+    out = []
+    for i, fig in enumerate(cfg.figures):
+        name = fig.get("name") or f"{cfg.name}_{i}"
+        out.append(plot_sweep(results, fig["x"], fig["y"], os.path.join(folder, f"{name}.png"), fig.get("group"),
+                              fig.get("title", cfg.name), bool(fig.get("logx", False)), bool(fig.get("logy", False))))
+    return out

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..data.bundled import load_named
+from ..data.bundled import load_named, synthetic
 from ..data.splitting import vertical_split
 from ..errors import ConfigError, DataError
 from ..metrics import auc, logloss
@@ -42,9 +42,13 @@ RESULTS_FILE = "results.csv"
 
 def _data(cfg: ExperimentConfig, run: dict[str, Any]):
     """The run's train/test split, spread as the protocol needs (PIVODL: labels evenly over the clients)."""
-    frame, label, categorical, objective = load_named(run["dataset"])
-    if cfg.rows is not None:
-        frame = frame.iloc[: cfg.rows].reset_index(drop=True)
+    rows = run.get("rows", cfg.rows)
+    if run["dataset"] == "synthetic":
+        frame, label, categorical, objective = synthetic(rows or 10_000, seed=cfg.seed), "y", [], "binary:logistic"
+    else:
+        frame, label, categorical, objective = load_named(run["dataset"])
+        if rows is not None:
+            frame = frame.iloc[:rows].reset_index(drop=True)
     clients = int(run.get("clients", 2))
     n_features = frame.shape[1] - 1
     if clients > n_features:
