@@ -60,7 +60,7 @@ def main() -> None:
     from ray_vfl import BoostConfig, vertical_split
     from ray_vfl.data.bundled import load_named
     from ray_vfl.data.store import InlineRows
-    from ray_vfl.runtime.actors import TaskPool
+    from ray_vfl.runtime.task_pool import TaskPool
     from ray_vfl.secureboost import rounds
     from ray_vfl.secureboost.active import ActiveParty
     from ray_vfl.secureboost.passive import PassiveParty

@@ -35,6 +35,14 @@ def test_schema_names_the_valid_keys():
         tiny(params={"n_trees": 2}, sweep={"n_trees": [1]})
     with pytest.raises(ConfigError, match="protocol must be one of"):
         tiny(protocol="fate")
+    with pytest.raises(ConfigError, match="rows is both swept and fixed"):
+        tiny(sweep={"rows": [100]})
+    with pytest.raises(ConfigError, match=r"figures\[0\] has unknown key\(s\) \['colour'\]; valid keys"):
+        tiny(figures=[{"x": "clients", "y": "auc", "colour": "red"}])
+    with pytest.raises(ConfigError, match=r"figures\[0\] must be a mapping with x and y"):
+        tiny(figures=[{"x": "clients"}])
+    with pytest.raises(ConfigError, match="fresh_actors must be true or false"):
+        tiny(fresh_actors="yes")
 
 
 def test_every_shipped_config_is_valid():
@@ -53,6 +61,11 @@ def test_a_sweep_writes_one_row_per_run_and_resumes(runtime, tmp_path):
                    "mb_by_kind", "guess_accuracy", "guess_auc_two_sided", "cpus", "ray_version"):
         assert column in table.columns, column
     assert (table["train_s"] > 0).all() and (table["mb"] > 0).all()
+    # where the training time went, from the parties' measured intervals: the shares fill the window
+    shares = table[["crypto_s", "wire_s", "compute_s", "between_calls_s"]].sum(axis=1)
+    assert ((shares - table["train_s"]).abs() < 0.05 + 0.05 * table["train_s"]).all()
+    assert (table["calls"] > 0).all() and (table["compute_s"] > 0).all() and (table["empty_call_ms"] > 0).all()
+    assert (table["peak_rss_mb"] > 50).all() and "party0" in table["peak_rss_by_party"].iloc[0]
     assert (tmp_path / "tiny" / "results.parquet").exists()
     finished = pd.read_csv(tmp_path / "tiny" / "results.csv")["finished"].tolist()
     again = run_sweep(tiny(repeats=2), str(tmp_path), runtime, progress=False)  # two runs done, two new
@@ -79,3 +92,13 @@ def test_an_ssxgb_sweep_runs(runtime, tmp_path):
     assert len(table) == 1 and table["backend"].tolist() == ["bcp"] and table["mb"].iloc[0] > 0
     with pytest.raises(ConfigError, match="one cryptosystem"):
         ExperimentConfig.from_dict({"name": "x", "protocol": "ssxgb", "sweep": {"backend": ["ou"]}})
+
+
+def test_crypto_time_is_measured_where_it_runs(runtime, tmp_path):
+    """Encrypted SecureBoost: the parties' crypto intervals (encryption, encrypted histograms,
+    decryption) and payload serialization are measured, inside the training window."""
+    cfg = ExperimentConfig.from_dict({"name": "sb_tiny", "protocol": "secureboost", "rows": 400, "sweep": {"clients": [2]},
+                                      "params": {"backend": "paillier", "key_bits": 1024, "n_trees": 1, "max_depth": 2}})
+    run_sweep(cfg, str(tmp_path), runtime, progress=False)  # warm actors; the next run counts its own intervals
+    row = run_sweep(ExperimentConfig.from_dict({**cfg.to_dict(), "repeats": 2}), str(tmp_path), runtime, progress=False).iloc[-1]
+    assert 0 < row["crypto_s"] <= row["train_s"] + 0.05 and row["wire_s"] > 0

@@ -42,7 +42,7 @@ from ray_vfl.psi.party import (
     new_scalar,
 )
 from ray_vfl.psi.protocol import private_set_intersection
-from ray_vfl.runtime.actors import TaskPool
+from ray_vfl.runtime.task_pool import TaskPool
 from ray_vfl.runtime.comm import Mailbox
 
 PARTIES = ["party0", "party1", "party2", "party3", "party4"]

@@ -25,7 +25,7 @@ from ray_vfl.crypto.base import CipherArray
 from ray_vfl.crypto.plain import PlainPublicKey
 from ray_vfl.data.store import InlineRows, PartyStore
 from ray_vfl.psi.party import PsiParty
-from ray_vfl.runtime.actors import TaskPool
+from ray_vfl.runtime.task_pool import TaskPool
 from ray_vfl.runtime.comm import Mailbox, Message
 from ray_vfl.runtime.validation import registered_kinds
 from ray_vfl.secureboost import rounds

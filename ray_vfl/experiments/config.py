@@ -12,7 +12,7 @@ Example
 >>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
 Traceback (most recent call last):
 ...
-ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'fresh_actors', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ class ExperimentConfig(ValidatedConfig):
         The paper figures this sweep reproduces, drawn by ``jobs/plot.py --config``: each names its file
         (``name``), ``x``, ``y`` (a column or a list, one panel each), optional ``group``, ``title``,
         ``logx``/``logy``.
+    fresh_actors : bool
+        Start every run on new party actors (their start-up then counts in ``setup_s``), so each run's
+        peak memory per party is its own; by default runs reuse the live actors.
     seed : int
         Seed of the column split, the label spread and the train/test split (plus the repeat number).
     """
@@ -88,6 +91,7 @@ class ExperimentConfig(ValidatedConfig):
     rows: int | None = None
     seed: int = 0
     figures: list = field(default_factory=list)
+    fresh_actors: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or os.sep in self.name:
@@ -119,6 +123,8 @@ class ExperimentConfig(ValidatedConfig):
         if self.rows is not None:
             check_int("rows", self.rows, 10, 10**9)
         check_int("seed", self.seed, 0, 2**31)
+        if not isinstance(self.fresh_actors, bool):
+            raise ConfigError(f"fresh_actors must be true or false, got {self.fresh_actors!r}")
         if not isinstance(self.figures, list):
             raise ConfigError(f"figures must be a list of mappings, got {type(self.figures).__name__}")
         for i, fig in enumerate(self.figures):

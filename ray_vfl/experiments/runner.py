@@ -10,7 +10,12 @@ a plain table (CSV and Parquet) that pandas, the plots and TensorBoard-free note
 Each row holds every setting, the test metric(s), wall time per phase (set-up, training,
 prediction), seconds per tree, MB in all and per channel and message kind (JSON columns), attack
 success where one applies (PIVODL's label-guess attack), and machine facts (CPUs, Ray and ray_vfl
-versions).
+versions). Where the training time went comes from what the parties measured
+(:mod:`ray_vfl.runtime.timeline`): ``crypto_s``, ``wire_s`` (serializing and checking payloads),
+``compute_s`` (other party work), ``between_calls_s`` (no party computing: Ray's scheduling and
+transfers, the driver), ``calls`` and ``ms_per_call``, next to ``empty_call_ms`` (an empty actor
+call's round trip measured in the same run), each party's waiting time and peak memory
+(``peak_rss_mb``, the largest; ``peak_rss_by_party``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from ..errors import ConfigError, DataError
 from ..metrics import auc, logloss
 from ..runtime.actors import Runtime
 from ..runtime.party import write_atomically
+from ..runtime.timeline import breakdown
 from ..trees.callbacks import TreeTimer
 from .config import ExperimentConfig
 
@@ -86,6 +92,10 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
     """Train and evaluate one run; returns its result row."""
     import ray
 
+    if cfg.fresh_actors:
+        runtime.kill_all()
+    else:
+        runtime.timelines()  # forget what the live actors measured before this run
     t0 = time.perf_counter()
     train, test, objective = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
@@ -100,6 +110,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
         from ..secureboost.protocol import train as fit
     model = fit(runtime, train, config, callbacks=[timer])
     t_fit = time.perf_counter()
+    measured = _where_time_went(runtime, timer)
     margins = model.predict_margin(test)
     t_pred = time.perf_counter()
     y = test.label
@@ -117,6 +128,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
                mb=model.comm_stats.total_mb, mb_per_tree=model.comm_stats.total_mb / max(1, model.n_trees),
                mb_by_channel=json.dumps(model.comm_stats.by_channel()), mb_by_kind=json.dumps(model.comm_stats.by_kind()),
                ops=json.dumps(model.op_counts))
+    row.update(measured)
     if cfg.protocol == "pivodl":
         report = label_guess_report(model.label_guess_scores(), train.label) if objective == "binary:logistic" else {}
         guess = [r for r in report.values() if r["rows"]]
@@ -126,6 +138,34 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
     row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
                finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
     return row
+
+
+def _where_time_went(runtime: Runtime, timer: TreeTimer) -> dict[str, Any]:
+    """The training's wall time split from the parties' measured intervals (crypto, wire, other
+    compute, between calls; :mod:`ray_vfl.runtime.timeline`), an empty call's round trip measured
+    now, and each party's peak memory."""
+    import ray
+
+    spans: dict[str, list] = {}
+    peaks: dict[str, float] = {}
+    for key, report in runtime.timelines().items():
+        party = key.split(":")[0]  # a party's helper actors count as the party
+        spans.setdefault(party, []).extend(report["spans"])
+        peaks[party] = max(peaks.get(party, 0.0), float(report["peak_rss_mb"]))
+    parts = breakdown(spans, getattr(timer, "wall_start", 0.0), getattr(timer, "wall_end", 0.0))
+    waiting = parts.pop("waiting_s")
+    handles = list(runtime.actors.values())[:1]
+    empty_ms = float("nan")
+    if handles:
+        ray.get(handles[0].alive.remote(), timeout=runtime.timeout_s)
+        t = time.perf_counter()
+        for _ in range(20):
+            ray.get(handles[0].alive.remote(), timeout=runtime.timeout_s)
+        empty_ms = (time.perf_counter() - t) / 20 * 1000.0
+    return {**parts, "empty_call_ms": empty_ms, "waiting_s_mean": float(np.mean(list(waiting.values()))) if waiting else np.nan,
+            "waiting_by_party": json.dumps({p: round(w, 3) for p, w in sorted(waiting.items())}),
+            "peak_rss_mb": max(peaks.values()) if peaks else np.nan,
+            "peak_rss_by_party": json.dumps({p: round(m, 1) for p, m in sorted(peaks.items())})}
 
 
 def _read(path: str) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from ..crypto.gaussian_dp import GaussianNoise
 from ..crypto.secure_sum import PairwiseMasker
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
-from ..runtime.actors import TaskPool
+from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients

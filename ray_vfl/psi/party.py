@@ -38,7 +38,7 @@ import ray
 import rbcl
 
 from ..errors import CryptoError, DataError, VFLError
-from ..runtime.actors import TaskPool
+from ..runtime.task_pool import TaskPool
 from ..runtime.comm import Mailbox, Message, Record
 from ..runtime.validation import Array, register
 

@@ -21,17 +21,17 @@ import functools
 import inspect
 import itertools
 import logging
-import math
 import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import ray
 
 from ..errors import ConfigError, DataError, PartyFailedError, VFLError
+from . import timeline
+from .task_pool import TaskPool
 from .local_ray import (
     RESOURCE_UNITS,
     claim_spare_slots,
@@ -40,7 +40,7 @@ from .local_ray import (
     start_local_ray,
 )
 
-__all__ = ["Runtime", "TaskPool", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
+__all__ = ["Runtime", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 
 log = logging.getLogger(__name__)
 
@@ -50,88 +50,6 @@ _POLL_S = 0.25  # how often a waiting driver checks for failed parties
 def as_ref_list(refs: Any, n: int) -> list:
     """The refs of a ``num_returns=n`` call as a list (Ray returns a bare ref when ``n == 1``)."""
     return [refs] if n == 1 else list(refs)
-
-
-# ---------------------------------------------------------------------------
-# tasks inside a party
-_REMOTE_CACHE: dict[Callable, Any] = {}
-
-
-def _import_modules(modules: Sequence[str]) -> int:
-    """Warm-up task: load the modules later tasks need, once per worker process."""
-    import importlib
-
-    for name in modules:
-        importlib.import_module(name)
-    return os.getpid()
-
-
-def _remote(fn: Callable):
-    if fn not in _REMOTE_CACHE:
-        _REMOTE_CACHE[fn] = ray.remote(fn)
-    return _REMOTE_CACHE[fn]
-
-
-@dataclass(frozen=True)
-class TaskPool:
-    """A party's pool of Ray tasks, pinned to that party's resource.
-
-    ``map`` runs ``fn(chunk, *shared)`` for every chunk, on ``workers`` Ray
-    tasks at most in parallel, or in-process when ``workers == 1`` (or without
-    a resource, as in unit tests). Shared arguments are put into the object
-    store once, not once per task.
-
-    Example
-    -------
-    >>> TaskPool(resource=None, workers=1).map(sum, [[1, 2], [3]])
-    [3, 3]
-    """
-
-    resource: str | None
-    workers: int = 1
-    timeout_s: float = 600.0
-
-    def chunks(self, n_items: int, min_chunk: int = 256) -> list[slice]:
-        """Split ``range(n_items)`` into at most ``workers`` contiguous slices."""
-        parts = max(1, min(self.workers, math.ceil(n_items / max(1, min_chunk))))
-        bounds = [round(i * n_items / parts) for i in range(parts + 1)]
-        return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
-
-    def warm_up(self, modules: Sequence[str]) -> list:
-        """Start the pool's worker processes now, importing ``modules``, instead of on the first real task.
-
-        Returns the task refs (empty when the pool runs in-process); starting
-        workers costs seconds, best spent while the label party makes its keys.
-        """
-        if self.resource is None or self.workers <= 1:
-            return []
-        remote = _remote(_import_modules).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
-        return [remote.remote(list(modules)) for _ in range(self.workers)]
-
-    def balance(self, costs: Sequence[float]) -> list[list[int]]:
-        """Items (by index) spread over at most ``workers`` jobs, longest first onto the least loaded
-        job; each job's indices ascending, empty jobs dropped.
-
-        Example
-        -------
-        >>> TaskPool(resource=None, workers=2).balance([3.0, 1.0, 2.0, 2.0])
-        [[0, 1], [2, 3]]
-        """
-        loads, jobs = [0.0] * self.workers, [[] for _ in range(self.workers)]
-        for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-            w = loads.index(min(loads))
-            jobs[w].append(i)
-            loads[w] += costs[i]
-        return [sorted(job) for job in jobs if job]
-
-    def map(self, fn: Callable, chunks: Sequence[Any], *shared: Any) -> list[Any]:
-        if self.resource is None or self.workers <= 1 or len(chunks) <= 1:
-            shared = tuple(ray.get(s, timeout=self.timeout_s) if isinstance(s, ray.ObjectRef) else s for s in shared)
-            return [fn(chunk, *shared) for chunk in chunks]
-        remote = _remote(fn).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
-        shared_refs = [s if isinstance(s, ray.ObjectRef) else ray.put(s) for s in shared]
-        refs = [remote.remote(chunk, *shared_refs) for chunk in chunks]
-        return ray.get(refs, timeout=self.timeout_s)
 
 
 # ---------------------------------------------------------------------------
@@ -158,7 +76,8 @@ def _guarded(name: str, fn: Callable) -> Callable:
     def method(self, *args, **kwargs):
         party = getattr(self, "name", "?")
         try:
-            return fn(self, *args, **kwargs)
+            with timeline.busy():
+                return fn(self, *args, **kwargs)
         except PartyFailedError:
             raise  # a peer's failure, already named
         except VFLError as exc:  # the user's input or a crypto bound: reported as such, naming the party
@@ -176,10 +95,16 @@ def _alive(self) -> tuple[str, int]:
     return getattr(self, "name", "?"), os.getpid()
 
 
+def _drain_timeline(self) -> dict[str, Any]:
+    """This actor's measured intervals since the last call, and its peak memory (:mod:`.timeline`)."""
+    return {"spans": timeline.drain(), "peak_rss_mb": timeline.peak_rss_mb()}
+
+
 @functools.lru_cache(maxsize=None)
 def _actor_class(cls: type) -> type:
     methods = {n: _guarded(n, f) for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
     methods["alive"] = ray.method(concurrency_group=PROBE_GROUP)(_alive)
+    methods["drain_timeline"] = _drain_timeline
     return type(f"{cls.__name__}Actor", (cls,), methods)
 
 
@@ -315,6 +240,17 @@ class Runtime:
             return True
         except Exception:  # dead, never started, or silent
             return False
+
+    @property
+    def actors(self) -> dict[str, Any]:
+        """The live actor handles by key (a party, or ``"<party>:<role>"`` for its helpers)."""
+        return dict(self._actors)
+
+    def timelines(self) -> dict[str, dict[str, Any]]:
+        """Every live actor's measured intervals since the last call and its peak memory, by actor key
+        (a party, or ``"<party>:<role>"``; :func:`ray_vfl.runtime.timeline.breakdown` sums them)."""
+        calls = [(key, handle.drain_timeline.remote()) for key, handle in self._actors.items()]
+        return dict(zip(self._actors, self.get(calls, "timelines"))) if calls else {}
 
     def actor(self, party: str):
         if party not in self._actors:

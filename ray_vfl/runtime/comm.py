@@ -18,6 +18,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from ..errors import VFLError
 from .payload_shapes import describe
+from .timeline import span
 from .validation import check_payload, unpickle_payload
 
 __all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes"]
@@ -92,8 +93,9 @@ class Mailbox:
 
     def send(self, kind: str, receivers: Iterable[str], payload: Any, tree: int = -1, depth: int = -1) -> Message:
         receivers = tuple(receivers)
-        wire = _wire(payload)
-        shape = describe(payload)
+        with span("wire"):
+            wire = _wire(payload)
+            shape = describe(payload)
         for receiver in receivers:
             if receiver == self.name:
                 raise VFLError(f"party {self.name!r} tried to send {kind!r} to itself")
@@ -116,8 +118,9 @@ class Mailbox:
             raise VFLError(
                 f"party {self.name!r} expected a {kind!r} message for itself, got {message.kind!r} for {message.receivers}"
             )
-        payload = unpickle_payload(message.wire, message.sender, kind, self.name)
-        check_payload(kind, payload, message.sender, context, self.name, senders)
+        with span("wire"):
+            payload = unpickle_payload(message.wire, message.sender, kind, self.name)
+            check_payload(kind, payload, message.sender, context, self.name, senders)
         return payload
 
     def drain(self) -> list[Record]:

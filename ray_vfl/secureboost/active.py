@@ -10,7 +10,9 @@ import numpy as np
 from ..crypto import get_backend
 from ..crypto.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
-from ..runtime.actors import TaskPool, gather
+from ..runtime.actors import gather
+from ..runtime.task_pool import TaskPool
+from ..runtime.timeline import timed
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
     base_margin,
@@ -147,6 +149,20 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.tree = tree
         g, h = encoded_gradients(self.config.objective, self.y, self.margin)
         self.g, self.h = g, h
+        gh = self._encrypted_gh(tree, g, h)
+        self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
+        self.builder = TreeBuilder()
+        self.levels = RowLevels(len(g))
+        self.own_hists: dict[int, Any] = {}
+        self.prebuilt: dict[int, Any] = {}
+        self.peer_hists: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+        self.children: list[tuple[int, int, int]] = []
+        self.lefts: dict[int, np.ndarray] = {}
+        return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
+
+    @timed("crypto", when=lambda self: self.backend.is_encrypted)
+    def _encrypted_gh(self, tree: int, g: np.ndarray, h: np.ndarray):
+        """Enc(g, h) of every row, on the task pool when it has workers (premasked rows first)."""
         n = len(g)
         if self.backend.is_encrypted and self.pool.resource is not None and self.pool.workers > 1:
             chunks, covered = self.masks.take(n) if self.masks is not None else ([], 0)
@@ -173,15 +189,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             gh = self.backend.encrypt_gh(self._secret_key, g, h)
         self._repeats = (eg, eh, pieces)  # the pairs as encrypted, for count_repeated_pairs
         self.ops["encrypt"] += len(gh)
-        self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
-        self.builder = TreeBuilder()
-        self.levels = RowLevels(n)
-        self.own_hists: dict[int, Any] = {}
-        self.prebuilt: dict[int, Any] = {}
-        self.peer_hists: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
-        self.children: list[tuple[int, int, int]] = []
-        self.lefts: dict[int, np.ndarray] = {}
-        return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
+        return gh
 
     def count_repeated_pairs(self) -> None:
         """Count the rows whose message part the encryption reused (an operation count for the
@@ -247,6 +255,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists
 
+    @timed("crypto", when=lambda self: self.backend.is_encrypted)
     def _decrypt(self, by_sender: list[list]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Decrypt the sealed node histograms of every sender, ``(g sums, h sums)`` per sender.
 

@@ -12,7 +12,7 @@ import pandas as pd
 from ..crypto import get_backend
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import ConfigError, DataError
-from ..runtime.actors import TaskPool
+from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, read_part, resolve_rows
 from ..trees.config import BoostConfig
 from ..trees.kernels import feature_keys

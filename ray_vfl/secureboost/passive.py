@@ -8,6 +8,7 @@ import numpy as np
 import ray
 
 from ..crypto import get_backend
+from ..runtime.timeline import timed
 from ..trees.feature_groups import FeatureGroups, plan_feature_groups
 from ..trees.kernels import build_histograms, goes_left
 from .label_crypto import backend_options
@@ -181,6 +182,11 @@ class PassiveParty(Party):
         decrypted one level up (``parent - built``), so siblings are never
         summed, compressed, sent or decrypted.
         """
+        return self.mailbox.send("encrypted_histograms", [self.reply_to], self._sealed_histograms(), self.tree, self.depth)
+
+    @timed("crypto", when=lambda self: self.backend.is_encrypted)
+    def _sealed_histograms(self) -> NodeHistograms:
+        """The histograms of :meth:`_histograms`, summed, compressed and re-randomised."""
         levels = self.levels
         rows_of_nodes = [levels.rows_of(n) for n in levels.build.tolist()]
         occupied = self._occupied_cells(rows_of_nodes)
@@ -193,8 +199,7 @@ class PassiveParty(Party):
             self.ops["compress"] += int(occupied.sum())
         sealed = self._seal(built)
         self.ops["rerandomize"] += sum(len(c) for c in sealed)
-        payload = NodeHistograms(np.packbits(occupied), sealed)
-        return self.mailbox.send("encrypted_histograms", [self.reply_to], payload, self.tree, self.depth)
+        return NodeHistograms(np.packbits(occupied), sealed)
 
     def _shared_refs(self) -> tuple:
         """Bins and feature groups in the object store (once per fit: they never change) and this tree's Enc(gh)."""

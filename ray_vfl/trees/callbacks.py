@@ -189,9 +189,11 @@ class TreeTimer(TrainingCallback):
 
     def before_training(self, config: Any) -> None:
         self.start, self.seconds = time.perf_counter(), 0.0
+        self.wall_start = self.wall_end = time.time()  # the window of the parties' measured intervals
 
     def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
         self.seconds = time.perf_counter() - self.start
+        self.wall_end = time.time()
         return False
 
 
