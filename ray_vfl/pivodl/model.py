@@ -17,7 +17,8 @@ from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.kernels import transform_margin
 from .client import Client
 from .config import PIVODLConfig
-from .rounds import Calls, evaluate, route
+from ..runtime.calls import Calls
+from .rounds import evaluate, route
 
 __all__ = ["PIVODLModel"]
 

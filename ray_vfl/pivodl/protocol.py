@@ -86,7 +86,8 @@ from ..trees.checkpoint import checkpoint_of, take_up
 from .client import Client
 from .config import PIVODLConfig
 from .model import PIVODLModel
-from .rounds import Calls, evaluate, grow_tree, other_index, secure_total
+from ..runtime.calls import Calls
+from .rounds import evaluate, grow_tree, other_index, secure_total
 
 __all__ = ["train", "PIVODLModel"]
 

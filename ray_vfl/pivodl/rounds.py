@@ -9,40 +9,11 @@ resolves it. The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pi
 from __future__ import annotations
 
 import secrets
-from typing import Sequence
 
-from ..runtime.actors import Runtime
+from ..runtime.calls import Calls
 from .config import PIVODLConfig
 
-__all__ = ["Calls", "other_index", "route", "evaluate", "secure_total", "grow_tree"]
-
-
-class Calls:
-    """The driver's side of the rounds: calls with one reference per message, waits on statuses only."""
-
-    def __init__(self, runtime: Runtime, order: list[str], timeout_s: float) -> None:
-        self.runtime, self.order, self.timeout_s = runtime, order, timeout_s
-
-    def each(self, method: str, parties: Sequence[str], args_of, n_messages: int, phase: str) -> dict[str, list]:
-        """Call ``method(*args_of(p))`` on every party, expecting a status and ``n_messages`` message
-        references back; wait for every status; return each party's message references."""
-        out, statuses = {}, []
-        for p in parties:
-            refs = getattr(self.runtime.actor(p), method).options(num_returns=1 + n_messages).remote(*args_of(p))
-            refs = refs if isinstance(refs, list) else [refs]
-            statuses.append((p, refs[0]))
-            out[p] = refs[1:]
-        self.runtime.get(statuses, phase, self.timeout_s)
-        return out
-
-    def value(self, method: str, parties: Sequence[str], args_of, phase: str) -> list:
-        """Call a method that returns a plain value (statuses, counts, structure) on every party."""
-        calls = [(p, getattr(self.runtime.actor(p), method).remote(*args_of(p))) for p in parties]
-        return self.runtime.get(calls, phase, self.timeout_s)
-
-    def to(self, receiver: str, sent: dict[str, list], index_of) -> list:
-        """The references every other party sent ``receiver`` (``index_of(sender, receiver)`` picks one)."""
-        return [sent[p][index_of(p, receiver)] for p in self.order if p != receiver]
+__all__ = ["other_index", "route", "evaluate", "secure_total", "grow_tree"]
 
 
 def other_index(order: list[str]):

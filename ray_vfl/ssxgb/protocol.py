@@ -67,7 +67,8 @@ import numpy as np
 
 from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
-from ..runtime.actors import Runtime, as_ref_list
+from ..runtime.actors import Runtime
+from ..runtime.calls import Calls
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
@@ -84,27 +85,6 @@ log = logging.getLogger(__name__)
 SERVER_C, SERVER_S = "server_c", "server_s"
 
 
-class _Calls:
-    """The driver's side of the rounds: one reference per message, waits on statuses only."""
-
-    def __init__(self, runtime: Runtime, timeout_s: float) -> None:
-        self.runtime, self.timeout_s = runtime, timeout_s
-
-    def each(self, method: str, parties: Sequence[str], args_of, n_messages: int, phase: str) -> dict[str, list]:
-        out, statuses = {}, []
-        for p in parties:
-            refs = as_ref_list(getattr(self.runtime.actor(p), method).options(num_returns=1 + n_messages)
-                               .remote(*args_of(p)), 1 + n_messages)
-            statuses.append((p, refs[0]))
-            out[p] = refs[1:]
-        self.runtime.get(statuses, phase, self.timeout_s)
-        return out
-
-    def value(self, method: str, parties: Sequence[str], args_of, phase: str) -> list:
-        calls = [(p, getattr(self.runtime.actor(p), method).remote(*args_of(p))) for p in parties]
-        return self.runtime.get(calls, phase, self.timeout_s)
-
-
 @dataclass
 class SSXGBModel:
     """A trained SSXGB model, spread over the actors: the LBP holds the base score and first tree, each
@@ -119,8 +99,8 @@ class SSXGBModel:
     op_counts: dict[str, int] = field(default_factory=dict)
     round_trips: int = 0
 
-    def _calls(self) -> _Calls:
-        return _Calls(self.runtime, self.config.timeout_s or self.runtime.timeout_s)
+    def _calls(self) -> Calls:
+        return Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
 
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Margins by encrypted federated prediction; only the LBP decrypts (and adds its first tree)."""
@@ -176,7 +156,7 @@ class SSXGBModel:
         for p in order:
             runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
         roles = order + [SERVER_C, SERVER_S]
-        _Calls(runtime, timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
+        Calls(runtime, [], timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
         return cls(runtime, order, lbp, config, n_trees)
 
     def structure(self) -> list[dict[int, tuple]]:
@@ -228,7 +208,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
     for p in order:
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
-    calls = _Calls(runtime, timeout)
+    calls = Calls(runtime, order, timeout)
     C, parts = [SERVER_C], order
     model = SSXGBModel(runtime, order, lbp, config, 1)
     start = _resume(calls, model, callbacks)
@@ -269,7 +249,7 @@ class _Roles:
     config: SSXGBConfig
 
 
-def _resume(calls: _Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallback]) -> int:
+def _resume(calls: Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallback]) -> int:
     """Every role takes up the run's checkpoint, if a :class:`Checkpoint` callback has one (participants,
     C with the encrypted margins, S with the master key, each from its own file); returns the trees
     already grown (0 for a new run). Feature samples come from fresh entropy after a resume."""
@@ -285,7 +265,7 @@ def _resume(calls: _Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallba
     return trees
 
 
-def _grow_tree(calls: _Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:
+def _grow_tree(calls: Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:
     """One federated tree (Algorithms 3-5): gradients at C, then level by level, then the leaves."""
     grads = calls.each("begin_tree", [SERVER_C], lambda p: (tree,), 1, f"tree {tree + 1}: gradients")[SERVER_C][0]
     calls.value("take_gradients", order, lambda p: ([grads],), f"tree {tree + 1}: gradients")
