@@ -20,6 +20,7 @@ from ray_vfl.crypto.bcp import keygen, setup
 from ray_vfl.crypto.bcp_arrays import BCP
 from ray_vfl.data.binning import PartyBinner
 from ray_vfl.errors import ConfigError, DataError, PartyFailedError, ProtocolError
+from ray_vfl.metrics import auc, logloss
 from ray_vfl.runtime.comm import Mailbox
 from ray_vfl.ssxgb import SSXGBClassifier, SSXGBConfig, train
 from ray_vfl.ssxgb.approx import FixedPointPlan, leaf_error_units, sigmoid_max_error
@@ -187,3 +188,23 @@ def test_estimator_checkpoint_resume_save_load_and_server_c_failing(runtime, tmp
     ray.kill(runtime.actor("server_c"), no_restart=True)
     with pytest.raises(PartyFailedError, match="server_c"):
         back.predict(small)
+
+
+def test_eval_sets_are_scored_by_the_lbp_after_every_tree(runtime):
+    """Each tree's metrics come from encrypted prediction opened by the LBP on its own labels; they
+    equal the metrics of the margins a prediction with that many trees returns."""
+    small = vertical_split(_frame(80, seed=1), COLUMNS, label="y")
+    held = vertical_split(_frame(40, seed=2), COLUMNS, label="y")
+    params = {"max_depth": 1, "max_bin": 4, "key_bits": 1024, "allow_weak_keys": True, "runtime": runtime}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = SSXGBClassifier(n_estimators=2, **params).fit(small, eval_set=[held])
+    history = clf.evals_result_["validation_0"]
+    assert len(history) == 2 and set(history[0]) == {"logloss", "auc"}
+    y = _frame(40, seed=2)["y"].to_numpy()
+    for n, metrics in enumerate(history, start=1):
+        p = clf.model_.predict(held, n_trees=n)
+        assert metrics["logloss"] == pytest.approx(logloss(y, p), abs=1e-12) and metrics["auc"] == pytest.approx(auc(y, p))
+    with pytest.raises(DataError, match="eval set 'validation_0' must hold the participants"):
+        other = vertical_split(_frame(40, seed=2), {"party0": ["a", "b", "c"], "party1": ["d"]}, label="y")
+        SSXGBClassifier(n_estimators=2, **params).fit(small, eval_set=[other])

@@ -16,21 +16,23 @@ from ..data.dataset import VerticalDataset
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
-from ..trees.estimator import BinaryClassifier, fit_callbacks
+from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
 from .config import SSXGBConfig
 from .protocol import SSXGBModel, train
 
 __all__ = ["SSXGBClassifier"]
 
 _RENAMED = {"n_estimators": "n_trees"}
-_NOT_CONFIG = {"callbacks", "verbose", "runtime"}
+_NOT_CONFIG = {"callbacks", "verbose", "runtime", "early_stopping_rounds"}
 
 
 class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
     """Federated XGBoost classifier outsourced to two non-colluding servers (SSXGB).
 
     Parameters are those of :class:`~ray_vfl.ssxgb.config.SSXGBConfig` (``n_estimators`` is its
-    ``n_trees``), plus ``callbacks``, ``verbose`` (a progress bar) and ``runtime``.
+    ``n_trees``), plus ``early_stopping_rounds`` (stop when the last eval set's logloss has not
+    improved for that many trees; predictions then use the trees up to the best), ``callbacks``,
+    ``verbose`` (a progress bar and, with eval sets, their metrics) and ``runtime``.
 
     Example
     -------
@@ -45,9 +47,10 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
                  allow_weak_keys: bool = False, frac_bits: int = 24, value_bits: int = 256, kappa: int = 80,
                  sigmoid_range: float = 4.0, row_subsample: float = 0.8, feature_subsample: float = 0.8,
                  seed: int = 0, max_candidates: int = 4096, timeout_s: float | None = None,
-                 callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
-                 runtime: Runtime | None = None) -> None:
+                 early_stopping_rounds: int | None = None, callbacks: Sequence[TrainingCallback] | None = None,
+                 verbose: bool = False, runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
+        self.early_stopping_rounds = early_stopping_rounds
         self.max_depth = max_depth
         self.learning_rate = learning_rate
         self.reg_lambda = reg_lambda
@@ -72,15 +75,21 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
         params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
         return SSXGBConfig(**params)
 
-    def fit(self, data: VerticalDataset, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
-        """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``. With
+    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
+            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+        """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``. ``eval_set`` data
+        sets (labels at the same participant) are scored after every tree by encrypted prediction, the
+        LBP comparing with its own labels (logloss, AUC: ``evals_result_``). With
         ``checkpoint_dir`` every role (participants, C, S) saves its training state there (on its own
         machine) every ``checkpoint_every`` trees, and a fit started again with the same folder
         continues from the last tree every role completed."""
         config = self._config()
         VerticalDataset.ensure(data)
-        callbacks = fit_callbacks(self, None, checkpoint_dir, checkpoint_every)
-        self.model_ = train(self._fit_runtime(config.timeout_s), data, config, callbacks)
+        evals = eval_sets_of(eval_set)
+        callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, "logloss", maximize=False)
+        self.model_ = train(self._fit_runtime(config.timeout_s), data, config, callbacks, eval_sets=evals)
+        self.evals_result_ = self.model_.history
+        self.best_iteration_ = self.model_.best_iteration
         self.comm_stats_ = self.model_.comm_stats
         self.n_trees_ = self.model_.n_trees
         return self

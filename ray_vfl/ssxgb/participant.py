@@ -26,6 +26,7 @@ from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.comm import Message
 from ..runtime.party import PartyActor, resolve_rows
+from ..trees.kernels import evaluate_margin
 from ..trees.sampling import FeatureSampler
 from .config import SSXGBConfig
 from .first_tree import FirstTree, fit_first_tree
@@ -239,6 +240,14 @@ class Participant(PartyActor):
         c = self.mailbox.open(msg, "ssxgb_prediction", ctx, [self.server_c])
         self.ops["decrypt_prediction"] += len(c)
         return self.first.margins(bins) + self.bcp.decrypt(self.sk, c)
+
+    def score_prediction(self, key: str, message: Any) -> dict[str, float]:
+        """LBP only: open the prediction of eval set ``key`` and score it against its own labels of
+        those rows; only the metrics (logloss, AUC) leave this participant, never a margin."""
+        if key not in self.labels:
+            raise DataError(f"participant {self.name!r} holds no labels of eval set {key!r}: the LBP must hold them")
+        margins = self.open_prediction(key, message)
+        return evaluate_margin("binary:logistic", np.asarray(self.labels[key], dtype=np.float64), margins)
 
     # -- saved part (on this participant's own machine) -------------------------------------------------
     def model_part(self) -> dict[str, Any]:

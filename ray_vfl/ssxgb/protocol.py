@@ -60,8 +60,9 @@ import logging
 import os
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,8 @@ class SSXGBModel:
     comm_stats: CommStats = field(default_factory=CommStats)
     op_counts: dict[str, int] = field(default_factory=dict)
     round_trips: int = 0
+    history: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # eval set -> metrics per tree
+    best_iteration: int | None = None
 
     def _calls(self) -> Calls:
         return Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
@@ -111,14 +114,9 @@ class SSXGBModel:
         if data.party_names != self.order:
             raise DataError(f"prediction data must hold the participants {self.order}, got {data.party_names}")
         calls, key = self._calls(), f"predict-{uuid.uuid4().hex[:8]}"
-        tables = data.tables(self.runtime)
         try:
-            reports = calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load prediction rows")
-            warn_unseen_categories(self.order, reports, "prediction data")
-            routes = calls.each("route", self.order, lambda p: (key, n_trees - 1), 1, "prediction routes")
-            out = calls.each("predict", [SERVER_C], lambda p: ([routes[q][0] for q in self.order], data.n_rows,
-                                                               n_trees - 1), 1, "prediction sums")
-            margins = calls.value("open_prediction", [self.lbp], lambda p: (key, [out[SERVER_C][0]]), "prediction")[0]
+            _load(calls, self.order, key, data)
+            margins = _predicted(calls, self.order, self.lbp, key, data.n_rows, n_trees, "open_prediction")
         except BaseException:
             with contextlib.suppress(Exception):  # after a failure the runtime may have ended the actors
                 calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
@@ -177,7 +175,7 @@ class SSXGBModel:
 
 
 def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callbacks: Sequence[TrainingCallback] = (),
-          record_view: bool = False) -> SSXGBModel:
+          record_view: bool = False, eval_sets: Mapping[str, VerticalDataset] | None = None) -> SSXGBModel:
     """Train SSXGB with one actor per participant, one for server C and one for server S.
 
     Parameters
@@ -187,9 +185,13 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
         At least two participants; exactly one holds the labels (0/1): the LBP.
     config : SSXGBConfig
     callbacks : sequence of TrainingCallback
-        Called after every tree (progress bar, logging); no metrics are computed during training.
+        Called after every tree with each eval set's metrics (progress bar, logging, early stopping).
     record_view : bool
         Let S keep what it received and decrypted (for audits: ``runtime.actor("server_s").view``).
+    eval_sets : mapping of str to VerticalDataset, optional
+        Scored after every tree (the first tree, the LBP's own, included) by encrypted federated
+        prediction: the LBP decrypts the margins and compares them with its own labels of those rows;
+        only logloss and AUC leave it.
 
     Example
     -------
@@ -198,6 +200,12 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     >>> model.predict(data)[:3]                                                      # doctest: +SKIP
     """
     lbp = _check_input(data, config)
+    eval_sets = dict(eval_sets or {})
+    for key, eval_data in eval_sets.items():
+        VerticalDataset.ensure(eval_data, f"eval set {key!r}")
+        if eval_data.party_names != data.party_names or eval_data.label_parties != [lbp]:
+            raise DataError(f"eval set {key!r} must hold the participants {data.party_names} with the labels at "
+                            f"{lbp!r}, got {eval_data.party_names} with labels at {eval_data.label_parties}")
     config.check_key_policy()
     timeout = config.timeout_s or runtime.timeout_s
     order = data.party_names
@@ -221,16 +229,30 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
         init = calls.each("lbp_init", [lbp], lambda p: (), 1, "LBP's first tree")[lbp][0]
         calls.value("take_init", C, lambda p: ([init],), "KeyProd")
     model.n_trees = max(1, start)
+    for key, eval_data in eval_sets.items():
+        _load(calls, order, key, eval_data)
+
+    def scores(n: int) -> dict[str, dict[str, float]]:
+        logs = {key: _predicted(calls, order, lbp, key, d.n_rows, n, "score_prediction") for key, d in eval_sets.items()}
+        for key, metrics in logs.items():
+            model.history.setdefault(key, []).append(metrics)
+        return logs
+
     cb = CallbackList(callbacks)
     cb.before_training(config)
-    stop = False if start else cb.after_iteration(0, {})
+    stop = False if start else cb.after_iteration(0, scores(1))
     for t in range(max(1, start), config.n_trees):
         if stop:
             break
         _grow_tree(calls, order, config, t)
         model.n_trees = t + 1
-        stop = cb.after_iteration(t, {})
+        stop = cb.after_iteration(t, scores(t + 1))
     cb.after_training(model)
+    if cb.best_iteration is not None:  # early stopping: predictions use the trees up to the best one
+        model.best_iteration = cb.best_iteration
+        model.n_trees = cb.best_iteration + 1
+    for key in eval_sets:
+        calls.value("drop_rows", order, lambda p, k=key: (k,), "cleanup")
     records = calls.value("comm_records", order + [SERVER_C, SERVER_S], lambda p: (), "communication statistics")
     model.comm_stats = CommStats(r for rs in records for r in rs)
     counts = calls.value("op_counts", order, lambda p: (), "counts")
@@ -263,6 +285,23 @@ def _resume(calls: Calls, model: SSXGBModel, callbacks: Sequence[TrainingCallbac
     if trees:
         log.info("resuming from tree %d of %d (%s)", trees, model.config.n_trees, checkpoint.directory)
     return trees
+
+
+def _load(calls: Calls, order: list[str], key: str, data: VerticalDataset) -> None:
+    """Every participant fetches its columns of ``data`` from its own store (the LBP also the labels)."""
+    tables = data.tables(calls.runtime)
+    reports = calls.value("load_rows", order, lambda p: (key, tables[p]), f"load {key} rows")
+    warn_unseen_categories(order, reports, f"{key} data")
+
+
+def _predicted(calls: Calls, order: list[str], lbp: str, key: str, n_rows: int, n_trees: int, method: str) -> Any:
+    """Encrypted federated prediction of loaded data set ``key`` with the first ``n_trees`` trees: the
+    participants' routes, C's encrypted sums, then the LBP's ``method`` (``open_prediction``: margins;
+    ``score_prediction``: metrics on its labels)."""
+    routes = calls.each("route", order, lambda p: (key, n_trees - 1), 1, f"{key}: routes")
+    out = calls.each("predict", [SERVER_C], lambda p: ([routes[q][0] for q in order], n_rows, n_trees - 1), 1,
+                     f"{key}: encrypted sums")[SERVER_C][0]
+    return calls.value(method, [lbp], lambda p: (key, [out]), f"{key}: prediction")[0]
 
 
 def _grow_tree(calls: Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:
