@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import resource
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -55,23 +56,23 @@ def span(kind: str) -> Iterator[None]:
             del _SPANS[: len(_SPANS) - _MAX_SPANS]
 
 
-_depth = 0  # nesting of busy methods in this process: only the outermost call is one interval
+_nesting = threading.local()  # busy methods open in this thread: only the outermost call is one interval
 
 
 @contextmanager
 def busy() -> Iterator[None]:
     """A ``busy`` interval around an actor method called by the driver (methods it calls inside
-    do not count again)."""
-    global _depth
-    _depth += 1
+    do not count again; an actor's concurrency groups run in threads of their own)."""
+    depth = getattr(_nesting, "depth", 0)
+    _nesting.depth = depth + 1
     try:
-        if _depth > 1:
+        if depth:
             yield
         else:
             with span("busy"):
                 yield
     finally:
-        _depth -= 1
+        _nesting.depth = depth
 
 
 def timed(kind: str, when: Callable[[Any], bool] | None = None) -> Callable:
