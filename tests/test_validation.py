@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from ray_vfl import BoostConfig, ProtocolError, Runtime
-from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.plain import PlainPublicKey
 from ray_vfl.data.store import InlineRows, PartyStore
 from ray_vfl.psi.party import PsiParty

@@ -41,7 +41,8 @@ import importlib
 import logging
 from typing import Callable
 
-from ray_vfl.crypto.base import Backend, CipherArray, PrivateKey, PublicKey
+from ray_vfl.crypto.base import Backend
+from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey, PublicKey
 from ray_vfl.crypto.fixed_point import FixedPoint
 from ray_vfl.crypto.packing import GHPacking
 from ray_vfl.errors import ConfigError

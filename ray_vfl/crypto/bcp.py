@@ -73,7 +73,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from ray_vfl.crypto.base import fingerprint
+from ray_vfl.crypto.ciphertexts import fingerprint
 from ray_vfl.crypto.gmp import MaskPowers, crt_pair, parallel_powmod
 from ray_vfl.crypto.key_policy import check_key_bits, security_level
 from ray_vfl.errors import ConfigError, CryptoError

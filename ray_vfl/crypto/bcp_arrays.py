@@ -40,7 +40,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from ray_vfl.crypto.arrays import as_int_list
-from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.bcp import (
     BCPMasterKey,
     BCPPublicKey,

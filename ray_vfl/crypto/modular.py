@@ -11,7 +11,8 @@ import numpy as np
 from gmpy2 import mpz
 
 from ray_vfl.crypto.arrays import as_int_list, incidences
-from ray_vfl.crypto.base import Backend, CipherArray, PrivateKey
+from ray_vfl.crypto.base import Backend
+from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey
 from ray_vfl.crypto.fixed_point import center
 from ray_vfl.crypto.gmp import parallel_powmod
 from ray_vfl.crypto.lazy_ints import LazyInts, shared_lazy_ints

@@ -57,7 +57,7 @@ from typing import ClassVar
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.base import PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.ciphertexts import PrivateKey, PublicKey, fingerprint
 from ray_vfl.crypto.gmp import FixedBase, MaskPowers, parallel_powmod, random_prime
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.crypto.paillier import short_exponent_bits

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.modular import ModularBackend
 from ray_vfl.crypto.paillier import PaillierPrivateKey, PaillierPublicKey
 from ray_vfl.errors import ConfigError, CryptoError

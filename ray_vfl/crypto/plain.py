@@ -22,7 +22,8 @@ from typing import ClassVar
 import numpy as np
 
 from ray_vfl.crypto.arrays import as_int_list
-from ray_vfl.crypto.base import Backend, CipherArray, PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.base import Backend
+from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey, PublicKey, fingerprint
 from ray_vfl.crypto.fixed_point import as_float_vector
 from ray_vfl.errors import DataError
 

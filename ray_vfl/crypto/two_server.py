@@ -112,7 +112,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.bcp import BCPMasterKey, BCPPublicKey
 from ray_vfl.crypto.bcp_arrays import BCP, key_logs, tag_frac_bits
 from ray_vfl.errors import ConfigError, CryptoError

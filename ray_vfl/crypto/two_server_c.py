@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_vfl.crypto.base import CipherArray
+from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.bcp import BCPParams, BCPPublicKey, joint_key
 from ray_vfl.crypto.bcp_arrays import BCP, check, tag_frac_bits
 from ray_vfl.errors import ConfigError, CryptoError

@@ -19,7 +19,7 @@ import numpy as np
 import ray
 from gmpy2 import mpz
 
-from ..crypto.base import CipherArray
+from ..crypto.ciphertexts import CipherArray
 from ..crypto.bcp import BCPParams, BCPPublicKey, BCPSecretKey, keygen
 from ..crypto.bcp_arrays import BCP, unwrap, wrap
 from ..data.binning import PartyBinner, check_encodable

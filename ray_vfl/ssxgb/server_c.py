@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from gmpy2 import mpz
 
-from ..crypto.base import CipherArray
+from ..crypto.ciphertexts import CipherArray
 from ..crypto.bcp import BCPParams, BCPPublicKey
 from ..crypto.bcp_arrays import check, unwrap, wrap
 from ..crypto.two_server import TwoServerConfig

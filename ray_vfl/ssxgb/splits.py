@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..crypto.base import CipherArray
+from ..crypto.ciphertexts import CipherArray
 from ..crypto.two_server_c import ServerC
 
 __all__ = ["best_candidates", "gain_fractions"]
