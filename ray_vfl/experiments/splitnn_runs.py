@@ -66,14 +66,17 @@ def _subset(data, rows: int | None, test_size: float, seed: int):
     if rows is None or rows >= data.train.n_rows:
         return data
     rng = np.random.default_rng([seed, 7])
-    n_test = min(data.test.n_rows, max(10, int(round(rows * test_size / (1 - test_size)))))
-    pick = lambda part, n: part.take(np.sort(rng.choice(part.n_rows, n, replace=False)))  # noqa: E731
+    n_test = min(data.test.n_rows, max(10, round(rows * test_size / (1 - test_size))))
+
+    def pick(part, n):
+        return part.take(np.sort(rng.choice(part.n_rows, n, replace=False)))
+
     return SplitNNData(data.name, pick(data.train, rows), pick(data.test, n_test))
 
 
 def load_data(cfg: ExperimentConfig, run: dict[str, Any]):
     """The run's data with every row aligned (Table 3 runs split it again), and the user column or None."""
-    import ray_vfl.splitnn as splitnn
+    from .. import splitnn
 
     name, rows = run["dataset"], run.get("rows", cfg.rows)
     if name == "fedads_like":
