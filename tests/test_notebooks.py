@@ -16,7 +16,7 @@ def out(tmp_path_factory):
     return tmp_path_factory.mktemp("notebooks")
 
 
-@pytest.mark.parametrize("name", ["pivodl.ipynb", "scaling.ipynb"])
+@pytest.mark.parametrize("name", ["pivodl.ipynb", "scaling.ipynb", "fedads.ipynb"])
 def test_notebook_runs(name, out, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

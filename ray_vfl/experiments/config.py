@@ -27,19 +27,31 @@ from typing import Any
 from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError, DataError
 
-__all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE", "FIGURE_KEYS"]
+__all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE", "FIGURE_KEYS", "SPLITNN_METHODS", "SPLITNN_DEFENSES",
+           "SPLITNN_DATASETS"]
 
-PROTOCOLS = ("secureboost", "pivodl", "ssxgb")
+PROTOCOLS = ("secureboost", "pivodl", "ssxgb", "splitnn")
+# FedAds (protocol splitnn): Table 3's methods (unaligned rows), Table 4's defenses, the split-NN datasets.
+SPLITNN_METHODS = ("local", "vanilla", "heuristic", "jpl", "diffu-at", "oracle")
+SPLITNN_DEFENSES = ("none", "dp", "marvell", "mixpro")
+SPLITNN_DATASETS = ("fedads_like", "credit", "ipinyou", "open_bandit")
+# Settings only the split-NN runs have (swept, or fixed in params).
+SPLITNN_ONLY = ("method", "defense", "epochs", "aligned_fraction")
+TREE_ONLY = ("clients", "max_depth", "n_trees", "key_bits", "backend")
 # What a sweep may vary, and what each value must be.
 SWEEPABLE = {
     "clients": "an integer >= 2 (parties the columns are split over)",
     "max_depth": "an integer in [1, 16]",
     "n_trees": "an integer >= 1",
-    "epsilon": "a positive number, or null for no DP (PIVODL)",
+    "epsilon": "a positive number, or null for no DP (PIVODL; splitnn: the budget of defense dp)",
     "key_bits": "an integer such as 1024 or 2048",
     "backend": "a crypto backend name: plain, paillier, ou",
     "dataset": "credit, bank, energy, mnist, synthetic or a CSV/Parquet path",
-    "rows": "an integer >= 10 (the dataset's first rows; for synthetic, the rows generated)",
+    "rows": "an integer >= 10 (the dataset's first rows; for synthetic and fedads_like, the rows generated)",
+    "method": f"a FedAds Table 3 method (splitnn): one of {list(SPLITNN_METHODS)}",
+    "defense": f"a FedAds Table 4 defense (splitnn): one of {list(SPLITNN_DEFENSES)}",
+    "epochs": "an integer >= 1 (splitnn: epochs over the aligned rows)",
+    "aligned_fraction": "a number in (0, 1) (splitnn Table 3: the training rows both parties hold)",
 }
 # What each entry of ``figures`` may hold (``x`` and ``y`` are required).
 FIGURE_KEYS = {"name": "the PNG's file name (without .png)", "x": "the result column on the x axis",
@@ -56,7 +68,8 @@ class ExperimentConfig(ValidatedConfig):
     name : str
         Names the results (``<out>/<name>/results.csv``).
     protocol : str
-        ``"secureboost"``, ``"pivodl"`` or ``"ssxgb"`` (binary classification only).
+        ``"secureboost"``, ``"pivodl"``, ``"ssxgb"`` (binary classification only) or ``"splitnn"``
+        (FedAds: sweep ``method`` for Table 3, ``defense`` for Table 4; needs torch to run).
     dataset : str
         Default dataset (``sweep`` may vary it).
     sweep : dict
@@ -64,7 +77,8 @@ class ExperimentConfig(ValidatedConfig):
     repeats : int
         Runs per combination (different data splits and, for DP, different noise).
     params : dict
-        Fixed hyper-parameters of the protocol (``BoostConfig`` / ``PIVODLConfig`` fields).
+        Fixed hyper-parameters of the protocol (``BoostConfig`` / ``PIVODLConfig`` fields; for splitnn
+        ``SplitNNConfig`` fields plus the run settings of :mod:`ray_vfl.experiments.splitnn_runs`).
     test_size : float
         Fraction of rows held out for the test metrics.
     rows : int or None
@@ -105,14 +119,21 @@ class ExperimentConfig(ValidatedConfig):
                 raise ConfigError(f"sweep setting {key!r} is unknown; valid settings are {sorted(SWEEPABLE)}")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"sweep[{key!r}] must be a non-empty list of values, got {values!r}")
-            if key == "epsilon" and self.protocol != "pivodl":
-                raise ConfigError(f"sweep over epsilon needs protocol 'pivodl' ({self.protocol} has no DP)")
+            if key == "epsilon" and self.protocol not in ("pivodl", "splitnn"):
+                raise ConfigError(f"sweep over epsilon needs protocol 'pivodl' or 'splitnn' ({self.protocol} has no DP)")
+            if key in SPLITNN_ONLY and self.protocol != "splitnn":
+                raise ConfigError(f"sweep over {key} needs protocol 'splitnn' (FedAds); {self.protocol} has no {key}")
+            if key in TREE_ONLY and self.protocol == "splitnn":
+                raise ConfigError(f"sweep over {key} is for the tree protocols; splitnn sweeps {list(SPLITNN_ONLY)}, "
+                                  "epsilon, dataset and rows")
             if key == "backend" and self.protocol == "ssxgb":
                 raise ConfigError("SSXGB has one cryptosystem (BCP): sweep key_bits instead of backend")
             for v in values:
                 self._check_value(key, v)
         if not isinstance(self.params, dict):
             raise ConfigError(f"params must map hyper-parameters to values, got {type(self.params).__name__}")
+        if self.protocol == "splitnn":
+            self._check_splitnn()
         if "rows" in self.sweep and self.rows is not None:
             raise ConfigError("rows is both swept and fixed; keep it in one place")
         clash = sorted(set(self.params) & set(self.sweep))
@@ -135,7 +156,10 @@ class ExperimentConfig(ValidatedConfig):
                 raise ConfigError(f"figures[{i}] has unknown key(s) {unknown}; valid keys are {sorted(FIGURE_KEYS)}")
 
     @staticmethod
-    def _check_value(key: str, v: Any) -> None:
+    def _check_value(key: str, v: Any, where: str | None = None) -> None:
+        def number(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
         ok = {
             "clients": isinstance(v, int) and not isinstance(v, bool) and v >= 2,
             "max_depth": isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16,
@@ -145,9 +169,31 @@ class ExperimentConfig(ValidatedConfig):
             "backend": isinstance(v, str),
             "dataset": isinstance(v, str),
             "rows": isinstance(v, int) and not isinstance(v, bool) and v >= 10,
+            "method": v in SPLITNN_METHODS,
+            "defense": v in SPLITNN_DEFENSES,
+            "epochs": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            "aligned_fraction": number(v) and 0 < v < 1,
         }[key]
         if not ok:
-            raise ConfigError(f"sweep[{key!r}] holds {v!r}; each value must be {SWEEPABLE[key]}")
+            raise ConfigError(f"{where or f'sweep[{key!r}]'} holds {v!r}; each value must be {SWEEPABLE[key]}")
+
+    def _check_splitnn(self) -> None:
+        """The split-NN settings, swept or fixed: valid values, one table at a time, datasets it can load."""
+        for key in ("method", "defense", "aligned_fraction", "epochs"):
+            if key in self.params:
+                self._check_value(key, self.params[key], where=f"params[{key!r}]")
+        methods = self.sweep.get("method", [self.params["method"]] if "method" in self.params else [])
+        defenses = self.sweep.get("defense", [self.params["defense"]] if "defense" in self.params else [])
+        if methods and defenses:
+            raise ConfigError("give method (FedAds Table 3) or defense (Table 4), not both: one table per sweep")
+        datasets = self.sweep.get("dataset", [self.dataset])
+        for d in datasets:
+            if d not in SPLITNN_DATASETS:
+                raise ConfigError(f"dataset {d!r} has no split-NN loader; splitnn datasets are {list(SPLITNN_DATASETS)}")
+        if "heuristic" in methods and any(d != "fedads_like" for d in datasets):
+            raise ConfigError("method 'heuristic' (HeuristicVFL) needs user IDs, which only dataset 'fedads_like' has")
+        if "aligned_fraction" in self.sweep and not methods:
+            raise ConfigError("aligned_fraction applies to FedAds Table 3 runs: sweep method too")
 
     @classmethod
     def from_yaml(cls, path: str) -> "ExperimentConfig":

@@ -1,4 +1,5 @@
-"""Figures of a sweep's results: mean over repeats with a min-max band, as the papers draw them."""
+"""Figures of a sweep's results: mean over repeats with a min-max band, as the papers draw them; over a
+categorical x (a split-NN method or defense) bars of the mean with min-max error bars."""
 
 from __future__ import annotations
 
@@ -19,13 +20,18 @@ UNITS = {
     "mb_per_tree": "traffic per tree (MB)", "guess_accuracy": "label-guess accuracy",
     "guess_auc_two_sided": "label-guess AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
     "crypto_s": "crypto time (s)", "idle_s": "time no party computes (s)", "calls": "actor calls",
+    "method": "method (FedAds Table 3)", "defense": "defense (FedAds Table 4)", "epsilon_accounted": "accounted epsilon",
+    "leak_auc_two_sided_max": "strongest attack's LeakAUC (two-sided)", "attack_s": "attack time (s)",
+    **{f"{a}_leak_auc{s}": f"{a} attack LeakAUC ({s[1:].replace('_', '-') or 'one-sided'})"
+       for a in ("norm", "direction", "cluster") for s in ("", "_two_sided")},
 }
 
 
 def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = None, title: str | None = None,
                logx: bool = False, logy: bool = False) -> str:
     """Write a PNG of ``y`` against ``x`` (one line per value of ``group``): the mean over repeats,
-    a band from the minimum to the maximum. ``y`` may be a list: one panel each, side by side.
+    a band from the minimum to the maximum; a categorical ``x`` (e.g. ``method``, ``defense``) gets bars
+    of the mean with min-max error bars instead. ``y`` may be a list: one panel each, side by side.
     Returns ``path``.
 
     Example
@@ -49,8 +55,11 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
 
     fig, axes = plt.subplots(1, len(ys), figsize=(5.0 * len(ys), 3.8), squeeze=False)
     groups = [(None, results)] if group is None else list(results.groupby(group, dropna=False))
+    categorical = not pd.api.types.is_numeric_dtype(results[x])
     for ax, col in zip(axes[0], ys):
-        for key, part in groups:
+        if categorical:
+            _bars(ax, groups, x, col, list(dict.fromkeys(results[x])), group)
+        for key, part in groups if not categorical else ():
             stats = part.groupby(x)[col].agg(["mean", "min", "max"]).sort_index()
             xs = stats.index.to_numpy(dtype=float)
             label = None if key is None else f"{group}={key}"
@@ -72,6 +81,28 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _bars(ax, groups, x: str, col: str, categories: list, group: str | None) -> None:
+    """A categorical ``x`` (a method, a defense): bars of the mean over repeats, min-max error bars, side by
+    side per group, in the order the sweep ran them; the y axis spans the values, not zero (the paper's
+    differences are in the second decimal)."""
+    import numpy as np
+
+    width = 0.8 / len(groups)
+    lows, highs = [], []
+    for j, (key, part) in enumerate(groups):
+        stats = part.groupby(x, sort=False)[col].agg(["mean", "min", "max"]).reindex(categories)
+        pos = np.arange(len(categories)) + (j - (len(groups) - 1) / 2) * width
+        ax.bar(pos, stats["mean"], width, yerr=[stats["mean"] - stats["min"], stats["max"] - stats["mean"]],
+               capsize=3, label=None if key is None else f"{group}={key}")
+        lows.append(stats["min"].min())
+        highs.append(stats["max"].max())
+    lo, hi = np.nanmin(lows), np.nanmax(highs)
+    if np.isfinite(lo) and np.isfinite(hi):
+        pad = max(hi - lo, 0.01 * max(abs(hi), 1e-9))
+        ax.set_ylim(lo - pad if lo - pad > 0 or lo < 0 else 0.0, hi + pad)
+    ax.set_xticks(np.arange(len(categories)), [str(c) for c in categories], rotation=30)
 
 
 def plot_figures(cfg, results: pd.DataFrame, folder: str) -> list[str]:

@@ -9,13 +9,14 @@ a plain table (CSV and Parquet) that pandas, the plots and TensorBoard-free note
 
 Each row holds every setting, the test metric(s), wall time per phase (set-up, training,
 prediction), seconds per tree, MB in all and per channel and message kind (JSON columns), attack
-success where one applies (PIVODL's label-guess attack), and machine facts (CPUs, Ray and ray_vfl
-versions). Where the training time went comes from what the parties measured
-(:mod:`ray_vfl.runtime.timeline`): ``crypto_s``, ``wire_s`` (serializing and checking payloads),
-``compute_s`` (other party work), ``between_calls_s`` (no party computing: Ray's scheduling and
-transfers, the driver), ``calls`` and ``ms_per_call``, next to ``empty_call_ms`` (an empty actor
-call's round trip measured in the same run), each party's waiting time and peak memory
-(``peak_rss_mb``, the largest; ``peak_rss_by_party``).
+success where one applies (PIVODL's label-guess attack, split-NN's label-inference LeakAUCs), and
+machine facts (CPUs, Ray and ray_vfl versions). Split-NN runs (FedAds Tables 3 and 4) are in
+:mod:`ray_vfl.experiments.splitnn_runs`. For the tree protocols, where the training time went comes
+from what the parties measured (:mod:`ray_vfl.runtime.timeline`): ``crypto_s``, ``wire_s``
+(serializing and checking payloads), ``compute_s`` (other party work), ``between_calls_s`` (no party
+computing: Ray's scheduling and transfers, the driver), ``calls`` and ``ms_per_call``, next to
+``empty_call_ms`` (an empty actor call's round trip measured in the same run), each party's waiting
+time and peak memory (``peak_rss_mb``, the largest; ``peak_rss_by_party``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
         runtime.kill_all()
     else:
         runtime.timelines()  # forget what the live actors measured before this run
+    if cfg.protocol == "splitnn":  # FedAds Tables 3 and 4 (imports torch only here)
+        from .splitnn_runs import run_splitnn
+
+        row = run_splitnn(cfg, run, runtime)
+    else:
+        row = _run_trees(cfg, run, runtime)
+    row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
+               finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return row
+
+
+def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
     t0 = time.perf_counter()
     train, test, objective = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
@@ -135,8 +148,6 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
         row.update(epsilon=config.epsilon, epsilon_accounted=model.epsilon,
                    guess_accuracy=float(np.mean([r["accuracy"] for r in guess])) if guess else np.nan,
                    guess_auc_two_sided=float(np.mean([r["auc_two_sided"] for r in guess])) if guess else np.nan)
-    row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
-               finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
     return row
 
 

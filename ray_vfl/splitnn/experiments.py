@@ -22,18 +22,19 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from .attacks import ATTACKS, cluster_attack, d_leak_auc, leak_aucs, two_sided_chance
 from .baselines import InProcessSplitNet
 from .config import SplitNNConfig
 from .data import SplitNNData
 from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense
-from .protocol import train
+from .protocol import SplitNNModel, train
 from .synthesis import UnalignedOptions
 from .unaligned import split_aligned, train_unaligned
 
-__all__ = ["effectiveness_table", "privacy_table", "default_defenses", "write_table", "unaligned_table",
-           "summarize_seeds"]
+__all__ = ["effectiveness_table", "privacy_table", "privacy_row", "default_defenses", "write_table", "unaligned_table",
+           "unaligned_row", "UNALIGNED_METHODS", "summarize_seeds"]
 
 
 def default_defenses() -> dict[str, Defense]:
@@ -67,6 +68,31 @@ def effectiveness_table(runtime: Runtime, data: SplitNNData, config: SplitNNConf
     return rows
 
 
+def privacy_row(runtime: Runtime, data: SplitNNData, config: SplitNNConfig, name: str, defense: Defense,
+                cluster_seed: int = 0) -> tuple[dict[str, Any], SplitNNModel]:
+    """One row of :func:`privacy_table` (no dLeakAUC: that needs the first row) and its trained model.
+
+    Every attack runs on the non-label party's recorded view only.
+    """
+    y = data.train.label
+    model = train(runtime, data.train, config, defense=defense)
+    start = time.perf_counter()
+    metrics = model.evaluate(data.test)
+    predicted = time.perf_counter()
+    view = model.recorded_view()
+    row = {"dataset": data.name, "defense": name, "params": defense.params(), "auc": round(metrics["auc"], 4),
+           "nll": round(metrics["nll"], 4),
+           "epsilon": None if model.privacy is None else round(model.privacy["epsilon"], 4)}
+    for attack, run in ATTACKS.items():
+        scores = run(view, seed=cluster_seed) if run is cluster_attack else run(view)
+        both = leak_aucs(scores, view.rows, y)
+        row[f"{attack}_leak_auc"] = round(both["one_sided"], 4)
+        row[f"{attack}_leak_auc_two_sided"] = round(both["two_sided"], 4)
+    row["two_sided_chance"] = round(two_sided_chance(view.rows, y), 4)
+    row.update(predict_s=round(predicted - start, 3), attack_s=round(time.perf_counter() - predicted, 3))
+    return row, model
+
+
 def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
                   defenses: Mapping[str, Defense] | None = None, cluster_seed: int = 0) -> list[dict[str, Any]]:
     """Per defense: test AUC, epsilon, and per attack LeakAUC and dLeakAUC (vs the first row), one- and two-sided.
@@ -76,22 +102,7 @@ def privacy_table(runtime: Runtime, data: SplitNNData, config: SplitNNConfig,
     the two-sided LeakAUC of random scores on the same batches (what "no leak" reads as).
     """
     defenses = dict(defenses or default_defenses())
-    y = data.train.label
-    rows: list[dict[str, Any]] = []
-    for name, defense in defenses.items():
-        model = train(runtime, data.train, config, defense=defense)
-        view = model.recorded_view()
-        metrics = model.evaluate(data.test)
-        row = {"dataset": data.name, "defense": name, "params": defense.params(), "auc": round(metrics["auc"], 4),
-               "nll": round(metrics["nll"], 4),
-               "epsilon": None if model.privacy is None else round(model.privacy["epsilon"], 4)}
-        for attack, run in ATTACKS.items():
-            scores = run(view, seed=cluster_seed) if run is cluster_attack else run(view)
-            both = leak_aucs(scores, view.rows, y)
-            row[f"{attack}_leak_auc"] = round(both["one_sided"], 4)
-            row[f"{attack}_leak_auc_two_sided"] = round(both["two_sided"], 4)
-        row["two_sided_chance"] = round(two_sided_chance(view.rows, y), 4)
-        rows.append(row)
+    rows = [privacy_row(runtime, data, config, name, defense, cluster_seed)[0] for name, defense in defenses.items()]
     base = rows[0]
     for row in rows:
         for attack in ATTACKS:
@@ -115,6 +126,44 @@ def write_table(rows: Sequence[dict[str, Any]], path_stem: str) -> list[str]:
     return [path_stem + ".csv", path_stem + ".json"]
 
 
+# FedAds Table 3's methods: key -> the name its row shows
+UNALIGNED_METHODS = {"local": "Local", "vanilla": "VanillaVFL", "heuristic": "HeuristicVFL", "jpl": "JPL",
+                     "diffu-at": "Diffu-AT", "oracle": "ORACLE"}
+
+
+def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, config: SplitNNConfig,
+                  options: UnalignedOptions, method: str, seed: int = 0, user_column: str | None = None,
+                  num_threads: int = 1) -> tuple[dict[str, Any], Any]:
+    """One method's row of :func:`unaligned_table` (``method`` a key of :data:`UNALIGNED_METHODS`) and its
+    trained model (a :class:`SplitNNModel`, or for ``local`` an :class:`InProcessSplitNet`).
+
+    ``partial, oracle`` come from :func:`split_aligned`.
+    """
+    if method not in UNALIGNED_METHODS:
+        raise ConfigError(f"method must be one of {list(UNALIGNED_METHODS)}, got {method!r}")
+    cfg = config.replace(seed=seed)
+    plain = cfg.replace(epochs=options.pretrain_epochs + config.epochs)
+    extra: dict[str, Any] = {}
+    if method == "local":
+        model = InProcessSplitNet(plain, [partial.label_party], num_threads).fit(partial.local_train(include_unaligned=True))
+        seconds = model.train_seconds_
+    elif method in ("vanilla", "oracle"):
+        model = train(runtime, (partial if method == "vanilla" else oracle).train, plain)
+        seconds = model.train_seconds
+    else:
+        opts = options.replace(method=method, user_column=user_column, diffusion=options.diffusion.replace(seed=seed))
+        model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts)
+        seconds = model.train_seconds
+        extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate") if k in model.unaligned}
+    start = time.perf_counter()
+    metrics = model.evaluate(partial.test)
+    row = {"dataset": partial.name, "seed": seed, "model": UNALIGNED_METHODS[method], "aligned_rows": partial.train.n_rows,
+           "unaligned_rows": partial.label_only.n_rows, "auc": round(metrics["auc"], 4),
+           "nll": round(metrics["nll"], 4), "train_s": round(seconds, 2),
+           "predict_s": round(time.perf_counter() - start, 3), **extra}
+    return row, model
+
+
 def unaligned_table(runtime: Runtime, full: SplitNNData, config: SplitNNConfig, options: UnalignedOptions,
                     aligned_fraction: float = 0.2, seed: int = 0, user_column: str | None = None,
                     num_threads: int = 1) -> list[dict[str, Any]]:
@@ -124,35 +173,12 @@ def unaligned_table(runtime: Runtime, full: SplitNNData, config: SplitNNConfig, 
     passes over its training rows (Diffu-AT, JPL and HeuristicVFL: that many over the aligned rows, of
     which ``config.epochs`` alternate with the unaligned rows). Local trains on all the label party's
     training rows; ORACLE on every training row aligned. ``seed`` draws the aligned rows and seeds
-    the models.
+    the models. HeuristicVFL runs only with ``user_column``.
     """
     partial, oracle = split_aligned(full, aligned_fraction, seed)
-    cfg = config.replace(seed=seed)
-    epochs = options.pretrain_epochs + config.epochs
-    plain = cfg.replace(epochs=epochs)
-    rows: list[dict[str, Any]] = []
-
-    def add(model: str, metrics: dict[str, float], seconds: float, extra: dict | None = None) -> None:
-        rows.append({"dataset": full.name, "seed": seed, "model": model, "aligned_rows": partial.train.n_rows,
-                     "unaligned_rows": partial.label_only.n_rows, "auc": round(metrics["auc"], 4),
-                     "nll": round(metrics["nll"], 4), "train_s": round(seconds, 2), **(extra or {})})
-
-    local = InProcessSplitNet(plain, [partial.label_party], num_threads).fit(partial.local_train(include_unaligned=True))
-    add("Local", local.evaluate(partial.test), local.train_seconds_)
-    vanilla = train(runtime, partial.train, plain)
-    add("VanillaVFL", vanilla.evaluate(partial.test), vanilla.train_seconds)
-    methods = [("JPL", "jpl"), ("Diffu-AT", "diffu-at")]
-    if user_column is not None:
-        methods.insert(0, ("HeuristicVFL", "heuristic"))
-    for name, method in methods:
-        opts = options.replace(method=method, user_column=user_column,
-                               diffusion=options.diffusion.replace(seed=seed))
-        model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts)
-        extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate") if k in model.unaligned}
-        add(name, model.evaluate(partial.test), model.train_seconds, extra)
-    upper = train(runtime, oracle.train, plain)
-    add("ORACLE", upper.evaluate(partial.test), upper.train_seconds)
-    return rows
+    methods = [m for m in UNALIGNED_METHODS if m != "heuristic" or user_column is not None]
+    return [unaligned_row(runtime, partial, oracle, config, options, m, seed, user_column, num_threads)[0]
+            for m in methods]
 
 
 def summarize_seeds(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
