@@ -10,7 +10,8 @@ a plain table (CSV and Parquet) that pandas, the plots and TensorBoard-free note
 Each row holds every setting, the test metric(s), wall time per phase (set-up, training,
 prediction), seconds per tree, MB in all and per channel and message kind (JSON columns), attack
 success where one applies (PIVODL's label-guess attack), and machine facts (CPUs, Ray and ray_vfl
-versions).
+versions). With ``per_tree`` it also holds ``by_tree`` (JSON): the test metrics after each tree and those
+of centralized xgboost trained with the same settings on the same rows (``plots.per_tree_table``).
 """
 
 from __future__ import annotations
