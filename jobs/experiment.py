@@ -1,6 +1,6 @@
 """Run a sweep from a YAML config: one result row per run, resumable, with a progress bar.
 
-    python jobs/experiment.py --config jobs/configs/pivodl_clients_small.yaml
+    python jobs/experiment.py --config jobs/configs/pivodl_fig6_9_clients_small.yaml
     python jobs/experiment.py --config jobs/configs/secureboost_scaling_parties.yaml --out results
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/experiment.py --config ...
 

@@ -1,8 +1,8 @@
 """Draw a sweep's results as PNG: mean over repeats with a min-max band, one line per group.
 
-    python jobs/plot.py --config jobs/configs/pivodl_clients_small.yaml      # the paper figures it declares
-    python jobs/plot.py --results results/pivodl_clients_small --x clients --y s_per_tree mb_per_tree auc
-    python jobs/plot.py --results results/pivodl_epsilon_small --x epsilon --y guess_auc_two_sided --group backend
+    python jobs/plot.py --config jobs/configs/pivodl_fig6_9_clients_small.yaml   # the paper figures it declares
+    python jobs/plot.py --results results/pivodl_fig6_9_clients_small --x clients --y s_per_tree mb_per_tree auc
+    python jobs/plot.py --results results/pivodl_table3_label_guess_small --x epsilon --y guess_auc_two_sided
 """
 
 from __future__ import annotations

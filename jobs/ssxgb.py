@@ -42,20 +42,13 @@ def parse_args(argv=None):
 
 
 def load_iris_balanced(seed: int) -> tuple[pd.DataFrame, dict[str, list[str]]]:
-    """Iris, setosa (1) vs rest (0), plus 50 synthetic setosa rows (Gaussian per feature around the
-    setosa mean, with its deviation) so that both classes have 100 rows."""
-    from sklearn.datasets import load_iris
+    """Iris, setosa (1) vs rest (0), plus 50 synthetic setosa rows so that both classes have 100 rows
+    (:func:`ray_vfl.data.bundled.iris_balanced`); one participant per feature."""
+    from ray_vfl.data.bundled import iris_balanced
 
-    iris = load_iris(as_frame=True)
-    x = iris.data.copy()
-    x.columns = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
-    y = (iris.target == 0).astype(float)
-    setosa = x[y == 1]
-    rng = np.random.default_rng(seed)
-    synth = pd.DataFrame(rng.normal(setosa.mean(), setosa.std(), size=(50, 4)).round(1), columns=x.columns)
-    frame = pd.concat([x, synth], ignore_index=True)
-    frame["y"] = np.concatenate([y.to_numpy(), np.ones(50)])
-    return frame, {f"party{i}": [c] for i, c in enumerate(x.columns)}
+    frame = iris_balanced(seed)
+    frame["y"] = frame["y"].astype(float)
+    return frame, {f"party{i}": [c] for i, c in enumerate(frame.columns[:4])}
 
 
 def load_mnist(path: str, rows: int, seed: int) -> tuple[pd.DataFrame, dict[str, list[str]]]:

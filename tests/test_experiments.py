@@ -11,9 +11,11 @@ import pytest
 
 from ray_vfl.errors import ConfigError
 from ray_vfl.experiments import ExperimentConfig, run_sweep
-from ray_vfl.experiments.plots import plot_sweep
+from ray_vfl.experiments.config import result_columns
+from ray_vfl.experiments.plots import per_tree_table, plot_figures, plot_sweep
 
 REPO = Path(__file__).resolve().parents[1]
+PER_TREE = ("tree", "model", "auc", "accuracy", "nll")
 
 
 def tiny(**changes):
@@ -51,6 +53,69 @@ def test_every_shipped_config_is_valid():
     for path in configs:
         cfg = ExperimentConfig.from_yaml(str(path))
         assert cfg.name == path.stem and cfg.runs()
+
+
+def _shipped():
+    return {path.stem: ExperimentConfig.from_yaml(str(path)) for path in sorted((REPO / "jobs" / "configs").glob("*.yaml"))}
+
+
+def test_every_paper_config_has_a_small_twin_with_the_same_sweep_keys_and_figures():
+    configs = _shipped()
+    paper = [n for n in configs if n.startswith(("pivodl_fig", "pivodl_table", "ssxgb_fig")) and not n.endswith("_small")]
+    assert len(paper) >= 9, paper
+    for name, full in configs.items():
+        small = configs.get(name + "_small")
+        if name.endswith("_small") or small is None:
+            assert name.endswith("_small") or name not in paper, f"{name} has no _small twin"
+            continue
+        assert small.protocol == full.protocol and small.dataset == full.dataset, name
+        assert list(small.sweep) == list(full.sweep), f"{name}: the small twin sweeps {list(small.sweep)}"
+        assert small.figures == full.figures and small.per_tree == full.per_tree, f"{name}: the small twin draws other figures"
+    for name in configs:
+        if name.endswith("_small"):
+            assert name[: -len("_small")] in configs, f"{name} has no full-size config"
+
+
+def test_every_figure_names_columns_the_runner_writes():
+    for name, cfg in _shipped().items():
+        for fig in cfg.figures:
+            per_tree = fig["x"] == "tree"
+            ys = [fig["y"]] if isinstance(fig["y"], str) else fig["y"]
+            for column in [fig["x"], *ys, *([fig["group"]] if "group" in fig else [])]:
+                assert column in result_columns(cfg.protocol, per_tree), (name, column)
+            assert not per_tree or cfg.per_tree, name
+
+
+def test_figure_and_sweep_mistakes_are_config_errors():
+    with pytest.raises(ConfigError, match="names column 'guess_auc'.*valid columns are"):
+        tiny(figures=[{"x": "clients", "y": ["auc", "guess_auc"]}])
+    with pytest.raises(ConfigError, match="names column 'guess_accuracy', which ssxgb's results do not hold"):
+        ExperimentConfig.from_dict({"name": "x", "protocol": "ssxgb", "figures": [{"x": "clients", "y": "guess_accuracy"}]})
+    with pytest.raises(ConfigError, match="set per_tree: true"):
+        tiny(figures=[{"x": "tree", "y": "auc", "group": "model"}])
+    with pytest.raises(ConfigError, match="per-tree table .* does not hold"):
+        tiny(per_tree=True, figures=[{"x": "tree", "y": "mb"}])
+    with pytest.raises(ConfigError, match="per_tree must be true or false"):
+        tiny(per_tree="yes")
+    with pytest.raises(ConfigError, match="instance_threshold needs protocol 'pivodl'"):
+        tiny(protocol="ssxgb", params={}, sweep={"instance_threshold": [1, 10]})
+    with pytest.raises(ConfigError, match="each value must be an integer >= 1"):
+        tiny(sweep={"instance_threshold": [0]})
+
+
+def test_per_tree_curves_and_the_instance_threshold(runtime, tmp_path):
+    cfg = tiny(per_tree=True, sweep={"instance_threshold": [1, 200]},
+               figures=[{"name": "curve", "x": "tree", "y": ["accuracy", "nll"], "group": "model"},
+                        {"name": "threshold", "x": "instance_threshold", "y": "auc"}])
+    table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
+    assert table["instance_threshold"].tolist() == [1, 200]
+    assert set(result_columns("pivodl")) <= set(table.columns)
+    curves = per_tree_table(table)
+    assert set(PER_TREE) <= set(curves.columns)
+    assert sorted(curves["model"].unique()) == ["pivodl", "xgboost"] and sorted(curves["tree"].unique()) == [1, 2]
+    last = curves[(curves["model"] == "pivodl") & (curves["tree"] == 2)]
+    assert last["accuracy"].tolist() == table["accuracy"].tolist()  # the last point is the run's own metric
+    assert [Path(p).name for p in plot_figures(cfg, table, str(tmp_path))] == ["curve.png", "threshold.png"]
 
 
 def test_a_sweep_writes_one_row_per_run_and_resumes(runtime, tmp_path):

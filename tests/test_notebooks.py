@@ -12,11 +12,11 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    """One results folder for both notebooks: the second resumes the sweeps the first ran."""
+    """One results folder for the notebooks: a later one resumes the sweeps an earlier one ran."""
     return tmp_path_factory.mktemp("notebooks")
 
 
-@pytest.mark.parametrize("name", ["pivodl.ipynb", "scaling.ipynb", "fedads.ipynb"])
+@pytest.mark.parametrize("name", ["pivodl.ipynb", "ssxgb.ipynb", "fedads.ipynb", "scaling.ipynb"])
 def test_notebook_runs(name, out, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import DataError
 from .sources import read_table
 
-__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "synthetic", "NAMED_DATASETS"]
+__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "synthetic", "iris_balanced", "NAMED_DATASETS"]
 
 CREDIT_LABEL = "default.payment.next.month"
 
@@ -74,6 +74,31 @@ def synthetic(rows: int, features: int = 20, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
+def iris_balanced(seed: int = 0) -> pd.DataFrame:
+    """Iris (scikit-learn's bundled copy) as SSXGB's paper uses it: setosa (``y = 1``) against the rest, plus
+    50 synthetic setosa rows (Gaussian per feature around the setosa mean, with its deviation, rounded to
+    0.1) so both classes have 100 rows; 4 feature columns.
+
+    Example
+    -------
+    >>> frame = iris_balanced()
+    >>> frame.shape, int(frame["y"].sum())
+    ((200, 5), 100)
+    """
+    from sklearn.datasets import load_iris
+
+    data = load_iris(as_frame=True)
+    x = data.data.copy()
+    x.columns = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+    y = (data.target == 0).astype(np.int64)
+    setosa = x[y == 1]
+    rng = np.random.default_rng(seed)
+    synth = pd.DataFrame(rng.normal(setosa.mean(), setosa.std(), size=(50, 4)).round(1), columns=x.columns)
+    frame = pd.concat([x, synth], ignore_index=True)
+    frame["y"] = np.concatenate([y.to_numpy(), np.ones(50, dtype=np.int64)])
+    return frame
+
+
 def _energy(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
     frame = read_table(path).drop(columns=["date"])
     return frame, "Appliances", [], "reg:squarederror"
@@ -84,6 +109,7 @@ NAMED_DATASETS = {
     "bank": "UCI bank marketing, bank-full (binary); reads uci_bank_marketing_full.csv.gz from the data folder",
     "energy": "UCI appliances energy (regression); reads uci_appliances_energy.csv.gz from the data folder",
     "mnist": "MNIST test set, digits 0-4 vs 5-9 (binary, 784 pixels); reads mnist_test_10k.csv.gz from the data folder",
+    "iris": "Iris, setosa vs rest, plus 50 synthetic setosa rows (200 rows, 4 features; as SSXGB's paper); bundled with scikit-learn",
     "synthetic": "synthetic binary table, 20 normal columns, as many rows as asked (rows=, default 10,000)",
 }
 _FILES = {"bank": ("uci_bank_marketing_full.csv.gz", _bank), "energy": ("uci_appliances_energy.csv.gz", _energy),
@@ -129,6 +155,8 @@ def load_named(name: str, data_dir: str | Sequence[str] | None = None) -> tuple[
         return load_credit().drop(columns=["ID"]), CREDIT_LABEL, [], "binary:logistic"
     if name == "synthetic":
         return synthetic(10_000), "y", [], "binary:logistic"
+    if name == "iris":
+        return iris_balanced(), "y", [], "binary:logistic"
     if name not in _FILES:
         if os.sep in name or name.lower().endswith(_TABLE_SUFFIXES) or os.path.exists(name):
             if os.path.exists(name):

@@ -12,7 +12,7 @@ Example
 >>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
 Traceback (most recent call last):
 ...
-ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'fresh_actors', 'name', 'params', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'fresh_actors', 'name', 'params', 'per_tree', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError, DataError
 
 __all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE", "FIGURE_KEYS", "SPLITNN_METHODS", "SPLITNN_DEFENSES",
-           "SPLITNN_DATASETS"]
+           "SPLITNN_DATASETS", "result_columns", "PER_TREE_COLUMNS"]
 
 PROTOCOLS = ("secureboost", "pivodl", "ssxgb", "splitnn")
 # FedAds (protocol splitnn): Table 3's methods (unaligned rows), Table 4's defenses, the split-NN datasets.
@@ -46,17 +46,50 @@ SWEEPABLE = {
     "epsilon": "a positive number, or null for no DP (PIVODL; splitnn: the budget of defense dp)",
     "key_bits": "an integer such as 1024 or 2048",
     "backend": "a crypto backend name: plain, paillier, ou",
-    "dataset": "credit, bank, energy, mnist, synthetic or a CSV/Parquet path",
+    "dataset": "credit, bank, energy, mnist, iris, synthetic or a CSV/Parquet path",
     "rows": "an integer >= 10 (the dataset's first rows; for synthetic and fedads_like, the rows generated)",
+    "instance_threshold": "an integer >= 1 (PIVODL: fewest own labelled rows a client sums a left branch over)",
     "method": f"a FedAds Table 3 method (splitnn): one of {list(SPLITNN_METHODS)}",
     "defense": f"a FedAds Table 4 defense (splitnn): one of {list(SPLITNN_DEFENSES)}",
     "epochs": "an integer >= 1 (splitnn: epochs over the aligned rows)",
     "aligned_fraction": "a number in (0, 1) (splitnn Table 3: the training rows both parties hold)",
 }
+# The columns the runner writes into every row (runner.run_one), per protocol; figures may only name these.
+_COMMON_COLUMNS = ("clients", "dataset", "repeat", "rows", "backend", "key_bits", "max_depth", "n_trees", "train_rows",
+                   "auc", "accuracy", "nll", "rmse", "data_s", "setup_s", "train_s", "s_per_tree", "predict_s", "mb",
+                   "mb_per_tree")
+# Where the training time went, measured by the parties (runner._where_time_went), for the tree protocols.
+_TIMELINE_COLUMNS = ("crypto_s", "wire_s", "compute_s", "between_calls_s", "calls", "ms_per_call", "empty_call_ms",
+                     "waiting_s_mean", "peak_rss_mb")
+_SPLITNN_COLUMNS = ("method", "defense", "epochs", "aligned_fraction", "epsilon", "epsilon_accounted", "attack_s",
+                    "leak_auc_two_sided_max", "two_sided_chance") + tuple(
+    f"{attack}_leak_auc{side}" for attack in ("norm", "direction", "cluster") for side in ("", "_two_sided"))
+_PROTOCOL_COLUMNS = {"secureboost": _TIMELINE_COLUMNS, "ssxgb": _TIMELINE_COLUMNS,
+                     "pivodl": _TIMELINE_COLUMNS + ("epsilon", "epsilon_accounted", "instance_threshold", "guess_accuracy",
+                                                    "guess_auc_two_sided"),
+                     "splitnn": _SPLITNN_COLUMNS}
+# With ``per_tree: true`` each row also holds ``by_tree`` (JSON): the test metrics after each tree, for the
+# protocol (model = the protocol's name) and for centralized xgboost with the same settings (model = xgboost);
+# a figure whose x is ``tree`` is drawn from those (see plots.per_tree_table).
+PER_TREE_COLUMNS = ("tree", "model", "auc", "accuracy", "nll", "rmse")
 # What each entry of ``figures`` may hold (``x`` and ``y`` are required).
 FIGURE_KEYS = {"name": "the PNG's file name (without .png)", "x": "the result column on the x axis",
                "y": "one result column or a list of them (one panel each)", "group": "one line per value of this column",
                "title": "the figure's title", "logx": "true for a logarithmic x axis", "logy": "true for a logarithmic y axis"}
+
+
+def result_columns(protocol: str, per_tree: bool = False) -> tuple[str, ...]:
+    """The numeric columns a figure may name for ``protocol``: every row's, or with ``per_tree`` (x = ``tree``)
+    the per-tree table's.
+
+    Example
+    -------
+    >>> "guess_auc_two_sided" in result_columns("pivodl"), "guess_auc_two_sided" in result_columns("ssxgb")
+    (True, False)
+    """
+    if per_tree:
+        return PER_TREE_COLUMNS
+    return _COMMON_COLUMNS + _PROTOCOL_COLUMNS[protocol]
 
 
 @dataclass(frozen=True)
@@ -87,10 +120,15 @@ class ExperimentConfig(ValidatedConfig):
     figures : list of dict
         The paper figures this sweep reproduces, drawn by ``jobs/plot.py --config``: each names its file
         (``name``), ``x``, ``y`` (a column or a list, one panel each), optional ``group``, ``title``,
-        ``logx``/``logy``.
+        ``logx``/``logy``. Each column must be one the runner writes for the protocol
+        (:func:`result_columns`); ``x: tree`` draws the per-tree curves and needs ``per_tree``.
     fresh_actors : bool
         Start every run on new party actors (their start-up then counts in ``setup_s``), so each run's
         peak memory per party is its own; by default runs reuse the live actors.
+    per_tree : bool
+        Also evaluate the test metrics after each tree (``predict_margin(test, k)`` for k = 1 .. n_trees)
+        and those of centralized xgboost trained with the same settings on the same rows (column ``by_tree``,
+        JSON); costs one more prediction per tree.
     seed : int
         Seed of the column split, the label spread and the train/test split (plus the repeat number).
     """
@@ -106,6 +144,7 @@ class ExperimentConfig(ValidatedConfig):
     seed: int = 0
     figures: list = field(default_factory=list)
     fresh_actors: bool = False
+    per_tree: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or os.sep in self.name:
@@ -126,6 +165,8 @@ class ExperimentConfig(ValidatedConfig):
             if key in TREE_ONLY and self.protocol == "splitnn":
                 raise ConfigError(f"sweep over {key} is for the tree protocols; splitnn sweeps {list(SPLITNN_ONLY)}, "
                                   "epsilon, dataset and rows")
+            if key == "instance_threshold" and self.protocol != "pivodl":
+                raise ConfigError(f"sweep over instance_threshold needs protocol 'pivodl' ({self.protocol} has none)")
             if key == "backend" and self.protocol == "ssxgb":
                 raise ConfigError("SSXGB has one cryptosystem (BCP): sweep key_bits instead of backend")
             for v in values:
@@ -146,6 +187,8 @@ class ExperimentConfig(ValidatedConfig):
         check_int("seed", self.seed, 0, 2**31)
         if not isinstance(self.fresh_actors, bool):
             raise ConfigError(f"fresh_actors must be true or false, got {self.fresh_actors!r}")
+        if not isinstance(self.per_tree, bool):
+            raise ConfigError(f"per_tree must be true or false, got {self.per_tree!r}")
         if not isinstance(self.figures, list):
             raise ConfigError(f"figures must be a list of mappings, got {type(self.figures).__name__}")
         for i, fig in enumerate(self.figures):
@@ -154,6 +197,21 @@ class ExperimentConfig(ValidatedConfig):
             unknown = sorted(set(fig) - set(FIGURE_KEYS))
             if unknown:
                 raise ConfigError(f"figures[{i}] has unknown key(s) {unknown}; valid keys are {sorted(FIGURE_KEYS)}")
+            self._check_figure_columns(i, fig)
+
+    def _check_figure_columns(self, i: int, fig: dict) -> None:
+        per_tree = fig["x"] == "tree"
+        if per_tree and not self.per_tree:
+            raise ConfigError(f"figures[{i}] plots against 'tree': set per_tree: true so the runner evaluates each tree")
+        ys = [fig["y"]] if isinstance(fig["y"], str) else fig["y"]
+        if not isinstance(ys, list) or not ys or not all(isinstance(y, str) for y in ys):
+            raise ConfigError(f"figures[{i}].y must be a column name or a non-empty list of them, got {fig['y']!r}")
+        valid = result_columns(self.protocol, per_tree)
+        for column in [fig["x"], *ys] + ([fig["group"]] if fig.get("group") is not None else []):
+            if column not in valid:
+                where = "the per-tree table (x: tree) does" if per_tree else f"{self.protocol}'s results do"
+                raise ConfigError(f"figures[{i}] names column {column!r}, which {where} not hold; "
+                                  f"valid columns are {sorted(valid)}")
 
     @staticmethod
     def _check_value(key: str, v: Any, where: str | None = None) -> None:
@@ -173,6 +231,7 @@ class ExperimentConfig(ValidatedConfig):
             "defense": v in SPLITNN_DEFENSES,
             "epochs": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
             "aligned_fraction": number(v) and 0 < v < 1,
+            "instance_threshold": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
         }[key]
         if not ok:
             raise ConfigError(f"{where or f'sweep[{key!r}]'} holds {v!r}; each value must be {SWEEPABLE[key]}")
@@ -219,7 +278,10 @@ class ExperimentConfig(ValidatedConfig):
         for combo in itertools.product(*(self.sweep[k] for k in keys)):
             for repeat in range(self.repeats):
                 settings = {"dataset": self.dataset, **dict(zip(keys, combo)), "repeat": repeat}
-                text = json.dumps({"protocol": self.protocol, "params": self.params, "rows": self.rows,
-                                   "test_size": self.test_size, "seed": self.seed, **settings}, sort_keys=True)
+                ident = {"protocol": self.protocol, "params": self.params, "rows": self.rows,
+                         "test_size": self.test_size, "seed": self.seed, **settings}
+                if self.per_tree:  # a run without per-tree metrics is not a finished run of this sweep
+                    ident["per_tree"] = True
+                text = json.dumps(ident, sort_keys=True)
                 out.append({**settings, "run_id": hashlib.sha256(text.encode()).hexdigest()[:16]})
         return out

@@ -3,13 +3,14 @@ categorical x (a split-NN method or defense) bars of the mean with min-max error
 
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["plot_sweep", "plot_figures", "UNITS"]
+__all__ = ["plot_sweep", "plot_figures", "per_tree_table", "UNITS"]
 
 # Axis labels with units for the result columns.
 UNITS = {
@@ -19,12 +20,38 @@ UNITS = {
     "setup_s": "set-up time (s)", "predict_s": "prediction time (s)", "mb": "traffic (MB)",
     "mb_per_tree": "traffic per tree (MB)", "guess_accuracy": "label-guess accuracy",
     "guess_auc_two_sided": "label-guess AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
-    "crypto_s": "crypto time (s)", "idle_s": "time no party computes (s)", "calls": "actor calls",
+    "crypto_s": "crypto time (s)", "between_calls_s": "time no party computes (s)", "calls": "actor calls",
+    "wire_s": "serializing payloads (s)", "compute_s": "other party compute (s)", "ms_per_call": "between-calls time per call (ms)",
     "method": "method (FedAds Table 3)", "defense": "defense (FedAds Table 4)", "epsilon_accounted": "accounted epsilon",
     "leak_auc_two_sided_max": "strongest attack's LeakAUC (two-sided)", "attack_s": "attack time (s)",
     **{f"{a}_leak_auc{s}": f"{a} attack LeakAUC ({s[1:].replace('_', '-') or 'one-sided'})"
        for a in ("norm", "direction", "cluster") for s in ("", "_two_sided")},
+    "instance_threshold": "instance threshold (rows)", "tree": "trees so far (boosting round)",
+    "data_s": "data loading time (s)", "train_rows": "training rows",
 }
+
+
+def per_tree_table(results: pd.DataFrame) -> pd.DataFrame:
+    """The per-tree curves of a sweep run with ``per_tree: true``: one row per run, model and tree (the
+    run's settings, ``tree``, ``model`` -- the protocol or ``xgboost`` -- and the test metrics).
+
+    Example
+    -------
+    >>> table = pd.DataFrame({"clients": [4], "by_tree": ['[{"tree": 1, "model": "ssxgb", "accuracy": 0.9}]']})
+    >>> per_tree_table(table)[["clients", "tree", "model", "accuracy"]].values.tolist()
+    [[4, 1, 'ssxgb', 0.9]]
+    """
+    if "by_tree" not in results.columns:
+        raise ConfigError("the results hold no per-tree metrics (column by_tree): run the sweep with per_tree: true")
+    rows = []
+    for _, run in results.iterrows():
+        if not isinstance(run["by_tree"], str):
+            continue
+        settings = run.drop(labels=["by_tree", "auc", "accuracy", "nll", "rmse"], errors="ignore").to_dict()
+        rows += [{**settings, **point} for point in json.loads(run["by_tree"])]
+    if not rows:
+        raise DataError("no run of these results has per-tree metrics")
+    return pd.DataFrame(rows)
 
 
 def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = None, title: str | None = None,
@@ -60,6 +87,8 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
         if categorical:
             _bars(ax, groups, x, col, list(dict.fromkeys(results[x])), group)
         for key, part in groups if not categorical else ():
+            if part[col].isna().all():  # e.g. RMSE of a classification dataset: no line, no legend entry
+                continue
             stats = part.groupby(x)[col].agg(["mean", "min", "max"]).sort_index()
             xs = stats.index.to_numpy(dtype=float)
             label = None if key is None else f"{group}={key}"
@@ -119,8 +148,13 @@ def plot_figures(cfg, results: pd.DataFrame, folder: str) -> list[str]:
     if not cfg.figures:
         raise ConfigError(f"config {cfg.name!r} declares no figures; name x and y on the command line instead")
     out = []
+    curves = None
     for i, fig in enumerate(cfg.figures):
         name = fig.get("name") or f"{cfg.name}_{i}"
-        out.append(plot_sweep(results, fig["x"], fig["y"], os.path.join(folder, f"{name}.png"), fig.get("group"),
+        table = results
+        if fig["x"] == "tree":
+            curves = per_tree_table(results) if curves is None else curves
+            table = curves
+        out.append(plot_sweep(table, fig["x"], fig["y"], os.path.join(folder, f"{name}.png"), fig.get("group"),
                               fig.get("title", cfg.name), bool(fig.get("logx", False)), bool(fig.get("logy", False))))
     return out

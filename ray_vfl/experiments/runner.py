@@ -17,6 +17,8 @@ from what the parties measured (:mod:`ray_vfl.runtime.timeline`): ``crypto_s``, 
 computing: Ray's scheduling and transfers, the driver), ``calls`` and ``ms_per_call``, next to
 ``empty_call_ms`` (an empty actor call's round trip measured in the same run), each party's waiting
 time and peak memory (``peak_rss_mb``, the largest; ``peak_rss_by_party``).
+With ``per_tree`` a row also holds ``by_tree`` (JSON): the test metrics after each tree and those
+of centralized xgboost trained with the same settings on the same rows (``plots.per_tree_table``).
 """
 
 from __future__ import annotations
@@ -70,12 +72,12 @@ def _data(cfg: ExperimentConfig, run: dict[str, Any]):
         raise DataError(f"SSXGB classifies (binary labels); {run['dataset']!r} is a {objective} dataset")
     stratify = objective == "binary:logistic"
     train, test = data.train_test_split(cfg.test_size, seed=seed, stratify=stratify)
-    return train, test, objective
+    return train, test, objective, frame, label
 
 
 def _protocol_config(cfg: ExperimentConfig, run: dict[str, Any], objective: str):
     params = {**cfg.params} if cfg.protocol == "ssxgb" else {**cfg.params, "objective": objective}
-    for key in ("max_depth", "n_trees", "key_bits", "backend", "epsilon"):
+    for key in ("max_depth", "n_trees", "key_bits", "backend", "epsilon", "instance_threshold"):
         if key in run:
             params[key] = run[key]
     if params.get("key_bits", 2048) < 2048:
@@ -87,6 +89,38 @@ def _protocol_config(cfg: ExperimentConfig, run: dict[str, Any], objective: str)
     else:
         from ..trees.config import BoostConfig as Config
     return Config.from_dict(params)
+
+
+def _metrics(objective: str, y: np.ndarray, margins: np.ndarray) -> dict[str, float]:
+    if objective == "binary:logistic":
+        p = 1.0 / (1.0 + np.exp(-margins))
+        return {"auc": auc(y, p), "accuracy": float(np.mean((p > 0.5) == (y == 1))), "nll": logloss(y, p)}
+    return {"rmse": float(np.sqrt(np.mean((margins - y) ** 2)))}
+
+
+def _xgboost_curve(config, objective: str, frame: pd.DataFrame, label: str, train, test) -> list[dict[str, Any]]:
+    """Test metrics after each tree of centralized xgboost with the run's settings (hist, the same depth,
+    trees, learning rate, lambda, bins and, for SSXGB, row and feature sampling) on the same rows; none
+    (with a log line) when xgboost is not installed."""
+    try:
+        import xgboost as xgb
+    except ImportError:
+        log.warning("xgboost is not installed: the per-tree curves have no centralized reference")
+        return []
+    x = frame.drop(columns=[label])
+    for column in x.columns:
+        if not pd.api.types.is_numeric_dtype(x[column]):
+            x[column] = x[column].astype("category")
+    params = {"objective": objective, "tree_method": "hist", "max_depth": config.max_depth,
+              "eta": config.learning_rate, "lambda": config.reg_lambda, "max_bin": config.max_bin,
+              "subsample": getattr(config, "row_subsample", 1.0), "colsample_bytree": getattr(config, "feature_subsample", 1.0),
+              "min_child_weight": getattr(config, "min_child_weight", 0.0), "seed": 0, "nthread": 2}
+    dtrain = xgb.DMatrix(x.iloc[train.ids], label=train.label, enable_categorical=True)
+    dtest = xgb.DMatrix(x.iloc[test.ids], enable_categorical=True)
+    booster = xgb.train(params, dtrain, num_boost_round=config.n_trees)
+    return [{"tree": k, "model": "xgboost",
+             **_metrics(objective, test.label, booster.predict(dtest, output_margin=True, iteration_range=(0, k)))}
+            for k in range(1, config.n_trees + 1)]
 
 
 def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
@@ -110,7 +144,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
 
 def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
     t0 = time.perf_counter()
-    train, test, objective = _data(cfg, run)
+    train, test, objective, frame, label = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
     timer = TreeTimer()
     t_data = time.perf_counter()
@@ -127,14 +161,17 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> 
     margins = model.predict_margin(test)
     t_pred = time.perf_counter()
     y = test.label
-    row: dict[str, Any] = {"run_id": run["run_id"], "name": cfg.name, "protocol": cfg.protocol, **run,
-                           "objective": objective, "backend": getattr(config, "backend", "bcp"), "key_bits": config.key_bits,
+    row: dict[str, Any] = {"run_id": run["run_id"], "name": cfg.name, "protocol": cfg.protocol,
+                           "clients": len(train.party_names), "rows": len(frame), **run, "objective": objective,
+                           "backend": getattr(config, "backend", "bcp"), "key_bits": config.key_bits,
                            "max_depth": config.max_depth, "n_trees": model.n_trees, "train_rows": train.n_rows}
-    if objective == "binary:logistic":
-        p = 1.0 / (1.0 + np.exp(-margins))
-        row.update(auc=auc(y, p), accuracy=float(np.mean((p > 0.5) == (y == 1))), nll=logloss(y, p))
-    else:
-        row.update(rmse=float(np.sqrt(np.mean((margins - y) ** 2))))
+    row.update(auc=np.nan, accuracy=np.nan, nll=np.nan, rmse=np.nan)  # every row holds every metric column
+    row.update(_metrics(objective, y, margins))
+    if cfg.per_tree:
+        curve = [{"tree": k, "model": cfg.protocol, **_metrics(objective, y, model.predict_margin(test, k))}
+                 for k in range(1, model.n_trees)] + [{"tree": model.n_trees, "model": cfg.protocol,
+                                                        **_metrics(objective, y, margins)}]
+        row["by_tree"] = json.dumps(curve + _xgboost_curve(config, objective, frame, label, train, test))
     train_s = getattr(timer, "seconds", 0.0)
     row.update(data_s=t_data - t0, setup_s=(t_fit - t_data) - train_s, train_s=train_s,
                s_per_tree=train_s / max(1, model.n_trees), predict_s=t_pred - t_fit,
@@ -145,7 +182,7 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> 
     if cfg.protocol == "pivodl":
         report = label_guess_report(model.label_guess_scores(), train.label) if objective == "binary:logistic" else {}
         guess = [r for r in report.values() if r["rows"]]
-        row.update(epsilon=config.epsilon, epsilon_accounted=model.epsilon,
+        row.update(epsilon=config.epsilon, epsilon_accounted=model.epsilon, instance_threshold=config.instance_threshold,
                    guess_accuracy=float(np.mean([r["accuracy"] for r in guess])) if guess else np.nan,
                    guess_auc_two_sided=float(np.mean([r["auc_two_sided"] for r in guess])) if guess else np.nan)
     return row
