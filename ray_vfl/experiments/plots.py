@@ -20,8 +20,9 @@ UNITS = {
     "setup_s": "set-up time (s)", "predict_s": "prediction time (s)", "mb": "traffic (MB)",
     "mb_per_tree": "traffic per tree (MB)", "guess_accuracy": "label-guess accuracy",
     "guess_auc_two_sided": "label-guess AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
-    "crypto_s": "crypto time (s)", "between_calls_s": "time no party computes (s)", "calls": "actor calls",
-    "wire_s": "serializing payloads (s)", "compute_s": "other party compute (s)", "ms_per_call": "between-calls time per call (ms)",
+    "crypto_s": "crypto, whole training (s)", "between_calls_s": "no party computing, whole training (s)",
+    "calls": "actor calls, whole training", "wire_s": "serializing payloads, whole training (s)",
+    "compute_s": "other party compute, whole training (s)", "waiting_s_mean": "mean party waiting, whole training (s)", "ms_per_call": "between-calls time per call (ms)",
     "method": "method (FedAds Table 3)", "defense": "defense (FedAds Table 4)", "epsilon_accounted": "accounted epsilon",
     "leak_auc_two_sided_max": "strongest attack's LeakAUC (two-sided)", "attack_s": "attack time (s)",
     **{f"{a}_leak_auc{s}": f"{a} attack LeakAUC ({s[1:].replace('_', '-') or 'one-sided'})"
@@ -96,8 +97,15 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
             ax.fill_between(xs, stats["min"], stats["max"], alpha=0.2, color=line.get_color())
         ax.set_xlabel(UNITS.get(x, x))
         ax.set_ylabel(UNITS.get(col, col))
-        if logx:
-            ax.set_xscale("log")
+        if logx and not categorical:
+            from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+            ax.set_xscale("log", base=2)  # the swept values as ticks (2, 4, 8, ...), not powers of ten
+            ax.set_xticks(sorted(pd.unique(results[x].dropna())))
+            ticks = ScalarFormatter()
+            ticks.set_scientific(False)
+            ax.xaxis.set_major_formatter(ticks)
+            ax.xaxis.set_minor_formatter(NullFormatter())
         if logy:
             ax.set_yscale("log")
         if group is not None:
