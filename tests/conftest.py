@@ -68,6 +68,13 @@ def runtime(ray_session):
 
 
 @pytest.fixture(scope="session")
+def sweep_out(tmp_path_factory):
+    """One results folder for the shipped small sweeps and the notebooks: a notebook resumes the sweeps
+    tests/test_experiments.py already ran (the same configs, the same run ids) instead of redoing them."""
+    return tmp_path_factory.mktemp("sweeps")
+
+
+@pytest.fixture(scope="session")
 def credit():
     """The credit data split over 2 parties, 80/20 with seed 0."""
     from ray_vfl import vertical_split

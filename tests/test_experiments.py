@@ -169,3 +169,26 @@ def test_crypto_time_is_measured_where_it_runs(runtime, tmp_path):
     run_sweep(cfg, str(tmp_path), runtime, progress=False)  # warm actors; the next run counts its own intervals
     row = run_sweep(ExperimentConfig.from_dict({**cfg.to_dict(), "repeats": 2}), str(tmp_path), runtime, progress=False).iloc[-1]
     assert 0 < row["crypto_s"] <= row["train_s"] + 0.05 and row["wire_s"] > 0
+
+
+SMALL_CONFIGS = sorted((REPO / "jobs" / "configs").glob("*_small.yaml"))
+
+
+@pytest.mark.parametrize("path", SMALL_CONFIGS, ids=[p.stem for p in SMALL_CONFIGS])
+def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_out):
+    """Each shipped small sweep, as ``jobs/experiment.py`` and ``jobs/plot.py --config`` run it, on its own
+    Runtime (a config with fresh_actors kills only that runtime's actors, not the session's)."""
+    cfg = ExperimentConfig.from_yaml(str(path))
+    if cfg.protocol == "splitnn":
+        pytest.importorskip("torch")
+    from ray_vfl.experiments.plots import plot_figures
+    from ray_vfl.runtime.actors import Runtime
+
+    runtime = Runtime()
+    try:
+        table = run_sweep(cfg, str(sweep_out), runtime, progress=False)
+    finally:
+        runtime.kill_all()
+    assert len(table) == len(cfg.runs()) and set(table["run_id"]) == {r["run_id"] for r in cfg.runs()}
+    for png in plot_figures(cfg, table, str(sweep_out / cfg.name)):
+        assert Path(png).stat().st_size > 1000

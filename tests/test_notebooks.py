@@ -10,14 +10,11 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
-@pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    """One results folder for the notebooks: a later one resumes the sweeps an earlier one ran."""
-    return tmp_path_factory.mktemp("notebooks")
-
-
 @pytest.mark.parametrize("name", ["pivodl.ipynb", "ssxgb.ipynb", "fedads.ipynb", "scaling.ipynb"])
-def test_notebook_runs(name, out, monkeypatch):
+def test_notebook_runs(name, sweep_out, monkeypatch):
+    """Run with the session's results folder: the small sweeps they draw already ran in
+    tests/test_experiments.py (when run in the same session), so the notebooks resume them."""
+    out = sweep_out
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("VFL_NOTEBOOK_OUT", str(out))

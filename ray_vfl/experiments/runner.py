@@ -40,7 +40,7 @@ from ..metrics import auc, logloss
 from ..runtime.actors import Runtime
 from ..runtime.party import write_atomically
 from ..runtime.timeline import breakdown
-from ..trees.callbacks import TreeTimer
+from ..trees.callbacks import TrainingCallback, TreeTimer
 from .config import ExperimentConfig
 
 __all__ = ["run_sweep", "run_one", "RESULTS_FILE"]
@@ -123,8 +123,28 @@ def _xgboost_curve(config, objective: str, frame: pd.DataFrame, label: str, trai
             for k in range(1, config.n_trees + 1)]
 
 
-def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
-    """Train and evaluate one run; returns its result row."""
+class _TreeBar(TrainingCallback):
+    """The trees of one run, under the bar over the runs (tqdm with its ETA; gone when the run ends)."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc, self.bar = desc, None
+
+    def before_training(self, config: Any) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=config.n_trees, desc=self.desc, unit="tree", position=1, leave=False)
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        self.bar.update(iteration + 1 - self.bar.n)
+        return False
+
+    def after_training(self, model: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False) -> dict[str, Any]:
+    """Train and evaluate one run (with a bar over its trees if ``progress``); returns its result row."""
     import ray
 
     if cfg.fresh_actors:
@@ -136,13 +156,13 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dic
 
         row = run_splitnn(cfg, run, runtime)
     else:
-        row = _run_trees(cfg, run, runtime)
+        row = _run_trees(cfg, run, runtime, progress)
     row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
                finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
     return row
 
 
-def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
+def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
     train, test, objective, frame, label = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
@@ -155,7 +175,9 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime) -> 
         from ..ssxgb.protocol import train as fit
     else:
         from ..secureboost.protocol import train as fit
-    model = fit(runtime, train, config, callbacks=[timer])
+    settings = ", ".join(f"{k}={v}" for k, v in run.items() if k not in ("run_id", "dataset"))
+    callbacks = [timer] + ([_TreeBar(settings)] if progress else [])
+    model = fit(runtime, train, config, callbacks=callbacks)
     t_fit = time.perf_counter()
     measured = _where_time_went(runtime, timer)
     margins = model.predict_margin(test)
@@ -236,7 +258,8 @@ def _write(results: pd.DataFrame, folder: str) -> None:
 
 def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, progress: bool = True) -> pd.DataFrame:
     """Run every run of ``cfg`` not yet in ``<out>/<name>/results.csv``, appending each row as it
-    finishes (atomically), with a progress bar over the runs; returns the whole table.
+    finishes (atomically), with a progress bar over the runs and one over each run's trees (tree
+    protocols); returns the whole table.
 
     Example
     -------
@@ -266,7 +289,7 @@ def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, p
         bar = tqdm(total=len(todo), desc=cfg.name, unit="run")
     try:
         for run in todo:
-            row = run_one(cfg, run, runtime)
+            row = run_one(cfg, run, runtime, progress)
             results = pd.concat([results, pd.DataFrame([row])], ignore_index=True)
             _write(results, folder)
             if bar is not None:
