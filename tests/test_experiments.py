@@ -122,6 +122,10 @@ def test_per_tree_curves_and_the_instance_threshold(runtime, tmp_path):
 
 def test_a_sweep_writes_one_row_per_run_and_resumes(runtime, tmp_path):
     cfg = tiny()
+    first = run_sweep(cfg, str(tmp_path), runtime, progress=False, max_runs=1)  # a first look: one run of two
+    assert first["clients"].tolist() == [2]
+    with pytest.raises(ConfigError, match="max_runs must be a positive integer"):
+        run_sweep(cfg, str(tmp_path), runtime, progress=False, max_runs=0)
     table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
     assert len(table) == 2 and sorted(table["clients"]) == [2, 3]
     for column in ("run_id", "auc", "accuracy", "setup_s", "train_s", "s_per_tree", "predict_s", "mb", "mb_by_channel",

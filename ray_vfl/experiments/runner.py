@@ -256,10 +256,12 @@ def _write(results: pd.DataFrame, folder: str) -> None:
         log.warning("results.parquet not written: %s", exc)
 
 
-def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, progress: bool = True) -> pd.DataFrame:
+def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, progress: bool = True,
+              max_runs: int | None = None) -> pd.DataFrame:
     """Run every run of ``cfg`` not yet in ``<out>/<name>/results.csv``, appending each row as it
     finishes (atomically), with a progress bar over the runs and one over each run's trees (tree
-    protocols); returns the whole table.
+    protocols); returns the whole table. ``max_runs``: run at most that many of the unfinished runs (a
+    first look at a long sweep; the same call later continues with the next ones).
 
     Example
     -------
@@ -278,6 +280,10 @@ def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, p
     results = _read(os.path.join(folder, RESULTS_FILE))
     done = set(results["run_id"]) if "run_id" in results else set()
     todo = [r for r in cfg.runs() if r["run_id"] not in done]
+    if max_runs is not None:
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+            raise ConfigError(f"max_runs must be a positive integer or None, got {max_runs!r}")
+        todo = todo[:max_runs]
     if done:
         log.info("%s: %d of %d runs already finished; running the other %d", cfg.name, len(done & {r["run_id"] for r in cfg.runs()}),
                  len(cfg.runs()), len(todo))
