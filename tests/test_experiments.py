@@ -161,6 +161,7 @@ def test_an_ssxgb_sweep_runs(runtime, tmp_path):
                                       "params": {"key_bits": 1024, "n_trees": 2, "max_depth": 1, "max_bin": 4}})
     table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
     assert len(table) == 1 and table["backend"].tolist() == ["bcp"] and table["mb"].iloc[0] > 0
+    assert 0 < table["crypto_s"].iloc[0] <= table["train_s"].iloc[0] + 0.05  # BCP operations are measured as crypto
     with pytest.raises(ConfigError, match="one cryptosystem"):
         ExperimentConfig.from_dict({"name": "x", "protocol": "ssxgb", "sweep": {"backend": ["ou"]}})
 

@@ -41,6 +41,7 @@ from gmpy2 import mpz
 
 from ray_vfl.crypto.arrays import as_int_list
 from ray_vfl.crypto.ciphertexts import CipherArray
+from ray_vfl.runtime.timeline import timed
 from ray_vfl.crypto.bcp import (
     BCPMasterKey,
     BCPPublicKey,
@@ -180,6 +181,7 @@ class BCP:
         ms = self.fixed_point.to_ints(np.asarray(x, dtype=np.float64).ravel(), max_abs_int=pk.params.n // 3)
         return self.encrypt_ints(pk, ms, self.fixed_point.frac_bits, pool)
 
+    @timed("crypto")
     def encrypt_ints(self, pk: BCPPublicKey, ms: Sequence[int] | np.ndarray, frac_bits: int = 0,
                      pool: Any = None) -> CipherArray:
         """Encrypt signed integers ``|m| <= N // 3`` (``frac_bits``: the scale they carry, for the tag)."""
@@ -199,6 +201,7 @@ class BCP:
         parts = _run(pool, _enc_chunk, ms, len(ms), pk, frac_bits, hiding)
         return CipherArray(np.concatenate(parts), pk.key_id, bcp_tag(frac_bits))
 
+    @timed("crypto")
     def encrypt_zeros(self, pk: BCPPublicKey, count: int, frac_bits: int = 0) -> CipherArray:
         """``count`` fresh encryptions of 0 (for re-randomising)."""
         return self._encrypt_residues(pk, [0] * int(count), frac_bits)
@@ -209,10 +212,12 @@ class BCP:
         frac = check(self._sk(sk).public_key, c)
         return np.ldexp(self._floats(self.decrypt_ints(sk, c, pool)), -frac)
 
+    @timed("crypto")
     def decrypt_ints(self, sk: BCPSecretKey, c: CipherArray, pool: Any = None) -> list[int]:
         """Signed plaintext integers (centred; the middle third of ``Z_N`` raises)."""
         return center(self.decrypt_residues(sk, c, pool), sk.public_key.params.n)
 
+    @timed("crypto")
     def decrypt_residues(self, sk: BCPSecretKey, c: CipherArray, pool: Any = None) -> list[int]:
         """Plaintexts as residues in ``[0, N)``."""
         frac = check(self._sk(sk).public_key, c)
@@ -225,10 +230,12 @@ class BCP:
         frac = check(pk, c)
         return np.ldexp(self._floats(self.mdecrypt_ints(mk, pk, c, pool)), -frac)
 
+    @timed("crypto")
     def mdecrypt_ints(self, mk: BCPMasterKey, pk: BCPPublicKey, c: CipherArray, pool: Any = None) -> list[int]:
         """mDec to signed integers (centred)."""
         return center(self.mdecrypt_residues(mk, pk, c, pool), pk.params.n)
 
+    @timed("crypto")
     def mdecrypt_residues(self, mk: BCPMasterKey, pk: BCPPublicKey, c: CipherArray, pool: Any = None) -> list[int]:
         """mDec to residues in ``[0, N)``.
 
@@ -246,6 +253,7 @@ class BCP:
         return [v for part in _run(pool, _mdec_chunk, c.data, len(c), mk, pk, frac) for v in part]
 
     # -- homomorphic operations (no key material beyond the public key) ---------------------------
+    @timed("crypto")
     def add(self, pk: BCPPublicKey, a: CipherArray, b: CipherArray) -> CipherArray:
         """``Enc(x + y)``: component-wise products. Both arrays must carry the same scale."""
         fa, fb = check(pk, a), check(pk, b)
@@ -254,6 +262,7 @@ class BCP:
         (a1, b1), (a2, b2), n2 = unwrap(pk, a), unwrap(pk, b), mpz(pk.params.nsquare)
         return wrap(pk, [x * y % n2 for x, y in zip(a1, a2)], [x * y % n2 for x, y in zip(b1, b2)], fa)
 
+    @timed("crypto")
     def neg(self, pk: BCPPublicKey, c: CipherArray) -> CipherArray:
         """``Enc(-x)``: component-wise inverses."""
         frac = check(pk, c)
@@ -261,10 +270,12 @@ class BCP:
         inv = gmpy2.invert
         return wrap(pk, [inv(x, n2) for x in a1], [inv(x, n2) for x in b1], frac)
 
+    @timed("crypto")
     def sub(self, pk: BCPPublicKey, a: CipherArray, b: CipherArray) -> CipherArray:
         """``Enc(x - y)``."""
         return self.add(pk, a, self.neg(pk, b))
 
+    @timed("crypto")
     def mul_const(self, pk: BCPPublicKey, c: CipherArray, k: np.ndarray | Sequence[int],
                   frac_bits: int = 0) -> CipherArray:
         """``Enc(k x)`` for integers ``k`` (one per value; Exp in SSXGB); the result's scale is the
@@ -276,6 +287,7 @@ class BCP:
         return wrap(pk, [pw(x, e, n2) for x, e in zip(a1, ks)], [pw(x, e, n2) for x, e in zip(b1, ks)],
                     frac + int(frac_bits))
 
+    @timed("crypto")
     def rerandomize(self, pk: BCPPublicKey, c: CipherArray) -> CipherArray:
         """The same plaintexts under fresh randomness (multiplies by encryptions of 0)."""
         frac = check(pk, c)

@@ -16,10 +16,12 @@ The tables of who sends what to whom are in :mod:`ray_vfl.pivodl.protocol`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
+from ..runtime.timeline import span, timed
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
 from .candidates import left_sums
 from .messages import fetch
@@ -92,6 +94,7 @@ class SourceRole:
                                   tree, depth) for s in self.others]
         return (None, *msgs)
 
+    @timed("crypto", when=lambda self: self.backend.is_encrypted)
     def _encrypt(self, jobs: list) -> list:
         keys = {c: self.peer_pk[c] for c in {c for c, _, _ in jobs}}
         entries = sum(len(g) for _, g, _ in jobs)
@@ -121,10 +124,11 @@ class SourceRole:
             ctx = {"nodes": nodes, "backend": self.backend, "public_keys": [self.peer_pk[splitter[n]] for n in nodes.tolist()],
                    "entries": len(self.candidates) + 1, "n_candidates": len(self.candidates)}
             p = self.mailbox.open(msg, "pivodl_candidate_sums", ctx, self.others)
-            for n, c, bad in zip(p["node"].tolist(), p["ciphers"], p["refused"]):
-                total[n] = self.backend.add(self.peer_pk[splitter[n]], total[n], c)
-                self.ops["add"] += len(c)
-                dropped[n] |= np.unpackbits(bad, count=len(self.candidates)).astype(bool)
+            with span("crypto") if self.backend.is_encrypted else nullcontext():
+                for n, c, bad in zip(p["node"].tolist(), p["ciphers"], p["refused"]):
+                    total[n] = self.backend.add(self.peer_pk[splitter[n]], total[n], c)
+                    self.ops["add"] += len(c)
+                    dropped[n] |= np.unpackbits(bad, count=len(self.candidates)).astype(bool)
         out = []
         for p in self.others:
             mine = [n for n in nodes.tolist() if splitter[n] == p]
@@ -219,7 +223,8 @@ class SplitRole:
                    "n_candidates": len(self.peer_tables[msg.sender])}
             p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
             work += [(msg.sender, node, c, bad) for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"])]
-        sums = self.backend.decrypt_gh_many(self.sk, [c for _, _, c, _ in work]) if work else []
+        with span("crypto") if self.backend.is_encrypted else nullcontext():
+            sums = self.backend.decrypt_gh_many(self.sk, [c for _, _, c, _ in work]) if work else []
         self.ops["decrypt"] += sum(len(c) for _, _, c, _ in work)
         for (source, node, c, bad), (GL, HL) in zip(work, sums):
             G, H = GL[-1], HL[-1]
