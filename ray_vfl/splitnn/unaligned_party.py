@@ -12,7 +12,10 @@ after the VanillaVFL pretraining:
 2. :meth:`run_alternating`: each step picks a branch with probability proportional to its row count;
    the federated branch is a split-NN batch with the non-label parties (embeddings in, defended
    gradients out, as in VanillaVFL), the local branch a batch of unaligned rows with their synthetic
-   ``h_N`` (no message).
+   ``h_N`` (no message). With ``options.refresh`` (Diffu-AT's default) each federated step also keeps
+   the ``h_N`` it received, and at the start of every alternating epoch after the first the
+   synthesiser is refitted on the previous epoch's ``h_N`` (with the current ``h_L``) and the unaligned
+   rows' ``h_N`` resynthesised (:meth:`_refresh`; no message).
 3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
 """
 
@@ -157,7 +160,7 @@ class UnalignedLabelParty(LabelParty):
         self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
         self.plan = self._plan()
         self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan), refreshes=0)
-        self.fresh_h_n = torch.zeros_like(h_n) if self.options.refresh else None
+        self.fresh_h_n = torch.zeros_like(h_n) if self.options.refreshes else None
         return dict(self.report)
 
     def _synthesize(self, h_n: torch.Tensor, refresh: int) -> None:
@@ -207,7 +210,7 @@ class UnalignedLabelParty(LabelParty):
         grads = self._carry or [None] * len(self.nonlabel)
         for step in range(start, stop):
             branch, index = self.plan[step]
-            if self.options.refresh and step in self.epoch_starts:
+            if self.options.refreshes and step in self.epoch_starts:
                 self._refresh()
             if branch == "fed":
                 pending = [(p, h.step.remote(g, index)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
@@ -229,6 +232,10 @@ class UnalignedLabelParty(LabelParty):
                 self.losses.append(float(loss.detach()))
         self._carry = grads
         return stop
+
+    def unaligned_report(self) -> dict[str, Any]:
+        """The synthesis report, with the refreshes done during the alternation (``options.refresh``)."""
+        return dict(self.report)
 
     def plan_counts(self) -> dict[str, int]:
         return {"fed": sum(b == "fed" for b, _ in self.plan), "local": sum(b == "local" for b, _ in self.plan)}
