@@ -148,6 +148,7 @@ def test_several_samples_per_row_and_smoothed_labels():
     out, rep = synthesize(opts, h_n, h_l, y, h_l[:7], y[:7])
     assert out.shape == (3, 7, 2) and np.isfinite(out).all()
     assert not np.allclose(out[0], out[1])  # independent draws
+    assert rep["unaligned_rows"] == 7 and np.isfinite(rep["diffusion_loss_last"])
 
 
 def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
