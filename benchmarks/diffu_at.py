@@ -10,7 +10,8 @@ Two measurements, printed as the Markdown of the "Diffu-AT" section of benchmark
   100), FedAds' shapes (h_N of width 32, condition [y ; h_L] of width 129), 1 and 2 torch threads.
 - Table: Local, VanillaVFL, HeuristicVFL (user IDs), JPL, Diffu-AT and ORACLE (every row aligned) on
   the FedAds-like generator with users, 20 % of the training rows aligned; AUC and NLL, mean and
-  std over seeds, and the share of the VanillaVFL -> ORACLE gap each method closes.
+  std over seeds, and the share of the VanillaVFL -> ORACLE gap each method closes. ``--refresh``:
+  whether the synthesiser is refitted every alternating epoch (default: Diffu-AT only).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def parse_args(argv=None):
     p.add_argument("--users", type=int, default=3_000, help="generator users (HeuristicVFL needs them)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=2, help="alternating epochs (after 1 pretraining epoch)")
+    p.add_argument("--refresh", choices=["auto", "on", "off"], default="auto",
+                   help="refit the synthesiser every alternating epoch: auto = Diffu-AT only (the default), "
+                        "on = every method, off = none (the 2026-12-01 table)")
+    p.add_argument("--diffusion-epochs", type=int, default=20)
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
 
@@ -69,7 +74,9 @@ def _timed(model, cond) -> float:
 def generator_table(args) -> tuple[list[dict], list[dict]]:
     full = make_fedads_like(args.rows, aligned_fraction=1.0, seed=0, n_users=args.users)
     config = SplitNNConfig(batch_size=128, epochs=args.epochs, learning_rate=2e-3)
-    options = UnalignedOptions(diffusion=DiffusionConfig(steps=args.steps, epochs=20, hidden=tuple(args.hidden)))
+    options = UnalignedOptions(diffusion=DiffusionConfig(steps=args.steps, epochs=args.diffusion_epochs,
+                                                         hidden=tuple(args.hidden)),
+                               refresh={"auto": None, "on": True, "off": False}[args.refresh])
     runtime = Runtime()
     rows: list[dict] = []
     try:

@@ -9,7 +9,11 @@ labels and the label party's features but no federated embedding. Diffu-AT
 3. trains alternately a federated branch (aligned rows, both parties) and a local branch (unaligned
    rows with synthetic ``h_N``): shared label-party bottom model and top, one batch norm per branch,
    each step's branch drawn with probability proportional to its row count; only the federated
-   branch serves predictions.
+   branch serves predictions. By default (``UnalignedOptions.refresh``) Diffu-AT refits its
+   diffusion model and resynthesises the unaligned rows' ``h_N`` at the start of every alternating
+   epoch after the first, from the ``h_N`` the label party received in the previous epoch's federated
+   steps and the current ``h_L``: the synthetic embeddings follow the non-label bottom model as it
+   keeps training, instead of staying those of the pretrained one.
 
 The baselines HeuristicVFL and JPL replace step 2 (:mod:`ray_vfl.splitnn.synthesis`); Local,
 VanillaVFL and the all-aligned ORACLE are :class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and
@@ -25,10 +29,14 @@ synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained mod
                                                                  row (the embeddings of the last epoch,
                                                                  which it already saw, once more)
 alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; the pauses between its
-           federated steps only                                  steps (local steps) hint at ``n_u``
+           federated steps only                                  steps (local steps) hint at ``n_u``,
+                                                                 a longer pause per epoch (refresh) at
+                                                                 the synthesis time
 =========  ====================  ==============================  =====================================
 
-The unaligned rows and the synthetic embeddings never leave the label party.
+The unaligned rows and the synthetic embeddings never leave the label party. The refresh adds no
+message: the label party keeps the ``h_N`` of each aligned row from the federated step that carried it
+(as it received them; it learns nothing beyond what VanillaVFL's label party sees) and refits on them.
 """
 
 from __future__ import annotations
@@ -124,7 +132,8 @@ def train_unaligned(
     -------
     SplitNNModel
         ``model.unaligned`` reports the synthesis (method, rows, diffusion loss, embeddings per second)
-        and the alternation (steps, federated steps).
+        and the alternation (steps, federated steps, ``refreshes``: resyntheses during it, with the last
+        one's diffusion loss as ``refresh_diffusion_loss_*``).
 
     Example
     -------
@@ -170,6 +179,7 @@ def train_unaligned(
     _windows(runtime, label_name, label.run_alternating, report["steps"], "alternate", total, on_window)
     runtime.get([(label_name, label.finish_batches.remote())], "last backward", total.timeout_s)
     seconds = time.perf_counter() - start
+    report = runtime.get([(label_name, label.unaligned_report.remote())], "report", total.timeout_s)[0]
 
     parties = [label_name] + nonlabel
     records = runtime.get([(p, runtime.actor(p).comm_records.remote()) for p in parties], "records")

@@ -12,7 +12,10 @@ after the VanillaVFL pretraining:
 2. :meth:`run_alternating`: each step picks a branch with probability proportional to its row count;
    the federated branch is a split-NN batch with the non-label parties (embeddings in, defended
    gradients out, as in VanillaVFL), the local branch a batch of unaligned rows with their synthetic
-   ``h_N`` (no message).
+   ``h_N`` (no message). With ``options.refresh`` (Diffu-AT's default) each federated step also keeps
+   the ``h_N`` it received, and at the start of every alternating epoch after the first the
+   synthesiser is refitted on the previous epoch's ``h_N`` (with the current ``h_L``) and the unaligned
+   rows' ``h_N`` resynthesised (:meth:`_refresh`; no message).
 3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
 """
 
@@ -82,6 +85,9 @@ class UnalignedLabelParty(LabelParty):
         self.plan: list[tuple[str, int]] = []
         self.local_batches: list[np.ndarray] = []
         self.report: dict[str, Any] = {}
+        self.fresh_h_n: torch.Tensor | None = None
+        self.epoch_starts: set[int] = set()
+        self._pick = np.random.default_rng([config.seed, 4243])
 
     def _build(self) -> None:
         super()._build()
@@ -115,6 +121,9 @@ class UnalignedLabelParty(LabelParty):
     def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages) -> tuple:
         """The federated branch: :meth:`LabelParty._update` with the federated batch norm before the top."""
         embs = self._embeddings(messages, len(rows), batch)
+        if getattr(self, "fresh_h_n", None) is not None and batch >= self.n_pretrain:
+            # options.refresh: the h_N this party receives anyway, kept to refit the synthesiser on
+            self.fresh_h_n[torch.as_tensor(rows)] = torch.cat([e.detach() for e in embs], dim=1)
         loss = F.binary_cross_entropy_with_logits(self._head([own] + embs, "fed"), self.y[rows])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -146,17 +155,31 @@ class UnalignedLabelParty(LabelParty):
         h_n = torch.cat([torch.as_tensor(np.array(self.mailbox.open(m, "embedding", {"n_rows": n_a,
                          "width": self.config.embedding_width}, senders=(p,))), dtype=self.dtype)
                          for p, m in zip(self.nonlabel, messages)], dim=1)
-        with torch.no_grad():
-            h_l = self.bottom(self.rows["train"])
-            h_l_u = self.bottom(self.rows["unaligned"])
-        synthetic, self.report = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(), h_l_u.numpy(),
-                                            self.y_u.numpy(), self.users)
-        self.synthetic = torch.as_tensor(synthetic, dtype=self.dtype)
+        self._synthesize(h_n, 0)
         # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
         self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
         self.plan = self._plan()
-        self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan))
+        self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan), refreshes=0)
+        self.fresh_h_n = torch.zeros_like(h_n) if self.options.refreshes else None
         return dict(self.report)
+
+    def _synthesize(self, h_n: torch.Tensor, refresh: int) -> None:
+        """Synthetic ``h_N`` of the unaligned rows from the aligned rows' ``h_n`` and the current bottom's ``h_L``."""
+        with torch.no_grad():
+            h_l = self.bottom(self.rows["train"])
+            h_l_u = self.bottom(self.rows["unaligned"])
+        synthetic, report = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(), h_l_u.numpy(),
+                                       self.y_u.numpy(), self.users, seed_offset=refresh)
+        self.synthetic = torch.as_tensor(synthetic, dtype=self.dtype)
+        if refresh == 0:
+            self.report = report
+        else:  # the first synthesis's figures stay; the last refresh's diffusion loss is added
+            self.report.update({f"refresh_{k}": v for k, v in report.items() if k.startswith("diffusion_loss")},
+                               refreshes=refresh)
+
+    def _refresh(self) -> None:
+        """Options.refresh: refit on the ``h_N`` received in the last epoch's federated steps, resynthesise."""
+        self._synthesize(self.fresh_h_n.clone(), self.report.get("refreshes", 0) + 1)
 
     def _plan(self) -> list[tuple[str, int]]:
         """The alternation: per step ``("fed", batch number)`` or ``("local", local batch index)``; per
@@ -167,7 +190,10 @@ class UnalignedLabelParty(LabelParty):
         fed = iter(range(self.n_pretrain, len(self.schedule)))  # the shared schedule's alternating epochs
         per_epoch = (len(self.schedule) - self.n_pretrain) // (cfg.epochs - self.options.pretrain_epochs)
         self.local_batches, plan = [], []
-        for _ in range(cfg.epochs - self.options.pretrain_epochs):
+        self.epoch_starts: set[int] = set()
+        for epoch in range(cfg.epochs - self.options.pretrain_epochs):
+            if epoch:
+                self.epoch_starts.add(len(plan))
             order = rng.permutation(n_u)
             local = [order[i : i + bs] for i in range(0, n_u, bs)]
             for is_fed in branch_sequence(per_epoch, len(local), rng):
@@ -182,7 +208,10 @@ class UnalignedLabelParty(LabelParty):
         """Run steps ``[start, stop)`` of the plan; a federated step is one split-NN round trip."""
         timeout = self.config.timeout_s
         grads = self._carry or [None] * len(self.nonlabel)
-        for branch, index in self.plan[start:stop]:
+        for step in range(start, stop):
+            branch, index = self.plan[step]
+            if self.options.refreshes and step in self.epoch_starts:
+                self._refresh()
             if branch == "fed":
                 pending = [(p, h.step.remote(g, index)) for p, h, g in zip(self.nonlabel, self.peers, grads)]
                 rows = self.schedule[index]
@@ -190,14 +219,23 @@ class UnalignedLabelParty(LabelParty):
                 grads = list(self._update(index, rows, own, gather(pending, f"batch {index}", timeout)))
             else:
                 rows = self.local_batches[index]
-                logits = self._head([self.bottom(self.rows["unaligned"][rows]), self.synthetic[rows]], "local")
+                if self.synthetic.dim() == 3:  # samples_per_row > 1: one of each row's samples at random
+                    pick = torch.as_tensor(self._pick.integers(0, len(self.synthetic), len(rows)))
+                    h_n = self.synthetic[pick, torch.as_tensor(rows)]
+                else:
+                    h_n = self.synthetic[rows]
+                logits = self._head([self.bottom(self.rows["unaligned"][rows]), h_n], "local")
                 loss = F.binary_cross_entropy_with_logits(logits, self.y_u[rows])
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss * self.options.local_weight).backward()
                 self.optimizer.step()
                 self.losses.append(float(loss.detach()))
         self._carry = grads
         return stop
+
+    def unaligned_report(self) -> dict[str, Any]:
+        """The synthesis report, with the refreshes done during the alternation (``options.refresh``)."""
+        return dict(self.report)
 
     def plan_counts(self) -> dict[str, int]:
         return {"fed": sum(b == "fed" for b, _ in self.plan), "local": sum(b == "local" for b, _ in self.plan)}
