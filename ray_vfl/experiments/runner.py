@@ -154,7 +154,7 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progre
     if cfg.protocol == "splitnn":  # FedAds Tables 3 and 4 (imports torch only here)
         from .splitnn_runs import run_splitnn
 
-        row = run_splitnn(cfg, run, runtime)
+        row = run_splitnn(cfg, run, runtime, progress)
     else:
         row = _run_trees(cfg, run, runtime, progress)
     row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
@@ -259,8 +259,8 @@ def _write(results: pd.DataFrame, folder: str) -> None:
 def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, progress: bool = True,
               max_runs: int | None = None) -> pd.DataFrame:
     """Run every run of ``cfg`` not yet in ``<out>/<name>/results.csv``, appending each row as it
-    finishes (atomically), with a progress bar over the runs and one over each run's trees (tree
-    protocols); returns the whole table. ``max_runs``: run at most that many of the unfinished runs (a
+    finishes (atomically), with a progress bar over the runs and one inside each run (over its trees, or
+    a split network's federated steps); returns the whole table. ``max_runs``: run at most that many of the unfinished runs (a
     first look at a long sweep; the same call later continues with the next ones).
 
     Example

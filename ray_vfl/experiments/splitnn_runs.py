@@ -132,8 +132,34 @@ def _traffic(model) -> dict[str, Any]:
             "mb_by_kind": json.dumps(stats.by_kind())}
 
 
-def run_splitnn(cfg: ExperimentConfig, run: dict[str, Any], runtime) -> dict[str, Any]:
-    """Train and evaluate one split-NN run (one method or one defense); returns its result row."""
+class _StepBar:
+    """The federated steps of one run, under the bar over the runs (one tick per window of steps)."""
+
+    def __init__(self, desc: str) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(desc=desc, unit="window", position=1, leave=False)
+
+    def __call__(self, done: int) -> None:
+        self.bar.set_postfix_str(f"{done} steps", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_splitnn(cfg: ExperimentConfig, run: dict[str, Any], runtime, progress: bool = False) -> dict[str, Any]:
+    """Train and evaluate one split-NN run (one method or one defense; a bar over its federated steps if
+    ``progress``); returns its result row."""
+    bar = _StepBar(", ".join(f"{k}={v}" for k, v in run.items() if k != "run_id")) if progress else None
+    try:
+        return _run(cfg, run, runtime, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run(cfg: ExperimentConfig, run: dict[str, Any], runtime, bar) -> dict[str, Any]:
     try:
         from ..splitnn.experiments import privacy_row, unaligned_row
         from ..splitnn.unaligned import split_aligned
@@ -153,14 +179,15 @@ def run_splitnn(cfg: ExperimentConfig, run: dict[str, Any], runtime) -> dict[str
         partial, oracle = split_aligned(data, fraction, seed)
         t_data = time.perf_counter()
         result, model = unaligned_row(runtime, partial, oracle, config, options, method, seed,
-                                      users if method == "heuristic" else None)
+                                      users if method == "heuristic" else None, on_window=bar)
         attack_s = 0.0
         row.update(table=3, method=method, aligned_fraction=fraction, pretrain_epochs=options.pretrain_epochs,
                    train_rows=oracle.train.n_rows, test_rows=partial.test.n_rows)
     else:
         name = _setting(cfg, run, "defense", "none")
         t_data = time.perf_counter()
-        result, model = privacy_row(runtime, data, config, name, _defense(cfg, run, name), cluster_seed=seed)
+        result, model = privacy_row(runtime, data, config, name, _defense(cfg, run, name), cluster_seed=seed,
+                                    on_window=bar)
         attack_s = result.pop("attack_s")
         two = [result[f"{a}_leak_auc_two_sided"] for a in ATTACKS]
         row.update(table=4, defense=name, train_rows=data.train.n_rows, test_rows=data.test.n_rows,

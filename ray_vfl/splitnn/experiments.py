@@ -20,7 +20,7 @@ import csv
 import json
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ConfigError
 from ..runtime.actors import Runtime
@@ -69,13 +69,14 @@ def effectiveness_table(runtime: Runtime, data: SplitNNData, config: SplitNNConf
 
 
 def privacy_row(runtime: Runtime, data: SplitNNData, config: SplitNNConfig, name: str, defense: Defense,
-                cluster_seed: int = 0) -> tuple[dict[str, Any], SplitNNModel]:
+                cluster_seed: int = 0, on_window: Callable | None = None) -> tuple[dict[str, Any], SplitNNModel]:
     """One row of :func:`privacy_table` (no dLeakAUC: that needs the first row) and its trained model.
 
-    Every attack runs on the non-label party's recorded view only.
+    Every attack runs on the non-label party's recorded view only. ``on_window``: called with the
+    batches done after every window of batches (progress).
     """
     y = data.train.label
-    model = train(runtime, data.train, config, defense=defense)
+    model = train(runtime, data.train, config, defense=defense, on_window=on_window)
     start = time.perf_counter()
     metrics = model.evaluate(data.test)
     predicted = time.perf_counter()
@@ -133,11 +134,12 @@ UNALIGNED_METHODS = {"local": "Local", "vanilla": "VanillaVFL", "heuristic": "He
 
 def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, config: SplitNNConfig,
                   options: UnalignedOptions, method: str, seed: int = 0, user_column: str | None = None,
-                  num_threads: int = 1) -> tuple[dict[str, Any], Any]:
+                  num_threads: int = 1, on_window: Callable | None = None) -> tuple[dict[str, Any], Any]:
     """One method's row of :func:`unaligned_table` (``method`` a key of :data:`UNALIGNED_METHODS`) and its
     trained model (a :class:`SplitNNModel`, or for ``local`` an :class:`InProcessSplitNet`).
 
-    ``partial, oracle`` come from :func:`split_aligned`.
+    ``partial, oracle`` come from :func:`split_aligned`. ``on_window``: called with the steps done after
+    every window of federated steps (progress; the in-process Local method has none).
     """
     if method not in UNALIGNED_METHODS:
         raise ConfigError(f"method must be one of {list(UNALIGNED_METHODS)}, got {method!r}")
@@ -148,11 +150,12 @@ def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, c
         model = InProcessSplitNet(plain, [partial.label_party], num_threads).fit(partial.local_train(include_unaligned=True))
         seconds = model.train_seconds_
     elif method in ("vanilla", "oracle"):
-        model = train(runtime, (partial if method == "vanilla" else oracle).train, plain)
+        model = train(runtime, (partial if method == "vanilla" else oracle).train, plain, on_window=on_window)
         seconds = model.train_seconds
     else:
         opts = options.replace(method=method, user_column=user_column, diffusion=options.diffusion.replace(seed=seed))
-        model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts)
+        model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts,
+                                on_window=None if on_window is None else lambda phase, done: on_window(done))
         seconds = model.train_seconds
         extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate") if k in model.unaligned}
     start = time.perf_counter()
