@@ -30,6 +30,7 @@ Example
 from __future__ import annotations
 
 import functools
+from collections import deque
 import resource
 import sys
 import threading
@@ -40,8 +41,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 __all__ = ["span", "busy", "timed", "drain", "peak_rss_mb", "breakdown", "KINDS"]
 
 KINDS = ("crypto", "wire", "busy")  # precedence of the exclusive shares, highest first
-_SPANS: list[tuple[str, float, float]] = []  # this process's intervals since the last drain
-_MAX_SPANS = 1_000_000  # a process nobody drains keeps the latest million only
+# This process's intervals since the last drain. A process nobody drains (a training outside a sweep, a
+# pool worker) keeps the latest 200,000 only: a few MB, and appending stays O(1).
+_SPANS: deque[tuple[str, float, float]] = deque(maxlen=200_000)
 
 
 @contextmanager
@@ -52,8 +54,6 @@ def span(kind: str) -> Iterator[None]:
         yield
     finally:
         _SPANS.append((kind, start, time.time()))
-        if len(_SPANS) > _MAX_SPANS:
-            del _SPANS[: len(_SPANS) - _MAX_SPANS]
 
 
 _nesting = threading.local()  # busy methods open in this thread: only the outermost call is one interval
