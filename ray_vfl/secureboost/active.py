@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from ..crypto.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
 from ..runtime.task_pool import TaskPool
-from ..runtime.timeline import timed
+from ..runtime.timeline import span, timed
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
     base_margin,
@@ -28,7 +29,7 @@ from . import rounds
 from .label_crypto import (
     backend_options,
     check_gradient_bound,
-    decrypt_task,
+    decrypt_sealed,
     encrypt_task,
     encryption_pieces,
     repeated_pairs,
@@ -255,33 +256,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             hists[node] = self.plain.sub(self._plain_pk, self.own_hists[parent], hists[sibling])
         self.own_hists = hists
 
-    @timed("crypto", when=lambda self: self.backend.is_encrypted)
-    def _decrypt(self, by_sender: list[list]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Decrypt the sealed node histograms of every sender, ``(g sums, h sums)`` per sender.
-
-        All senders' arrays go out in one round of parallel tasks when worth it,
-        cut into pieces of whole ciphertexts so that a level with one node (the
-        root) or one sender still keeps every worker busy.
-        """
-        total = sum(len(c) for cs in by_sender for c in cs)
-        self.ops["decrypt"] += total
-        workers = self.pool.workers if self.backend.is_encrypted and self.pool.resource is not None else 1
-        split = workers > 1 and total >= 16  # fewer decryptions cost less than starting the tasks
-        step = max(1, -(-total // workers))
-        pieces = [(s, piece) for s, cs in enumerate(by_sender) for c in cs
-                  for piece in (self.backend.chunk(c, step) if split else [c])]
-        arrays = [piece for _, piece in pieces]
-        if split:
-            groups = [arrays[s] for s in self.pool.chunks(len(arrays), 1)]
-            parts = [r for part in self.pool.map(decrypt_task, groups, self.backend_spec, self._secret_key) for r in part]
-        else:
-            parts = decrypt_task(arrays, self.backend_spec, self._secret_key)
-        out = []
-        for s in range(len(by_sender)):  # each sender's pieces, in order
-            mine = [p for (owner, _), p in zip(pieces, parts) if owner == s]
-            out.append(tuple(np.concatenate([p[k] for p in mine]) if mine else np.zeros(0) for k in (0, 1)))
-        return out
-
     def _built_totals(self) -> tuple[np.ndarray, np.ndarray]:
         """The gradient and hessian sums of each node built at this level. The pairs are the encoded
         ones, so a derived cell is the very sum its decryption would give: float sums of such values
@@ -336,7 +310,10 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
         blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
         # every passive party's ciphertexts of the level in one round of decryption tasks
-        decrypted = self._decrypt([hists.ciphers for _, hists in passive_hists])
+        by_sender = [hists.ciphers for _, hists in passive_hists]
+        self.ops["decrypt"] += sum(len(c) for cs in by_sender for c in cs)
+        with span("crypto") if self.backend.is_encrypted else nullcontext():
+            decrypted = decrypt_sealed(self.backend, self.pool, self.backend_spec, self._secret_key, by_sender)
         derives = any(len(self.layouts[sender][2]) for sender, _ in passive_hists) and len(self.levels.build)
         totals = self._built_totals() if derives else None
         for (sender, hists), (g_sums, h_sums) in zip(passive_hists, decrypted):

@@ -18,7 +18,8 @@ from ..trees.config import BoostConfig
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_score_of
 
-__all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "encryption_pieces", "repeated_pairs"]
+__all__ = ["backend_options", "check_gradient_bound", "encrypt_task", "decrypt_task", "decrypt_sealed", "encryption_pieces",
+           "repeated_pairs"]
 
 
 
@@ -51,6 +52,31 @@ def decrypt_task(ciphers: list, spec: tuple, secret_key) -> list:
     """Decrypt every sealed histogram array of ``ciphers`` with the private key (pinned task)."""
     backend = get_backend(spec[0], **spec[1])
     return [backend.decrypt_gh(secret_key, c) for c in ciphers]
+
+
+def decrypt_sealed(backend: Any, pool: Any, spec: tuple, secret_key: Any, by_sender: list[list]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Decrypt the sealed node histograms of every sender, ``(g sums, h sums)`` per sender.
+
+    All senders' arrays go out in one round of parallel tasks on the label party's ``pool`` when worth
+    it, cut into pieces of whole ciphertexts so that a level with one node (the root) or one sender
+    still keeps every worker busy.
+    """
+    total = sum(len(c) for cs in by_sender for c in cs)
+    workers = pool.workers if backend.is_encrypted and pool.resource is not None else 1
+    split = workers > 1 and total >= 16  # fewer decryptions cost less than starting the tasks
+    step = max(1, -(-total // workers))
+    pieces = [(s, piece) for s, cs in enumerate(by_sender) for c in cs for piece in (backend.chunk(c, step) if split else [c])]
+    arrays = [piece for _, piece in pieces]
+    if split:
+        groups = [arrays[s] for s in pool.chunks(len(arrays), 1)]
+        parts = [r for part in pool.map(decrypt_task, groups, spec, secret_key) for r in part]
+    else:
+        parts = decrypt_task(arrays, spec, secret_key)
+    out = []
+    for s in range(len(by_sender)):  # each sender's pieces, in order
+        mine = [p for (owner, _), p in zip(pieces, parts) if owner == s]
+        out.append(tuple(np.concatenate([p[k] for p in mine]) if mine else np.zeros(0) for k in (0, 1)))
+    return out
 
 
 def repeated_pairs(g: np.ndarray, h: np.ndarray, pieces: list) -> int:
