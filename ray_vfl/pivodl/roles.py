@@ -16,12 +16,11 @@ The tables of who sends what to whom are in :mod:`ray_vfl.pivodl.protocol`.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
-from ..runtime.timeline import span, timed
+from ..runtime.timeline import span_if, timed
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
 from .candidates import left_sums
 from .messages import fetch
@@ -124,7 +123,7 @@ class SourceRole:
             ctx = {"nodes": nodes, "backend": self.backend, "public_keys": [self.peer_pk[splitter[n]] for n in nodes.tolist()],
                    "entries": len(self.candidates) + 1, "n_candidates": len(self.candidates)}
             p = self.mailbox.open(msg, "pivodl_candidate_sums", ctx, self.others)
-            with span("crypto") if self.backend.is_encrypted else nullcontext():
+            with span_if("crypto", self.backend.is_encrypted):
                 for n, c, bad in zip(p["node"].tolist(), p["ciphers"], p["refused"]):
                     total[n] = self.backend.add(self.peer_pk[splitter[n]], total[n], c)
                     self.ops["add"] += len(c)
@@ -223,7 +222,7 @@ class SplitRole:
                    "n_candidates": len(self.peer_tables[msg.sender])}
             p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
             work += [(msg.sender, node, c, bad) for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"])]
-        with span("crypto") if self.backend.is_encrypted else nullcontext():
+        with span_if("crypto", self.backend.is_encrypted):
             sums = self.backend.decrypt_gh_many(self.sk, [c for _, _, c, _ in work]) if work else []
         self.ops["decrypt"] += sum(len(c) for _, _, c, _ in work)
         for (source, node, c, bad), (GL, HL) in zip(work, sums):

@@ -35,10 +35,10 @@ import resource
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-__all__ = ["span", "busy", "timed", "drain", "peak_rss_mb", "breakdown", "KINDS"]
+__all__ = ["span", "span_if", "busy", "timed", "drain", "peak_rss_mb", "breakdown", "KINDS"]
 
 KINDS = ("crypto", "wire", "busy")  # precedence of the exclusive shares, highest first
 # This process's intervals since the last drain. A process nobody drains (a training outside a sweep, a
@@ -54,6 +54,11 @@ def span(kind: str) -> Iterator[None]:
         yield
     finally:
         _SPANS.append((kind, start, time.time()))
+
+
+def span_if(kind: str, on: bool):
+    """:func:`span` of ``kind`` when ``on``, else a block that records nothing (plaintext backends)."""
+    return span(kind) if on else nullcontext()
 
 
 _nesting = threading.local()  # busy methods open in this thread: only the outermost call is one interval
@@ -90,9 +95,7 @@ def timed(kind: str, when: Callable[[Any], bool] | None = None) -> Callable:
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def method(self, *args, **kwargs):
-            if when is not None and not when(self):
-                return fn(self, *args, **kwargs)
-            with span(kind):
+            with span_if(kind, when is None or when(self)):
                 return fn(self, *args, **kwargs)
         return method
     return wrap

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ from ..crypto.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
 from ..runtime.task_pool import TaskPool
-from ..runtime.timeline import span, timed
+from ..runtime.timeline import span_if, timed
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
     base_margin,
@@ -312,7 +311,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         # every passive party's ciphertexts of the level in one round of decryption tasks
         by_sender = [hists.ciphers for _, hists in passive_hists]
         self.ops["decrypt"] += sum(len(c) for cs in by_sender for c in cs)
-        with span("crypto") if self.backend.is_encrypted else nullcontext():
+        with span_if("crypto", self.backend.is_encrypted):
             decrypted = decrypt_sealed(self.backend, self.pool, self.backend_spec, self._secret_key, by_sender)
         derives = any(len(self.layouts[sender][2]) for sender, _ in passive_hists) and len(self.levels.build)
         totals = self._built_totals() if derives else None
