@@ -161,7 +161,7 @@ class _ListPool:
 
 def test_pool_paths_agree(world, monkeypatch):
     import ray_vfl.crypto.bcp_arrays as arrays
-    monkeypatch.setattr(arrays, "PARALLEL_MIN", 8)  # small arrays take the pool path too
+    monkeypatch.setattr(arrays, "min_chunk", lambda pk: 4)  # small arrays take the pool path too
     _, mk, users, _, _ = world
     pk, sk = users[0]
     pool = _ListPool()
@@ -169,4 +169,22 @@ def test_pool_paths_agree(world, monkeypatch):
     c = bcp.encrypt_ints(pk, m, pool=pool)
     assert bcp.decrypt_ints(sk, c, pool=pool) == m
     assert bcp.mdecrypt_ints(mk, pk, c, pool=pool) == m
-    assert pool.calls == 3
+    assert bcp.mdecrypt_small(mk, pk, c, 8, pool=pool) == m
+    ks = [3, -2, 0, 1, 7, -1, 2, 5, -4, 6, 1]
+    assert bcp.decrypt_ints(sk, bcp.mul_const(pk, c, ks, pool=pool)) == [a * b for a, b in zip(m, ks)]
+    assert pool.calls == 5
+
+
+def test_small_mdec_reads_bounded_values_mod_p_and_says_when_it_cannot(world):
+    """mDec mod p alone equals the full mDec on values below the stated bound; a bound near |p| falls
+    back to the full mDec; a value beyond the bound comes out reduced (callers range-check)."""
+    from ray_vfl.crypto.bcp import master_context
+    _, mk, users, _, _ = world
+    pk, _ = users[1]
+    top = master_context(mk).small_bound_bits()
+    m = [0, 1, -1, (1 << 200) - 3, -(1 << 200) + 5, 12345]
+    c = bcp.encrypt_ints(pk, m)
+    assert bcp.mdecrypt_small(mk, pk, c, 201) == m == bcp.mdecrypt_small(mk, pk, c, top)
+    big = [pk.params.n // 3]
+    assert bcp.mdecrypt_small(mk, pk, bcp.encrypt_ints(pk, big), top) == big  # full mDec: still right
+    assert bcp.mdecrypt_small(mk, pk, bcp.encrypt_ints(pk, big), 201) != big

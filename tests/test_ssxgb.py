@@ -146,6 +146,8 @@ def test_bad_inputs(runtime):
         SSXGBConfig(key_bits=1024)
     with pytest.raises(ConfigError, match="reg_lambda"):
         SSXGBConfig(reg_lambda=0.0)
+    with pytest.raises(ConfigError, match="workers_per_server"):
+        SSXGBConfig(workers_per_server=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ConfigError, match="split candidates per node exceed"):

@@ -32,6 +32,7 @@ Example
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,9 +54,22 @@ from ray_vfl.crypto.bcp import (
 from ray_vfl.crypto.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
-__all__ = ["BCP", "PARALLEL_MIN", "bcp_tag", "check", "int_list", "key_logs", "tag_frac_bits"]
+__all__ = ["BCP", "bcp_tag", "check", "int_list", "key_logs", "op_counts", "tag_frac_bits"]
 
-PARALLEL_MIN = 2048  # values below which a pool is not worth its task overhead
+_OPS: Counter[str] = Counter()  # this process's BCP operations, by kind (values; exponent bits for mul_const)
+
+
+def op_counts() -> dict[str, int]:
+    """This process's BCP operations so far, by kind: ``encrypt``, ``encrypt_hiding``, ``decrypt``,
+    ``mdec``, ``mdec_small``, ``mul_const`` (values) and ``mul_const_bits`` (their exponents' bits),
+    ``add``, ``neg``. Benchmarks multiply them by single-core unit costs: the crypto floor."""
+    return dict(_OPS)
+
+
+def min_chunk(pk: BCPPublicKey) -> int:
+    """Values per pool task: about 50 ms of exponentiations (32 at 2048 bits, 256 at 1024), below
+    which a task's overhead (scheduling, a few KB of arguments) is no longer small."""
+    return max(16, 32 * (2048 // max(1, pk.params.key_bits)) ** 3)
 
 
 def bcp_tag(frac_bits: int) -> str:
@@ -135,10 +149,21 @@ def _dec_chunk(data: np.ndarray, sk: BCPSecretKey, frac_bits: int) -> list[int]:
     return [int(v) for v in raw_decrypt(sk, *unwrap(sk.public_key, c))]
 
 
-def _mdec_chunk(data: np.ndarray, mk: BCPMasterKey, pk: BCPPublicKey, frac_bits: int) -> list[int]:
+def _mdec_chunk(data: np.ndarray, mk: BCPMasterKey, pk: BCPPublicKey, frac_bits: int, small: bool = False) -> list[int]:
     ctx = master_context(mk)
     c = CipherArray(data, pk.key_id, bcp_tag(frac_bits))
-    return [int(v) for v in ctx.decrypt(key_logs(mk, pk), *unwrap(pk, c))]
+    return [int(v) for v in (ctx.decrypt_small if small else ctx.decrypt)(key_logs(mk, pk), *unwrap(pk, c))]
+
+
+def _mul_const_here(pk: BCPPublicKey, c: CipherArray, ks: list[int], out_frac: int) -> CipherArray:
+    (a1, b1), n2 = unwrap(pk, c), mpz(pk.params.nsquare)
+    pw = gmpy2.powmod  # a negative k inverts first: the cost follows |k|
+    return wrap(pk, [pw(x, e, n2) for x, e in zip(a1, ks)], [pw(x, e, n2) for x, e in zip(b1, ks)], out_frac)
+
+
+def _mulc_chunk(job: tuple[np.ndarray, list[int]], pk: BCPPublicKey, frac_bits: int) -> np.ndarray:
+    data, ks = job
+    return _mul_const_here(pk, CipherArray(data, pk.key_id, bcp_tag(frac_bits)), ks, frac_bits).data
 
 
 def key_logs(mk: BCPMasterKey, pk: BCPPublicKey) -> tuple:
@@ -152,11 +177,16 @@ def key_logs(mk: BCPMasterKey, pk: BCPPublicKey) -> tuple:
     return ctx.logs[pk.key_id]
 
 
-def _run(pool: Any, fn: Any, items: Any, n: int, *shared: Any) -> list:
+def _pooled(pool: Any, pk: BCPPublicKey, n: int) -> bool:
+    """Whether ``n`` values are worth cutting over ``pool`` (two tasks' worth at least)."""
+    return pool is not None and getattr(pool, "workers", 2) > 1 and n >= 2 * min_chunk(pk)
+
+
+def _run(pool: Any, pk: BCPPublicKey, fn: Any, items: Any, n: int, *shared: Any) -> list:
     """``fn(items[s], *shared)`` over the pool's chunks (or once here), results in order."""
-    if pool is None or n < PARALLEL_MIN:
+    if not _pooled(pool, pk, n):
         return [fn(items, *shared)]
-    return pool.map(fn, [items[s] for s in pool.chunks(n, min_chunk=PARALLEL_MIN // 2)], *shared)
+    return pool.map(fn, [items[s] for s in pool.chunks(n, min_chunk=min_chunk(pk))], *shared)
 
 
 class BCP:
@@ -196,9 +226,10 @@ class BCP:
                           hiding: bool = False) -> CipherArray:
         """Encrypt integers taken mod N, unchecked (the two-server masks are uniform in Z_N);
         ``hiding``: full-length randomness, for what the master-key holder will open."""
-        if pool is None or len(ms) < PARALLEL_MIN:
+        _OPS["encrypt_hiding" if hiding else "encrypt"] += len(ms)
+        if not _pooled(pool, pk, len(ms)):
             return wrap(pk, *raw_encrypt(pk, ms, hiding), frac_bits)
-        parts = _run(pool, _enc_chunk, ms, len(ms), pk, frac_bits, hiding)
+        parts = _run(pool, pk, _enc_chunk, ms, len(ms), pk, frac_bits, hiding)
         return CipherArray(np.concatenate(parts), pk.key_id, bcp_tag(frac_bits))
 
     @timed("crypto")
@@ -221,9 +252,10 @@ class BCP:
     def decrypt_residues(self, sk: BCPSecretKey, c: CipherArray, pool: Any = None) -> list[int]:
         """Plaintexts as residues in ``[0, N)``."""
         frac = check(self._sk(sk).public_key, c)
-        if pool is None or len(c) < PARALLEL_MIN:
+        _OPS["decrypt"] += len(c)
+        if not _pooled(pool, sk.public_key, len(c)):
             return [int(v) for v in raw_decrypt(sk, *unwrap(sk.public_key, c))]
-        return [v for part in _run(pool, _dec_chunk, c.data, len(c), sk, frac) for v in part]
+        return [v for part in _run(pool, sk.public_key, _dec_chunk, c.data, len(c), sk, frac) for v in part]
 
     def mdecrypt(self, mk: BCPMasterKey, pk: BCPPublicKey, c: CipherArray, pool: Any = None) -> np.ndarray:
         """mDec: decrypt a ciphertext under any user key ``pk`` of the Setup with the master key."""
@@ -248,9 +280,29 @@ class BCP:
             raise CryptoError(f"mDec needs a BCPMasterKey, got {type(mk).__name__}")
         frac = check(pk, c)
         logs = key_logs(mk, pk)
-        if pool is None or len(c) < PARALLEL_MIN:
+        _OPS["mdec"] += len(c)
+        if not _pooled(pool, pk, len(c)):
             return [int(v) for v in master_context(mk).decrypt(logs, *unwrap(pk, c))]
-        return [v for part in _run(pool, _mdec_chunk, c.data, len(c), mk, pk, frac) for v in part]
+        return [v for part in _run(pool, pk, _mdec_chunk, c.data, len(c), mk, pk, frac) for v in part]
+
+    @timed("crypto")
+    def mdecrypt_small(self, mk: BCPMasterKey, pk: BCPPublicKey, c: CipherArray, bound_bits: int,
+                       pool: Any = None) -> list[int]:
+        """mDec of signed plaintexts the caller knows to satisfy ``|m| < 2^bound_bits``: from their
+        residues mod ``p`` alone (half of mDec's exponentiations) when ``bound_bits`` is below
+        ``|N| / 2 - 2``, else the full :meth:`mdecrypt_ints`. A plaintext outside the stated bound
+        comes out wrong (reduced mod ``p``), so callers range-check what they get."""
+        if not isinstance(mk, BCPMasterKey):
+            raise CryptoError(f"mDec needs a BCPMasterKey, got {type(mk).__name__}")
+        frac = check(pk, c)
+        ctx = master_context(mk)
+        if int(bound_bits) >= ctx.small_bound_bits():
+            return self.mdecrypt_ints(mk, pk, c, pool)
+        logs = key_logs(mk, pk)
+        _OPS["mdec_small"] += len(c)
+        if not _pooled(pool, pk, len(c)):
+            return [int(v) for v in ctx.decrypt_small(logs, *unwrap(pk, c))]
+        return [v for part in _run(pool, pk, _mdec_chunk, c.data, len(c), mk, pk, frac, True) for v in part]
 
     # -- homomorphic operations (no key material beyond the public key) ---------------------------
     @timed("crypto")
@@ -260,6 +312,7 @@ class BCP:
         if fa != fb or len(a) != len(b):
             raise CryptoError(f"add needs arrays of equal length and scale, got {len(a)} (f{fa}) and {len(b)} (f{fb})")
         (a1, b1), (a2, b2), n2 = unwrap(pk, a), unwrap(pk, b), mpz(pk.params.nsquare)
+        _OPS["add"] += len(a)
         return wrap(pk, [x * y % n2 for x, y in zip(a1, a2)], [x * y % n2 for x, y in zip(b1, b2)], fa)
 
     @timed("crypto")
@@ -268,6 +321,7 @@ class BCP:
         frac = check(pk, c)
         (a1, b1), n2 = unwrap(pk, c), mpz(pk.params.nsquare)
         inv = gmpy2.invert
+        _OPS["neg"] += len(c)
         return wrap(pk, [inv(x, n2) for x in a1], [inv(x, n2) for x in b1], frac)
 
     @timed("crypto")
@@ -277,15 +331,18 @@ class BCP:
 
     @timed("crypto")
     def mul_const(self, pk: BCPPublicKey, c: CipherArray, k: np.ndarray | Sequence[int],
-                  frac_bits: int = 0) -> CipherArray:
+                  frac_bits: int = 0, pool: Any = None) -> CipherArray:
         """``Enc(k x)`` for integers ``k`` (one per value; Exp in SSXGB); the result's scale is the
-        array's plus ``frac_bits`` (the scale ``k`` carries)."""
+        array's plus ``frac_bits`` (the scale ``k`` carries). Cut over ``pool`` when large."""
         frac = check(pk, c)
         ks = int_list(k, len(c))
-        (a1, b1), n2 = unwrap(pk, c), mpz(pk.params.nsquare)
-        pw = gmpy2.powmod  # a negative k inverts first: the cost follows |k|
-        return wrap(pk, [pw(x, e, n2) for x, e in zip(a1, ks)], [pw(x, e, n2) for x, e in zip(b1, ks)],
-                    frac + int(frac_bits))
+        _OPS["mul_const"] += len(ks)
+        _OPS["mul_const_bits"] += sum(v.bit_length() for v in ks)
+        out_frac = frac + int(frac_bits)
+        if not _pooled(pool, pk, len(ks)):
+            return _mul_const_here(pk, c, ks, out_frac)
+        jobs = [(c.data[s], ks[s]) for s in pool.chunks(len(ks), min_chunk=min_chunk(pk))]
+        return CipherArray(np.concatenate(pool.map(_mulc_chunk, jobs, pk, frac)), pk.key_id, bcp_tag(out_frac))
 
     @timed("crypto")
     def rerandomize(self, pk: BCPPublicKey, c: CipherArray) -> CipherArray:

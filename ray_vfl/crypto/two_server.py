@@ -81,6 +81,14 @@ by ``r`` (Exp): ``Enc(r round(2^K / (d r)))``, within ``r / 2 < 2^(rho - 1)`` of
 blinding over the integers hides ``d`` less than an additive mask: S learns ``d r``, hence the bit length of
 ``d`` within one bit, and ``d`` exactly if ``d r`` happens to factor uniquely into a ``rho``-bit part.
 
+Decryption at S. Every value S opens in Mult, LGT, Trunc and Reciprocal is below ``2^(l + kappa + 2)``
+in absolute value when C follows the protocol, far below ``p / 2`` (``p`` has ``|N| / 2`` bits), so S
+decrypts those modulo ``p`` alone (:meth:`~ray_vfl.crypto.bcp_arrays.BCP.mdecrypt_small`: two of mDec's
+four half-size exponentiations); when ``l + kappa + 2`` reaches ``|N| / 2 - 2`` it uses the full mDec.
+A value outside the range would come out reduced modulo ``p`` and is then refused by the range checks
+above with probability about ``1 - 2^(l + kappa + 3 - |N| / 2)``. KeyProd and TransDec open values
+uniform in ``Z_N`` and use the full mDec.
+
 LGT leaks the approximate magnitude of ``x - y`` to S, as the SLT of Liu et al. does (multiplicative
 blinding cannot hide it); hiding it too needs a bitwise comparison (DGK-style), about ``l + kappa``
 ciphertexts per value each way.
@@ -198,7 +206,10 @@ class ServerS:
 
     def _open(self, step: str, c: CipherArray, signed: bool) -> list[int]:
         pk = self._key(c.key_id)
-        vals = (self.bcp.mdecrypt_ints if signed else self.bcp.mdecrypt_residues)(self._mk, pk, c, self.pool)
+        if signed:  # masked values of a few hundred bits: residues mod p suffice (see "Decryption at S")
+            vals = self.bcp.mdecrypt_small(self._mk, pk, c, self.config.value_bits + self.config.kappa + 2, self.pool)
+        else:
+            vals = self.bcp.mdecrypt_residues(self._mk, pk, c, self.pool)
         if self.record_view:
             self.view.append((step, vals))
         return vals

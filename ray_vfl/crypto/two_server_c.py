@@ -128,7 +128,7 @@ class ServerC:
 
     def exp(self, c: CipherArray, k: Sequence[int] | np.ndarray, frac_bits: int = 0) -> CipherArray:
         """Exp: ``Enc(k x)`` for integer constants ``k`` (``frac_bits``: the scale ``k`` carries)."""
-        return self.bcp.mul_const(self.key_of(c), c, k, frac_bits)
+        return self.bcp.mul_const(self.key_of(c), c, k, frac_bits, self.pool)
 
     # -- Mult -----------------------------------------------------------------------------------
     def mult(self, a: CipherArray, b: CipherArray) -> CipherArray:
@@ -156,8 +156,8 @@ class ServerC:
         out = []
         for xy, (pk, a, b, r1, r2) in zip(replies, state):
             frac = check(pk, xy)
-            acc = self.bcp.add(pk, xy, self.bcp.mul_const(pk, a, [-v for v in r2], tag_frac_bits(b.tag)))
-            acc = self.bcp.add(pk, acc, self.bcp.mul_const(pk, b, [-v for v in r1], tag_frac_bits(a.tag)))
+            acc = self.bcp.add(pk, xy, self.bcp.mul_const(pk, a, [-v for v in r2], tag_frac_bits(b.tag), self.pool))
+            acc = self.bcp.add(pk, acc, self.bcp.mul_const(pk, b, [-v for v in r1], tag_frac_bits(a.tag), self.pool))
             cross = self.bcp._encrypt_residues(pk, [-u * v % n for u, v in zip(r1, r2)], frac, self.pool)
             out.append(self.bcp.add(pk, acc, cross))
         return out
@@ -195,11 +195,11 @@ class ServerC:
         if not 1 <= rho <= self.config.kappa:
             raise CryptoError(f"rho must be in [1, kappa = {self.config.kappa}], got {rho}")
         rs = [(1 << (rho - 1)) | secrets.randbits(rho - 1) for _ in range(len(c))]
-        blinded = self.bcp.with_scale(self.bcp.mul_const(pk, c, rs), 0)
+        blinded = self.bcp.with_scale(self.bcp.mul_const(pk, c, rs, pool=self.pool), 0)
         blinded = self.bcp.add(pk, blinded, self.bcp._encrypt_residues(pk, [0] * len(c), 0, self.pool, hiding=True))
         inv = self.link.ask(ServerS.reciprocal_step, blinded, int(scale_bits), int(out_frac))
         check(pk, inv)
-        return self.bcp.mul_const(pk, inv, rs)
+        return self.bcp.mul_const(pk, inv, rs, pool=self.pool)
 
     # -- LGT --------------------------------------------------------------------------------------
     def lgt(self, a: CipherArray, b: CipherArray) -> CipherArray:
@@ -222,7 +222,7 @@ class ServerC:
         d = self.bcp.with_scale(self.bcp.mul_const(pk, self.bcp.sub(pk, b, a), [2] * k), 0)
         d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
         blind = self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True)
-        v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)]), blind)
+        v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)], pool=self.pool), blind)
         bit = self.link.ask(ServerS.lgt_step, v)
         check(pk, bit)
         # s = +1: [v > 0] = [x < y];  s = -1: 1 - [v > 0]  ->  Enc(s b' + (1 - s) / 2), re-randomised

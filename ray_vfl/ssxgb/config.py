@@ -48,6 +48,9 @@ class SSXGBConfig(ValidatedConfig):
         tournament costs ``3 ceil(log2 k)`` two-server rounds per level and its encrypted index must
         stay below ``2^index_bits`` (``index_bits = value_bits - 5 * (bits of the sums) - 2``, the bits the
         gain comparisons leave free); more is refused.
+    workers_per_server : int or None
+        Ray tasks over which server C and server S each cut their large ciphertext arrays (encryption,
+        Exp, mDec), pinned to the server's own nodes; ``None``: one per CPU of those nodes; 1: none.
     timeout_s : float or None
         Longest wait for one phase (default: the runtime's).
 
@@ -73,6 +76,7 @@ class SSXGBConfig(ValidatedConfig):
     feature_subsample: float = 0.8
     seed: int = 0
     max_candidates: int = 4096
+    workers_per_server: int | None = None
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -101,6 +105,8 @@ class SSXGBConfig(ValidatedConfig):
         if self.value_bits + self.kappa + 6 > self.key_bits:
             raise ConfigError(f"value_bits + kappa + 6 = {self.value_bits + self.kappa + 6} exceeds key_bits = "
                               f"{self.key_bits}: lower value_bits or use a larger key")
+        if self.workers_per_server is not None:
+            check_int("workers_per_server", self.workers_per_server, 1, 1024)
         if self.timeout_s is not None:
             check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
 

@@ -46,7 +46,8 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
                  reg_lambda: float = 1.0, max_bin: int = 32, base_score: float | None = None, key_bits: int = 2048,
                  allow_weak_keys: bool = False, frac_bits: int = 24, value_bits: int = 256, kappa: int = 80,
                  sigmoid_range: float = 4.0, row_subsample: float = 0.8, feature_subsample: float = 0.8,
-                 seed: int = 0, max_candidates: int = 4096, timeout_s: float | None = None,
+                 seed: int = 0, max_candidates: int = 4096, workers_per_server: int | None = None,
+                 timeout_s: float | None = None,
                  early_stopping_rounds: int | None = None, callbacks: Sequence[TrainingCallback] | None = None,
                  verbose: bool = False, runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -66,6 +67,7 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
         self.feature_subsample = feature_subsample
         self.seed = seed
         self.max_candidates = max_candidates
+        self.workers_per_server = workers_per_server
         self.timeout_s = timeout_s
         self.callbacks = callbacks
         self.verbose = verbose

@@ -29,6 +29,7 @@ from ..runtime.party import PartyActor, resolve_rows
 from ..trees.kernels import evaluate_margin
 from ..trees.sampling import FeatureSampler
 from .config import SSXGBConfig
+from .costs import CostCounters
 from .first_tree import FirstTree, fit_first_tree
 from .reference import candidate_list, top_bins
 
@@ -66,7 +67,7 @@ def prefix_sums(pk: BCPPublicKey, c: CipherArray, pos: np.ndarray, bins: np.ndar
     return wrap(pk, out_a, out_b, int(c.tag[5:]))
 
 
-class Participant(PartyActor):
+class Participant(PartyActor, CostCounters):
     """One participant (see the module docstring). Built by :func:`ray_vfl.ssxgb.protocol.train`."""
 
     def __init__(self, name: str, table: Any, categorical: list[str], config: SSXGBConfig, lbp: str,
@@ -278,10 +279,6 @@ class Participant(PartyActor):
     def lookup_part(self) -> list[tuple[int, int]]:
         """Diagnostic only (tests): ``(feature, bin)`` of every record of the lookup table."""
         return [(f, b) for f, b, _ in self.lookup]
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
-        return time.process_time()
 
     def op_counts(self) -> dict[str, int]:
         return dict(self.ops)

@@ -71,6 +71,7 @@ from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.calls import Calls
 from ..runtime.comm import CommStats
+from ..runtime.task_pool import TaskPool
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.checkpoint import checkpoint_of, take_up
@@ -149,8 +150,9 @@ class SSXGBModel:
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         timeout = config.timeout_s or runtime.timeout_s
         runtime.connect(order + [SERVER_C, SERVER_S])
-        s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C)
-        runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
+        s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, _pool(runtime, SERVER_S, config))
+        runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout,
+                      _pool(runtime, SERVER_C, config))
         for p in order:
             runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
         roles = order + [SERVER_C, SERVER_S]
@@ -212,8 +214,10 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     runtime.connect(order + [SERVER_C, SERVER_S])
     tables = data.tables(runtime)
     cats = data.categorical
-    s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, record_view)
-    runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout)
+    s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, _pool(runtime, SERVER_S, config),
+                             record_view)
+    runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout,
+                  _pool(runtime, SERVER_C, config))
     for p in order:
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
     calls = Calls(runtime, order, timeout)
@@ -259,6 +263,11 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     model.round_trips = calls.value("round_trips", C, lambda p: (), "counts")[0]
     return model
+
+
+def _pool(runtime: Runtime, server: str, config: SSXGBConfig) -> TaskPool:
+    """The server's task pool on its own nodes (``config.workers_per_server``; default one per CPU)."""
+    return runtime.pool(server, config.workers_per_server)
 
 
 @dataclass

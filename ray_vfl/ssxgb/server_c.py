@@ -28,6 +28,7 @@ from ..runtime.party import PartyActor
 from ..trees.sampling import RowSampler
 from .approx import FixedPointPlan
 from .config import SSXGBConfig
+from .costs import CostCounters
 from .participant import fetch
 from .server_s import ActorLink
 from .splits import best_candidates, gain_fractions
@@ -50,17 +51,17 @@ def sum_rows(pk: BCPPublicKey, c: CipherArray, groups: Sequence[np.ndarray]) -> 
     return wrap(pk, out_a, out_b, int(c.tag[5:]))
 
 
-class ServerCRole(PartyActor):
+class ServerCRole(PartyActor, CostCounters):
     """Server C (see the module docstring). Built by :func:`ray_vfl.ssxgb.protocol.train`."""
 
     def __init__(self, name: str, config: SSXGBConfig, order: list[str], lbp: str, server_s: str, s_handle: Any,
-                 timeout_s: float) -> None:
-        self.reset(name, config, order, lbp, server_s, s_handle, timeout_s)
+                 timeout_s: float, pool: Any = None) -> None:
+        self.reset(name, config, order, lbp, server_s, s_handle, timeout_s, pool)
 
     def reset(self, name: str, config: SSXGBConfig, order: list[str], lbp: str, server_s: str, s_handle: Any,
-              timeout_s: float) -> None:
+              timeout_s: float, pool: Any = None) -> None:
         self._start_party(name)
-        self.config, self.order, self.lbp, self.server_s = config, list(order), lbp, server_s
+        self.config, self.order, self.lbp, self.server_s, self.pool = config, list(order), lbp, server_s, pool
         self.link = ActorLink(self.mailbox, server_s, s_handle, timeout_s)
         self.ops: Counter[str] = Counter()
         self.trees: list[dict[int, tuple]] = []  # per federated tree: node -> ("split", owner, record, left, right)
@@ -73,7 +74,8 @@ class ServerCRole(PartyActor):
         p = self.mailbox.open(msg, "ssxgb_params", None, [self.server_s])
         self.params = BCPParams(p["n"], p["g"])
         cfg = self.config
-        self.two = ServerC(self.params, self.link, TwoServerConfig(cfg.value_bits, cfg.kappa), frac_bits=cfg.frac_bits)
+        self.two = ServerC(self.params, self.link, TwoServerConfig(cfg.value_bits, cfg.kappa), frac_bits=cfg.frac_bits,
+                           pool=self.pool)
         return None, self.mailbox.send("ssxgb_public_params", self.order, p)
 
     def register(self, keys: list) -> tuple:
@@ -266,7 +268,8 @@ class ServerCRole(PartyActor):
     def restore(self, part: dict[str, Any]) -> None:
         self.params = BCPParams(int(part["params"][0]), int(part["params"][1]))
         cfg = self.config
-        self.two = ServerC(self.params, self.link, TwoServerConfig(cfg.value_bits, cfg.kappa), frac_bits=cfg.frac_bits)
+        self.two = ServerC(self.params, self.link, TwoServerConfig(cfg.value_bits, cfg.kappa), frac_bits=cfg.frac_bits,
+                           pool=self.pool)
         self.user_keys = {p: BCPPublicKey(self.params, int(h)) for p, h in part["user_keys"].items()}
         self.joint = BCPPublicKey(self.params, int(part["joint"]))
         for k in (*self.user_keys.values(), self.joint):  # S restores its own copy of the same keys
@@ -305,10 +308,6 @@ class ServerCRole(PartyActor):
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them (owner and record number of every split)."""
         return [dict(t) for t in self.trees]
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
-        return time.process_time()
 
     def round_trips(self) -> int:
         return self.link.round_trips

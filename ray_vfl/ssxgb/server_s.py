@@ -21,24 +21,26 @@ from ..runtime.comm import Mailbox, Message
 from ..runtime.party import PartyActor
 from ..runtime.payload_shapes import describe
 from .config import SSXGBConfig
+from .costs import CostCounters
 from .messages import S_STEPS
 
 __all__ = ["ActorLink", "ServerSRole"]
 
 
-class ServerSRole(PartyActor):
+class ServerSRole(PartyActor, CostCounters):
     """Server S: BCP Setup, the master key, and the answers to C's masked requests.
 
     ``record_view=True`` keeps what S received (step names and payload shapes) and what it
     decrypted, for the view audit (:meth:`view`).
     """
 
-    def __init__(self, name: str, config: SSXGBConfig, server_c: str, record_view: bool = False) -> None:
-        self.reset(name, config, server_c, record_view)
+    def __init__(self, name: str, config: SSXGBConfig, server_c: str, pool: Any = None,
+                 record_view: bool = False) -> None:
+        self.reset(name, config, server_c, pool, record_view)
 
-    def reset(self, name: str, config: SSXGBConfig, server_c: str, record_view: bool = False) -> None:
+    def reset(self, name: str, config: SSXGBConfig, server_c: str, pool: Any = None, record_view: bool = False) -> None:
         self._start_party(name)
-        self.config, self.server_c, self.record_view = config, server_c, record_view
+        self.config, self.server_c, self.record_view, self.pool = config, server_c, record_view, pool
         self.server: ServerS | None = None
         self.received: list[tuple[str, Any]] = []
 
@@ -48,7 +50,7 @@ class ServerSRole(PartyActor):
             warnings.simplefilter("ignore", SecurityWarning)
             params, mk = setup(self.config.key_bits, allow_weak=self.config.allow_weak_keys)
         self.server = ServerS(mk, TwoServerConfig(self.config.value_bits, self.config.kappa),
-                              frac_bits=self.config.frac_bits, record_view=self.record_view)
+                              frac_bits=self.config.frac_bits, record_view=self.record_view, pool=self.pool)
         return None, self.mailbox.send("ssxgb_params", [self.server_c], {"n": int(params.n), "g": int(params.g)})
 
     def answer(self, message: Message) -> Message:
@@ -58,10 +60,6 @@ class ServerSRole(PartyActor):
             self.received.append((p["step"], describe(p["args"])))
         reply = getattr(ServerS, p["step"])(self.server, *p["args"])
         return self.mailbox.send("ssxgb_s_reply", [self.server_c], reply, message.tree, message.depth)
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this actor's process so far (benchmarks: where a round's time goes)."""
-        return time.process_time()
 
     # -- saved part (on S's own machine: it holds the master key) ---------------------------------------
     def model_part(self) -> dict[str, Any]:
@@ -73,7 +71,7 @@ class ServerSRole(PartyActor):
         params = BCPParams(int(part["params"][0]), int(part["params"][1]))
         mk = BCPMasterKey(params, int(part["p1"]), int(part["q1"]))
         self.server = ServerS(mk, TwoServerConfig(self.config.value_bits, self.config.kappa),
-                              frac_bits=self.config.frac_bits, record_view=self.record_view)
+                              frac_bits=self.config.frac_bits, record_view=self.record_view, pool=self.pool)
         self.server.register_step([int(h) for h in part["keys"]])
 
     def resume_training(self, state: dict[str, Any]) -> None:
