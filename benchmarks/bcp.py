@@ -22,6 +22,11 @@ the same in-process link), measured over ``--loop`` values and scaled to ``n``. 
 trip costs only pickling, so the crypto (equal on both paths) dominates; the "RTT x ms" columns add a
 network round trip of x milliseconds per message to both paths (``--rtt-ms``; a Ray actor call is
 about 0.5 ms on one machine, RAY_NOTES; a WAN round trip tens of ms): computed, not measured.
+
+Table 3 (``--ray``): the same comparison measured over Ray, in wall seconds: server S is an actor on
+its own party resource with its task pool, server C runs in this process with its own pool, and every
+round trip is an actor call. The array path cuts its work over both pools (all cores); the per-value
+path cannot (one value per call), and pays one actor call per value.
 """
 
 from __future__ import annotations
@@ -138,6 +143,57 @@ def table2(c: ServerC, jpk, n: int, loop: int) -> list:
     return out
 
 
+class _SHost:
+    """Server S as a bare actor for Table 3: one method per round trip."""
+
+    def __init__(self, mk, config, pool) -> None:
+        self.server = ServerS(mk, config, pool=pool)
+
+    def step(self, name: str, *payload):
+        return getattr(ServerS, name)(self.server, *payload)
+
+
+class _RayLink:
+    def __init__(self, handle) -> None:
+        self.handle, self.round_trips = handle, 0
+
+    def ask(self, step, *payload):
+        import ray
+        self.round_trips += 1
+        return ray.get(self.handle.step.remote(step.__name__, *payload))
+
+
+def table3(bits: int, n: int, loop: int) -> list:
+    """Mult and LGT over Ray: one actor call per array (pools on) vs one per value; wall seconds."""
+    from ray_vfl import Runtime
+
+    with Runtime() as rt:
+        rt.connect(["server_c", "server_s"])
+        params, mk = setup(bits, allow_weak=True)
+        users = [keygen(params) for _ in range(2)]
+        config = TwoServerConfig()
+        handle = rt.spawn("server_s", _SHost, mk, config, rt.pool("server_s"))
+        c = ServerC(params, _RayLink(handle), config, pool=rt.pool("server_c"))
+        jpk = c.register([pk for pk, _ in users])
+        vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
+        x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
+        c.mult(c.bcp.take(x, slice(0, 256)), c.bcp.take(y, slice(0, 256)))  # warm the pools' tables
+        out = []
+        for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
+            t = time.perf_counter()
+            op(x, y)
+            batch = time.perf_counter() - t
+            k = min(loop, n)
+            xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
+            ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
+            t = time.perf_counter()
+            for a, b in zip(xs, ys):
+                op(a, b)
+            looped = (time.perf_counter() - t) * n / k
+            out.append((name, n, k, batch, looped))
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bits", type=int, nargs="+", default=[1024, 2048])
@@ -146,7 +202,12 @@ def main() -> None:
     ap.add_argument("--n-2048", type=int, default=1_000, help="array length for Table 2 at >= 2048 bits")
     ap.add_argument("--loop", type=int, default=1_000, help="values the per-value loop is timed on")
     ap.add_argument("--rtt-ms", type=float, nargs="+", default=[0.5, 20.0])
+    ap.add_argument("--ray", action="store_true", help="also Table 3: Mult and LGT measured over Ray actors")
+    ap.add_argument("--only-ray", action="store_true", help="Table 3 alone")
     args = ap.parse_args()
+    if args.only_ray:
+        _print_table3(args)
+        return
     warnings.simplefilter("ignore")
     set_threads(1)
     results = {}
@@ -174,6 +235,19 @@ def main() -> None:
         for name, n, k, batch, looped in results[b][1]:
             at = "".join(f"{(looped + n * r / 1e3) / (batch + r / 1e3):>11.2f}x" for r in args.rtt_ms)
             print(f"{b:>5} {name:<5} {n:>6} {k:>6} {batch:>9.2f} {looped:>9.2f} {looped / batch:>6.2f}x{at}")
+
+    if args.ray:
+        _print_table3(args)
+
+
+def _print_table3(args) -> None:
+    print("\nTable 3: over Ray (S an actor, C here, both with task pools over all cores); wall seconds; "
+          "one actor call per array vs one per value (loop timed on k values, scaled to n)")
+    print(f"{'bits':>5} {'op':<5} {'n':>6} {'k':>6} {'array s':>9} {'loop s':>9} {'ratio':>7}")
+    for b in args.bits:
+        n = args.n if b < 2048 else args.n_2048
+        for name, n, k, batch, looped in table3(b, n, min(args.loop, 300)):
+            print(f"{b:>5} {name:<5} {n:>6} {k:>6} {batch:>9.2f} {looped:>9.2f} {looped / batch:>6.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,27 @@ def test_mult_view_is_independent_of_the_inputs(world):
     assert stats.ks_2samp(raw[-top], raw[top]).pvalue > P_MIN
 
 
+def test_mult_with_bounds_masks_each_operand_by_its_bound_plus_kappa(world):
+    """Mult with stated bounds: the products are exact (negatives and the bounds' edges included), S opens
+    x + r with r uniform in [0, 2^(b + kappa)) for each operand's own bound b, and bounds outside [1, l]
+    are refused."""
+    _, _, _, s, c, jpk = world
+    n = 300
+    xs = [1, -1, 0, 2**9 - 1, -(2**9) + 1] + [int(v) for v in np.random.default_rng(3).integers(-511, 512, n - 5)]
+    bits = [0, 1] * (n // 2)
+    ex, eb = c.encrypt_ints(jpk, xs), c.encrypt_ints(jpk, bits)
+    opened_vals = _view(s, "mult", lambda: c.mult_many([(eb, ex)], [(1, 10)]))
+    assert len(opened_vals) == 2 * n  # both operands were opened: the bits first, then xs
+    mask_b = np.array([(v - b) / 2 ** (1 + CFG.kappa) for v, b in zip(opened_vals[:n], bits)], dtype=float)
+    mask_x = np.array([(v - x) / 2 ** (10 + CFG.kappa) for v, x in zip(opened_vals[n:2 * n], xs)], dtype=float)
+    for m in (mask_b, mask_x):
+        assert m.min() >= 0 and m.max() < 1 and stats.kstest(m, "uniform").pvalue > P_MIN
+    assert opened(world, c.mult_many([(eb, ex)], [(1, 10)])[0]) == [b * x for b, x in zip(bits, xs)]
+    for bad in ([(0, 10)], [(1, L + 1)], [(1, 10), (1, 10)], [(1.5, 10)]):
+        with pytest.raises(CryptoError, match="Mult bounds"):
+            c.mult_many([(eb, ex)], bad)
+
+
 def test_key_switch_view_is_uniform(world):
     _, _, users, s, c, jpk = world
     n = 300

@@ -13,9 +13,12 @@ decoding there raises :class:`~ray_vfl.errors.OverflowEncodingError`). Laws (``t
     dec(add(enc(a), enc(b))) == a + b        dec(mul_const(enc(a), k)) == k a
     dec(neg(enc(a))) == -a                   mdec(enc_pk_i(m)) == m  for every user key pk_i
 
-Large arrays are cut over a task pool (``pool``: anything with ``chunks(n)`` and
-``map(fn, chunks, *shared)``, e.g. :class:`ray_vfl.runtime.actors.TaskPool`); without one the work
-runs here, with gmpy2's threaded list exponentiation for decryption.
+Encryption, decryption, mDec and ``mul_const`` cut arrays over a task pool (``pool``: anything with
+``chunks(n)`` and ``map(fn, chunks, *shared)``, e.g. :class:`ray_vfl.runtime.task_pool.TaskPool`)
+once they hold two tasks' worth of work (:func:`min_chunk`: about 50 ms of exponentiations per task);
+smaller arrays, or no pool, run here, with gmpy2's threaded list exponentiation for decryption.
+Every call counts its values in :func:`op_counts` (per process), from which benchmarks compute the
+crypto floor of a protocol run.
 
 Example
 -------

@@ -135,20 +135,32 @@ class ServerC:
         """Mult: ``Enc(x y)`` element-wise (scale: the sum of the operands'), 1 round."""
         return self.mult_many([(a, b)])[0]
 
-    def mult_many(self, pairs: Sequence[tuple[CipherArray, CipherArray]]) -> list[CipherArray]:
+    def mult_many(self, pairs: Sequence[tuple[CipherArray, CipherArray]],
+                  bounds: Sequence[tuple[int, int]] | None = None) -> list[CipherArray]:
         """Mult of several array pairs in one round trip.
 
         C sends ``Enc(x + r1)``, ``Enc(y + r2)``; S returns ``Enc((x + r1)(y + r2))``; C removes
         the cross terms: ``Enc(x y) = Enc(X Y) - r2 Enc(x) - r1 Enc(y) - Enc(r1 r2)``.
+
+        ``bounds``: per pair, ``(bx, by)`` with ``|x| < 2^bx`` and ``|y| < 2^by`` known to C (at most
+        ``l``); the masks then have ``bx + kappa`` and ``by + kappa`` bits, which hide ``x`` and ``y``
+        just as well (statistical distance ``<= 2^(1 - kappa)``) and make C's two exponentiations by
+        them cheaper (their cost follows the mask's bits). Default: ``l`` for both.
         """
-        bits, n = self.config.mask_bits, self.params.n
+        n, top = self.params.n, self.config.value_bits
+        if bounds is None:
+            bounds = [(top, top)] * len(pairs)
+        if len(bounds) != len(pairs) or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= top
+                                            for pair in bounds for b in pair):
+            raise CryptoError(f"Mult bounds must be one (bits of x, bits of y) pair per product, each in [1, {top}]")
         xs, ys, state = [], [], []
-        for a, b in pairs:
+        for (a, b), (bx, by) in zip(pairs, bounds):
             pk = self.key_of(a)
             fa, fb = check(pk, a), check(pk, b)
             if len(a) != len(b):
                 raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
-            r1, r2 = _uniform(bits, len(a)), _uniform(bits, len(a))
+            kappa = self.config.kappa
+            r1, r2 = _uniform(bx + kappa, len(a)), _uniform(by + kappa, len(a))
             xs.append(self.bcp.add(pk, a, self.bcp._encrypt_residues(pk, r1, fa, self.pool, hiding=True)))
             ys.append(self.bcp.add(pk, b, self.bcp._encrypt_residues(pk, r2, fb, self.pool, hiding=True)))
             state.append((pk, a, b, r1, r2))

@@ -159,13 +159,15 @@ def leaf_error_units(plan: FixedPointPlan, G: int, H: int, n_leaf: int, margin_e
 
     Per row, ``g`` and ``h`` differ by at most ``e_g + m / 4 + 1`` and ``e_h + m / 4 + 1`` units
     (:func:`gradient_error_units`; the cubic's slope is below ``1/4``); so ``G`` by ``dG = n_leaf`` times
-    that, ``D = H + lambda`` by ``dD``; then ``|dw| <= eta (dG / D' + |G| dD / (D D'))`` with
-    ``D' = max(D - dD, lambda)``, plus the division's ``1.5`` units and the reference's rounding ``0.5``.
+    that, ``D = H + lambda`` by ``dD``; then ``|dw| <= E (dG / D' + |G| dD / (D D'))`` units with
+    ``E = round(eta 2^F)`` and ``D' = max(D - dD, lambda)`` (all sums in units), plus the division's
+    ``1.5`` units and the reference's rounding ``0.5``. The first term is a worst case (every carry of
+    every row of the leaf in the same direction); the errors seen are a few units.
     """
     e_g, e_h = gradient_error_units(plan)
     d_g = n_leaf * (e_g + margin_error / 4 + 1)
     d_h = n_leaf * (e_h + margin_error / 4 + 1)
-    eta = plan.eta / plan.one
+    eta = plan.eta  # W = -E G / D is in units of 2^-F, so its error is E times the sums' relative error
     d = H + plan.lam
     d_low = max(d - d_h, plan.lam)
     return eta * (d_g / d_low + abs(G) * d_h / (d * d_low)) + 2.0

@@ -157,8 +157,9 @@ class ServerCRole(PartyActor, CostCounters):
         gl, hl = bcp.take(gl_all, perm), bcp.take(hl_all, perm)
         g_node, h_node = self._node_sums(nodes)
         rep = np.repeat(np.arange(len(nodes)), k)
-        num, den = gain_fractions(two, gl, hl, bcp.take(g_node, rep), bcp.take(h_node, rep), self.plan.lam)
-        best = best_candidates(two, num, den, len(nodes), k)
+        sb = self.plan.sum_bits
+        num, den = gain_fractions(two, gl, hl, bcp.take(g_node, rep), bcp.take(h_node, rep), self.plan.lam, sb)
+        best = best_candidates(two, num, den, len(nodes), k, sb)
         told = two.trans_dec_many([best] * len(self.order), [self.user_keys[p] for p in self.order])
         offsets = np.cumsum([0] + counts)
         out = []

@@ -14,6 +14,15 @@ encrypted index ``idx`` of the winner (``x_a + b (x_b - x_a)``). Ties go to the 
 ``numpy.argmax``; all nodes of a level run in the same rounds (``3 ceil(log2 k) + 2`` rounds for ``k``
 candidates per node). No gain, sum or comparison result is ever decrypted: S sees only masked values
 (:mod:`ray_vfl.crypto.two_server`), C only ciphertexts. Exact: no approximation.
+
+Mask sizes. With ``|G|, |GL|, |GR|, H + L, HL + L, HR + L < 2^s`` (``s`` = ``sum_bits`` of the
+fixed-point plan), every Mult operand has a known bound: squares and ``den`` ``2^(2s)``, ``num``
+``2^(3s + 1)``, their differences one bit more, the comparison bit 1 bit, the index difference the bits
+of ``k``. Each Mult masks an operand with that bound plus ``kappa`` bits
+(:meth:`~ray_vfl.crypto.two_server_c.ServerC.mult_many`), which hides it as well as a mask of
+``l + kappa`` bits and makes C's exponentiations by the masks about 2.5 times cheaper here. (The
+bounds hold while the margins stay in ``[-R, R]``, the assumption the comparison budget makes too; an
+operand beyond its bound would still multiply correctly, hidden only within ``|x| / 2^(bound + kappa)``.)
 """
 
 from __future__ import annotations
@@ -26,21 +35,31 @@ from ..crypto.two_server_c import ServerC
 __all__ = ["best_candidates", "gain_fractions"]
 
 
+def _capped(c: ServerC, *bits: int) -> tuple[int, ...]:
+    return tuple(min(int(b), c.config.value_bits) for b in bits)
+
+
 def gain_fractions(c: ServerC, gl: CipherArray, hl: CipherArray, g_node: CipherArray, h_node: CipherArray,
-                   lam: int) -> tuple[CipherArray, CipherArray]:
-    """``(Enc(num), Enc(den))`` per candidate; ``g_node``/``h_node`` hold each candidate's node sums."""
+                   lam: int, sum_bits: int) -> tuple[CipherArray, CipherArray]:
+    """``(Enc(num), Enc(den))`` per candidate; ``g_node``/``h_node`` hold each candidate's node sums
+    (every sum, ``lambda`` added, below ``2^sum_bits`` in absolute value)."""
     bcp, pk = c.bcp, c.key_of(gl)
-    n = len(gl)
+    n, s = len(gl), sum_bits
     lam_c = c.encrypt_ints(pk, [lam] * n, int(gl.tag[5:]))
     gr, hr = bcp.sub(pk, g_node, gl), bcp.sub(pk, h_node, hl)
     hl_l, hr_l = bcp.add(pk, hl, lam_c), bcp.add(pk, hr, lam_c)
-    gl2, gr2, den = c.mult_many([(gl, gl), (gr, gr), (hl_l, hr_l)])
-    a, b = c.mult_many([(gl2, hr_l), (gr2, hl_l)])
+    gl2, gr2, den = c.mult_many([(gl, gl), (gr, gr), (hl_l, hr_l)], [_capped(c, s, s)] * 3)
+    a, b = c.mult_many([(gl2, hr_l), (gr2, hl_l)], [_capped(c, 2 * s, s)] * 2)
     return bcp.add(pk, a, b), den
 
 
-def best_candidates(c: ServerC, num: CipherArray, den: CipherArray, n_nodes: int, k: int) -> CipherArray:
-    """``Enc(index of the best candidate)`` of each node; ``num``/``den`` hold ``n_nodes`` blocks of ``k``."""
+def best_candidates(c: ServerC, num: CipherArray, den: CipherArray, n_nodes: int, k: int,
+                    sum_bits: int) -> CipherArray:
+    """``Enc(index of the best candidate)`` of each node; ``num``/``den`` hold ``n_nodes`` blocks of ``k``
+    (from :func:`gain_fractions` with the same ``sum_bits``)."""
+    s = sum_bits
+    compare = [_capped(c, 3 * s + 1, 2 * s)] * 2
+    select = [_capped(c, 1, 3 * s + 2), _capped(c, 1, 2 * s + 1), _capped(c, 1, k.bit_length() + 1)]
     bcp, pk = c.bcp, c.key_of(num)
     idx = c.encrypt_ints(pk, list(range(k)) * n_nodes)
     cols = np.arange(n_nodes * k).reshape(n_nodes, k)  # positions of each node's remaining candidates
@@ -49,9 +68,10 @@ def best_candidates(c: ServerC, num: CipherArray, den: CipherArray, n_nodes: int
         left, right = cols[:, 0:m:2].ravel(), cols[:, 1:m:2].ravel()
         na, nb, da, db = (bcp.take(num, left), bcp.take(num, right), bcp.take(den, left), bcp.take(den, right))
         ia, ib = bcp.take(idx, left), bcp.take(idx, right)
-        x, y = c.mult_many([(na, db), (nb, da)])
+        x, y = c.mult_many([(na, db), (nb, da)], compare)
         bit = c.lgt(x, y)
-        dn, dd, di = c.mult_many([(bit, bcp.sub(pk, nb, na)), (bit, bcp.sub(pk, db, da)), (bit, bcp.sub(pk, ib, ia))])
+        dn, dd, di = c.mult_many([(bit, bcp.sub(pk, nb, na)), (bit, bcp.sub(pk, db, da)), (bit, bcp.sub(pk, ib, ia))],
+                                 select)
         won_n, won_d, won_i = bcp.add(pk, na, dn), bcp.add(pk, da, dd), bcp.add(pk, ia, di)
         half = m // 2
         base = np.arange(n_nodes * half).reshape(n_nodes, half)
