@@ -169,8 +169,9 @@ def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
     assert clf.unaligned_report_["aligned_rows"] == int(keep.sum())
     proba = clf.predict_proba(held)
     assert proba.shape == (int(keep.sum()), 2) and np.isfinite(proba).all()
-    with pytest.raises(ConfigError, match="is not supported: predict with it while"):
-        clf.save_model(str(tmp_path / "model"))
+    clf.save_model(str(tmp_path / "model"))  # party-held data: each party's actor writes its own part
+    loaded = SplitNNClassifier.load_model(str(tmp_path / "model"), runtime=runtime)
+    np.testing.assert_array_equal(loaded.predict_proba(held), proba)
 
 
 def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime):
@@ -186,6 +187,112 @@ def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime):
                             nonlabel_hidden=(16, 8), label_hidden=(16, 8)).fit(aligned)
     assert clf.unaligned_report_["unaligned_rows"] == len(ids) - len(shop)
     assert clf.unaligned_report_["aligned_rows"] == len(shop)
+
+
+# save and load ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_split():
+    """A few hundred aligned rows, with users (HeuristicVFL), for the save/load round trips."""
+    full = make_fedads_like(2_500, aligned_fraction=1.0, seed=3, n_users=60, label_party=LABEL, nonlabel_party=OTHER)
+    return split_aligned(full, 0.3, seed=0)[0]
+
+
+def _small_clf(runtime, method: str) -> SplitNNClassifier:
+    return SplitNNClassifier(unaligned=method, user_column="user_id" if method == "heuristic" else None, epochs=2,
+                             batch_size=128, diffusion_steps=10, random_state=5, nonlabel_hidden=(16, 8),
+                             label_hidden=(16, 8), runtime=runtime)
+
+
+def _part(path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def _assert_same(a, b, where: str = "") -> None:
+    """Two saved parts hold the same values (tensors exactly equal)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), (where, sorted(a), sorted(b))
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+@pytest.mark.parametrize("method", ["diffu-at", "jpl", "heuristic"])
+def test_unaligned_models_save_and_load(runtime, small_split, tmp_path, method):
+    """Each party writes its own part; the loaded model predicts exactly as the fitted one, says how it was
+    trained, and its label party kept everything (bottom, top, both branch batch norms, the synthesiser)."""
+    clf = _small_clf(runtime, method).fit(small_split.train, small_split.label_only)
+    proba, report = clf.predict_proba(small_split.test), clf.unaligned_report_
+    paths = clf.save_model(str(tmp_path / "model"))
+    assert sorted(paths) == [LABEL, OTHER]
+    label_part, other_part = _part(paths[LABEL]), _part(paths[OTHER])
+    assert label_part["role"] == "UnalignedLabelParty" and other_part["role"] == "NonLabelParty"
+    assert {k.split(".")[0] for k in label_part["state"]} == {"label_bottom", "top", "bn"}
+    assert any(k.startswith("bn.local.") for k in label_part["state"])  # the local branch's batch norm too
+    saved = label_part["unaligned"]
+    assert saved["method"] == method
+    if method == "diffu-at":
+        assert saved["synthesizer"]["config"]["steps"] == 10 and "denoiser" in saved["synthesizer"]
+    elif method == "jpl":
+        assert "net" in saved["synthesizer"]
+    else:
+        assert saved["synthesizer"] is None  # HeuristicVFL fits no model
+
+    loaded = SplitNNClassifier.load_model(str(tmp_path / "model"), runtime=runtime)  # replaces the fitted actors
+    np.testing.assert_array_equal(loaded.predict_proba(small_split.test), proba)
+    params = loaded.get_params()
+    assert params["unaligned"] == method and params["epochs"] == 2 and params["pretrain_epochs"] == 1
+    assert params["diffusion_steps"] == 10 and params["user_column"] == ("user_id" if method == "heuristic" else None)
+    assert loaded.unaligned_report_["method"] == method
+    assert {k: v for k, v in report.items() if k != "pretrain_batches"} == loaded.unaligned_report_
+    # nothing lost: the loaded parties save again exactly what they read
+    again = loaded.save_model(str(tmp_path / "again"))
+    _assert_same(label_part, _part(again[LABEL]))
+    _assert_same(other_part, _part(again[OTHER]))
+
+
+def test_a_part_of_the_wrong_kind_is_refused(runtime, small_split, tmp_path):
+    """A vanilla label part into an unaligned model and the reverse, another method, a damaged part."""
+    import json
+    import shutil
+
+    from ray_vfl.splitnn import LabelParty
+
+    diffu, mixed = tmp_path / "diffu", tmp_path / "mixed"
+    clf = _small_clf(runtime, "diffu-at").fit(small_split.train, small_split.label_only)
+    paths = clf.save_model(str(diffu))
+    shutil.copytree(diffu, mixed)
+    # A VanillaVFL label part (what LabelParty._part writes) of the same party, from the Diffu-AT one: the
+    # bottom and top without the branch batch norms or the synthesiser. (A vanilla fit would cost the test
+    # two more actor starts, one per change of the label party's class.)
+    part = _part(paths[LABEL])
+    vanilla = {"role": "LabelParty", "party": LABEL, "encoder": part["encoder"],
+               "state": {k: v for k, v in part["state"].items() if not k.startswith("bn.")}}
+    torch.save(vanilla, mixed / f"{LABEL}.pt")
+    with pytest.raises(DataError, match=r"mixed/bank.pt' is not the UnalignedLabelParty part of 'bank' "
+                                        r"\(found \('LabelParty', 'bank'\)\).*different models.*train and save"):
+        SplitNNClassifier.load_model(str(mixed), runtime=runtime)
+    # the reverse, checked in-process: a vanilla model's label party given the Diffu-AT part
+    plain = LabelParty(LABEL, None, [], clf.model_.config, [OTHER])
+    with pytest.raises(DataError, match=r"diffu/bank.pt' is not the LabelParty part of 'bank' .*UnalignedLabelParty"):
+        plain.load_part(paths[LABEL])
+    meta = json.loads((diffu / "federation.json").read_text())
+    meta["unaligned"]["options"]["method"] = "jpl"
+    (mixed / "federation.json").write_text(json.dumps(meta))
+    shutil.copy(paths[LABEL], mixed / f"{LABEL}.pt")
+    with pytest.raises(DataError, match=r"mixed/bank.pt' is not a complete saved split-NN part of this model .*"
+                                        r"holds a 'diffu-at' label party, the federation file says 'jpl'"):
+        SplitNNClassifier.load_model(str(mixed), runtime=runtime)
+    (diffu / f"{LABEL}.pt").write_bytes(b"garbage")
+    with pytest.raises(DataError, match=r"diffu/bank.pt' is not a saved split-NN part \(UnpicklingError: not a torch "
+                                        r"file of tensors and plain values\); load the folder .*train and save the model again"):
+        SplitNNClassifier.load_model(str(diffu), runtime=runtime)
 
 
 # bad input ------------------------------------------------------------------------------------------

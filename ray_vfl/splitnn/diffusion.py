@@ -275,6 +275,27 @@ class ConditionalDiffusion:
             x = scheduler.step(eps, t, x, generator=gen).prev_sample
         return x
 
+    def to_state(self) -> dict[str, Any]:
+        """The fitted model as tensors and plain values (``torch.load(..., weights_only=True)`` reads it back)."""
+        self._check_fitted()
+        net = self.denoiser_
+        return {"config": self.config.to_dict(), "x_dim": net.x_dim, "cond_dim": net.cond_dim,
+                "denoiser": {k: v.detach().clone() for k, v in net.state_dict().items()},
+                "x_mean": self.x_mean_, "x_std": self.x_std_, "c_mean": self.c_mean_, "c_std": self.c_std_,
+                "losses": [float(v) for v in self.losses_]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "ConditionalDiffusion":
+        """The model :meth:`to_state` described: it samples as the fitted one did."""
+        model = cls(DiffusionConfig.from_dict(state["config"]))
+        cfg = model.config
+        model.denoiser_ = Denoiser(int(state["x_dim"]), int(state["cond_dim"]), cfg.hidden, cfg.time_dim)
+        model.denoiser_.load_state_dict(state["denoiser"])
+        model.x_mean_, model.x_std_, model.c_mean_, model.c_std_ = (state[k] for k in ("x_mean", "x_std", "c_mean", "c_std"))
+        model.scheduler_ = make_scheduler(cfg)
+        model.losses_ = list(state["losses"])
+        return model
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "denoiser_"):
             raise NotFittedError("call fit before sample or loss")

@@ -38,8 +38,9 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
     (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
     ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
-    ``diffusion_steps`` is the diffusion model's ``T``. Models trained with ``unaligned`` predict, but
-    cannot yet be saved and loaded (their label party adds a batch norm per branch).
+    ``diffusion_steps`` is the diffusion model's ``T``. Models trained with ``unaligned`` save and load
+    as the others do (:meth:`save_model`, :meth:`load_model`): the label party's part also holds its
+    batch norm per branch and its fitted diffusion model (or JPL mapping).
 
     Example
     -------
@@ -162,11 +163,17 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     def load_model(cls, directory: str, runtime: Runtime | None = None) -> "SplitNNClassifier":
         """An estimator for prediction from parts saved by :meth:`save_model`."""
         model = SplitNNModel.load(directory, runtime)
-        cfg = model.config
+        cfg, opts = model.config, model.unaligned_options
+        unaligned = {}
+        if opts is not None:  # the saved config counts the pretraining epochs too; epochs= counts the alternating ones
+            unaligned = dict(unaligned=opts.method, pretrain_epochs=opts.pretrain_epochs,
+                             diffusion_steps=opts.diffusion.steps, user_column=opts.user_column)
         est = cls(embedding_dim=cfg.embedding_dim, n_bins=cfg.n_bins, max_categories=cfg.max_categories,
                   nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, top_hidden=cfg.top_hidden, batch_size=cfg.batch_size,
-                  epochs=cfg.epochs, learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, defense=model.defense,
-                  random_state=cfg.seed, timeout_s=cfg.timeout_s, runtime=model.runtime)
+                  epochs=cfg.epochs - (opts.pretrain_epochs if opts else 0), learning_rate=cfg.learning_rate,
+                  optimizer=cfg.optimizer, defense=model.defense, random_state=cfg.seed, timeout_s=cfg.timeout_s,
+                  runtime=model.runtime, **unaligned)
         est.model_ = model
         est.label_party_ = model.label_party
+        est.unaligned_report_ = model.unaligned
         return est

@@ -41,6 +41,10 @@ from .models import (
 
 __all__ = ["NonLabelParty", "LabelParty", "check_binary_labels"]
 
+# The fix every refused saved part names: parts load only with the federation.json they were saved with.
+PART_FIX = ("load the folder SplitNNModel.save / SplitNNClassifier.save_model wrote, its files unchanged "
+            "and together, or train and save the model again")
+
 # What crosses between the parties, checked on receipt (see ray_vfl.runtime.validation): a batch's
 # embeddings, one row per batch row (context: n_rows, width), and their gradients, the shape of the
 # embedding they are for (context: shape). Neither may hold NaN or infinity: one would spread through
@@ -65,6 +69,8 @@ def check_binary_labels(labels: Any) -> np.ndarray:
 
 class _SplitParty(PartyActor):
     """What both roles have: a feature block, its encoder, a bottom model, a mailbox."""
+
+    role = "split-NN party"  # each role's own name, the same in-process and in its actor (saved parts carry it)
 
     def _setup(self, name: str, frame: pd.DataFrame | None, categorical: Sequence[str], config: SplitNNConfig) -> None:
         """``frame=None``: no training rows; the models come from :meth:`load_part`."""
@@ -107,9 +113,12 @@ class _SplitParty(PartyActor):
 
     def save_part(self, path: str) -> str:
         """Write this party's own part (encoder and model weights) to ``path``; nothing else leaves the party."""
-        blob = {"role": type(self).__name__, "party": self.name, "encoder": self.encoder.to_dict(),
+        return write_atomically(path, lambda fh: torch.save(self._part(), fh), binary=True)
+
+    def _part(self) -> dict[str, Any]:
+        """What :meth:`save_part` writes: tensors and plain values only (read back with ``weights_only``)."""
+        return {"role": self.role, "party": self.name, "encoder": self.encoder.to_dict(),
                 "state": {k: v.detach().clone() for k, v in self._modules().state_dict().items()}}
-        return write_atomically(path, lambda fh: torch.save(blob, fh), binary=True)
 
     def load_part(self, path: str) -> str:
         """Read a part written by :meth:`save_part` (tensors and plain values only: ``weights_only``)."""
@@ -118,17 +127,37 @@ class _SplitParty(PartyActor):
         except FileNotFoundError as exc:
             raise DataError(f"party {self.name!r}: saved part {path!r} not found") from exc
         except Exception as exc:  # torch raises several types for a damaged or foreign file
-            raise DataError(f"party {self.name!r}: {path!r} is not a saved split-NN part ({type(exc).__name__}: {exc})") from exc
-        if not isinstance(blob, dict) or blob.get("role") != type(self).__name__ or blob.get("party") != self.name:
-            found = (blob.get("role"), blob.get("party")) if isinstance(blob, dict) else type(blob).__name__
-            raise DataError(f"{path!r} is not the {type(self).__name__} part of {self.name!r} (found {found})")
+            # (torch's own text for a file its safe loader refuses suggests weights_only=False: not repeated here)
+            detail = ("not a torch file of tensors and plain values" if "weights_only" in str(exc)
+                      else (str(exc).splitlines() or [""])[0][:160])
+            raise DataError(f"party {self.name!r}: {path!r} is not a saved split-NN part ({type(exc).__name__}: {detail}); "
+                            f"{PART_FIX}") from exc
+        # (parts saved before roles had their own name carry the actor class's, "<role>Actor")
+        role = str(blob.get("role")).removesuffix("Actor") if isinstance(blob, dict) else None
+        if role != self.role or blob.get("party") != self.name:
+            found = (role, blob.get("party")) if isinstance(blob, dict) else type(blob).__name__
+            hint = ""
+            if {role, self.role} == {"LabelParty", "UnalignedLabelParty"}:
+                hint = (" (a model trained with unaligned= (Diffu-AT, JPL, HeuristicVFL) and one without have "
+                        "different label-party parts: the folder's federation.json and this file come from different models)")
+            raise DataError(f"{path!r} is not the {self.role} part of {self.name!r} (found {found}){hint}; {PART_FIX}")
+        try:
+            self._restore(blob)
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a part cut short, edited, or of another model
+            raise DataError(f"party {self.name!r}: {path!r} is not a complete saved split-NN part of this model "
+                            f"({type(exc).__name__}: {exc}); {PART_FIX}") from exc
+        except RuntimeError as exc:
+            raise DataError(f"party {self.name!r}: the weights in {path!r} do not fit the saved configuration: {exc}; "
+                            f"{PART_FIX}") from exc
+        return path
+
+    def _restore(self, blob: dict[str, Any]) -> None:
+        """This party's models from a part :meth:`load_part` read and checked."""
         self.encoder = FeatureEncoder.from_dict(blob["encoder"])
         self._build()
-        try:
-            self._modules().load_state_dict(blob["state"])
-        except RuntimeError as exc:
-            raise DataError(f"party {self.name!r}: the weights in {path!r} do not fit the saved configuration: {exc}") from exc
-        return path
+        self._modules().load_state_dict(blob["state"])
 
 
 class NonLabelParty(_SplitParty):
@@ -138,6 +167,8 @@ class NonLabelParty(_SplitParty):
     computed itself: embedding gradients, the embeddings it sent, and its
     trained bottom model's output for its training rows.
     """
+
+    role = "NonLabelParty"
 
     def __init__(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
                  label_party: str, index: int = 0) -> None:
@@ -214,6 +245,8 @@ class NonLabelParty(_SplitParty):
 
 class LabelParty(_SplitParty):
     """The label holder: own bottom model, the top model, the loss, and the defense on what it sends."""
+
+    role = "LabelParty"
 
     def __init__(self, name: str, table: Any, categorical: Sequence[str], config: SplitNNConfig,
                  nonlabel: Sequence[str], defense: Defense | None = None) -> None:

@@ -46,6 +46,7 @@ from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
 from .models import batch_schedule
 from .parties import LabelParty, NonLabelParty
+from .synthesis import UnalignedOptions
 
 __all__ = ["train", "SplitNNModel"]
 
@@ -77,6 +78,8 @@ class SplitNNModel:
     privacy: dict | None = None
     # Trained with unaligned rows (ray_vfl.splitnn.unaligned): the synthesis and alternation report; else None.
     unaligned: dict | None = None
+    # ... and the UnalignedOptions it was trained with (method, pretraining epochs, diffusion model).
+    unaligned_options: UnalignedOptions | None = None
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
         """Federated prediction: probabilities of the positive class for every row of ``data``."""
@@ -123,16 +126,19 @@ class SplitNNModel:
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.pt``, its own part only, plus ``federation.json`` (roles, config).
 
+        A model trained with unaligned rows saves the same way: the label party's part also holds both
+        branch batch norms and its fitted synthesiser (diffusion model or JPL mapping); ``federation.json``
+        names the method and its options.
+
         Example
         -------
         >>> model.save("model_dir")                                   # doctest: +SKIP
         >>> SplitNNModel.load("model_dir").predict_proba(test)        # doctest: +SKIP
         """
-        if self.unaligned is not None:  # its label party adds a batch norm per branch that load() does not rebuild
-            raise ConfigError("saving a model trained with unaligned rows (Diffu-AT, JPL, HeuristicVFL) is not "
-                              "supported: predict with it while its party actors run (before the next fit or shutdown)")
         meta = {"label_party": self.label_party, "nonlabel": self.nonlabel, "config": self.config.to_dict(),
                 "defense": {"name": self.defense.name, "params": self.defense.params()}, "n_rows": self.n_rows}
+        if self.unaligned_options is not None:
+            meta["unaligned"] = {"options": self.unaligned_options.to_dict()}
         return save_parts(self.runtime, [self.label_party] + self.nonlabel, directory, meta, ".pt", kind="splitnn")
 
     @classmethod
@@ -143,17 +149,28 @@ class SplitNNModel:
             config = SplitNNConfig.from_dict(meta["config"])
             label_name, nonlabel = meta["label_party"], list(meta["nonlabel"])
             defense = DEFENSES[meta["defense"]["name"]](**meta["defense"]["params"])
-        except (KeyError, TypeError) as exc:
+            options = None if meta.get("unaligned") is None else UnalignedOptions.from_dict(meta["unaligned"]["options"])
+        except (KeyError, TypeError, ConfigError) as exc:
             raise DataError(f"{directory!r} holds no split-NN federation file ({type(exc).__name__}: {exc})") from exc
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect([label_name] + nonlabel)
-        label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
+        if options is None:
+            label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
+        else:  # its label party: both branch batch norms and the synthesiser
+            from .unaligned_party import UnalignedLabelParty
+
+            label = runtime.spawn(label_name, UnalignedLabelParty, label_name, None, None, [], config, nonlabel,
+                                  defense, options, 0)
         calls = [(label_name, label.load_part.remote(os.path.join(directory, f"{label_name}.pt")))]
         for i, p in enumerate(nonlabel):
             handle = runtime.spawn(p, NonLabelParty, p, None, [], config, label_name, i)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.pt"))))
         runtime.get(calls, "load", config.timeout_s)
-        return cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)), privacy=defense.accounting())
+        model = cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)), privacy=defense.accounting())
+        if options is not None:
+            model.unaligned_options = options
+            model.unaligned = runtime.get([(label_name, label.unaligned_report.remote())], "report", config.timeout_s)[0]
+        return model
 
     def param_grads(self) -> dict[str, dict[str, np.ndarray]]:
         """Every party's parameter gradients from the last batch (diagnostic; used by the tests)."""

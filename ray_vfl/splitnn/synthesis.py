@@ -199,14 +199,34 @@ class ImitationMap:
         with torch.no_grad():
             return self.net_((torch.as_tensor(h_l, dtype=torch.float32) - self.mean_) / self.std_).numpy()
 
+    def to_state(self) -> dict[str, Any]:
+        """The fitted mapping as tensors and plain values (``torch.load(..., weights_only=True)`` reads it back)."""
+        first, last = self.net_[0], self.net_[-1]
+        return {"hidden": self.hidden, "epochs": self.epochs, "batch_size": self.batch_size, "seed": self.seed,
+                "in_dim": first.in_features, "out_dim": last.out_features, "mean": self.mean_, "std": self.std_,
+                "net": {k: v.detach().clone() for k, v in self.net_.state_dict().items()},
+                "losses": [float(v) for v in self.losses_]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "ImitationMap":
+        """The mapping :meth:`to_state` described: it predicts as the fitted one did."""
+        out = cls(int(state["hidden"]), int(state["epochs"]), int(state["batch_size"]), int(state["seed"]))
+        out.net_ = nn.Sequential(nn.Linear(int(state["in_dim"]), out.hidden), nn.ReLU(),
+                                 nn.Linear(out.hidden, int(state["out_dim"])))
+        out.net_.load_state_dict(state["net"])
+        out.mean_, out.std_, out.losses_ = state["mean"], state["std"], list(state["losses"])
+        return out
+
 
 def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: np.ndarray, h_l_u: np.ndarray,
                y_u: np.ndarray, users: tuple[np.ndarray, np.ndarray] | None = None,
-               seed_offset: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
+               seed_offset: int = 0, return_model: bool = False) -> tuple:
     """Synthetic ``h_N`` for the unaligned rows ``(h_l_u, y_u)`` from the aligned ``(h_n, h_l, y)``; and a report.
 
     The embeddings have shape ``(n_u, width)``, or ``(samples_per_row, n_u, width)`` for ``diffu-at``
     with ``options.samples_per_row > 1``. ``seed_offset`` varies the models' seeds between refreshes.
+    ``return_model=True`` adds a third item: the fitted synthesiser (:class:`ConditionalDiffusion` for
+    ``diffu-at``, :class:`ImitationMap` for ``jpl``, ``None`` for ``heuristic``, which fits no model).
     """
     if len(h_n) < 2:
         raise DataError(f"need at least 2 aligned rows to learn the federated embeddings from, got {len(h_n)}")
@@ -238,8 +258,10 @@ def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: n
             raise DataError("HeuristicVFL needs the user IDs of the aligned and unaligned rows (user_column)")
         out, hit = heuristic_embeddings(h_n, users[0], users[1])
         report["user_hit_rate"] = round(hit, 4)
+        model = None
     else:
-        imitation = ImitationMap(epochs=options.imitation_epochs, seed=options.diffusion.seed + seed_offset).fit(h_l, h_n)
-        out = imitation.predict(h_l_u)
-        report["imitation_mse"] = imitation.losses_[-1]
-    return np.asarray(out, dtype=np.float32), report
+        model = ImitationMap(epochs=options.imitation_epochs, seed=options.diffusion.seed + seed_offset).fit(h_l, h_n)
+        out = model.predict(h_l_u)
+        report["imitation_mse"] = model.losses_[-1]
+    out = np.asarray(out, dtype=np.float32)
+    return (out, report, model) if return_model else (out, report)

@@ -189,6 +189,7 @@ def train_unaligned(
     model = SplitNNModel(runtime, label_name, nonlabel, total, defense, data.n_rows,
                          CommStats(r for batch in records for r in batch), losses, seconds, defense.accounting())
     model.unaligned = {**report, "pretrain_batches": n_pretrain}
+    model.unaligned_options = options
     return model
 
 

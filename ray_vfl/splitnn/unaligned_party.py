@@ -17,6 +17,10 @@ after the VanillaVFL pretraining:
    synthesiser is refitted on the previous epoch's ``h_N`` (with the current ``h_L``) and the unaligned
    rows' ``h_N`` resynthesised (:meth:`_refresh`; no message).
 3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
+
+Its saved part (:meth:`save_part`, through :meth:`~ray_vfl.splitnn.SplitNNModel.save`) holds the bottom,
+the top and both branch batch norms, and the fitted synthesiser (the last diffusion model or JPL
+mapping) with the synthesis report; constructed with ``table=None`` it waits for :meth:`load_part`.
 """
 
 from __future__ import annotations
@@ -34,16 +38,19 @@ from ..runtime.actors import gather
 from ..runtime.party import resolve_rows
 from .config import SplitNNConfig
 from .defenses import Defense
+from .diffusion import ConditionalDiffusion
 from .encoding import FeatureEncoder
 from .models import make_optimizer
 from .parties import LabelParty, check_binary_labels
-from .synthesis import UnalignedOptions, branch_sequence, synthesize
+from .synthesis import ImitationMap, UnalignedOptions, branch_sequence, synthesize
 
 __all__ = ["UnalignedLabelParty"]
 
 
 class UnalignedLabelParty(LabelParty):
     """Label party with aligned rows (federated) and unaligned rows (local, synthetic ``h_N``)."""
+
+    role = "UnalignedLabelParty"
 
     def __init__(self, name: str, table: Any, unaligned: Any, categorical: Sequence[str], config: SplitNNConfig,
                  nonlabel: Sequence[str], defense: Defense | None, options: UnalignedOptions, n_pretrain: int) -> None:
@@ -55,6 +62,16 @@ class UnalignedLabelParty(LabelParty):
         self.options = options
         self.n_pretrain = n_pretrain  # batches of the shared schedule that pretrain (VanillaVFL)
         LabelParty.reset(self, name, table, categorical, config, nonlabel, defense)
+        self.synthesizer: Any = None  # the last fitted ConditionalDiffusion (diffu-at) or ImitationMap (jpl)
+        self.synthetic: torch.Tensor | None = None
+        self.plan: list[tuple[str, int]] = []
+        self.local_batches: list[np.ndarray] = []
+        self.report: dict[str, Any] = {}
+        self.fresh_h_n: torch.Tensor | None = None
+        self.epoch_starts: set[int] = set()
+        self._pick = np.random.default_rng([config.seed, 4243])
+        if table is None:  # no training rows: the models come from load_part
+            return
         frame, _ = resolve_rows(table)
         frame_u, labels_u = resolve_rows(unaligned)
         if frame_u is None or len(frame_u) == 0:
@@ -81,13 +98,6 @@ class UnalignedLabelParty(LabelParty):
                                 f"{list(frame.columns)[:20]}")
             self.users = (frame[options.user_column].to_numpy(), frame_u[options.user_column].to_numpy())
         self._build()
-        self.synthetic: torch.Tensor | None = None
-        self.plan: list[tuple[str, int]] = []
-        self.local_batches: list[np.ndarray] = []
-        self.report: dict[str, Any] = {}
-        self.fresh_h_n: torch.Tensor | None = None
-        self.epoch_starts: set[int] = set()
-        self._pick = np.random.default_rng([config.seed, 4243])
 
     def _build(self) -> None:
         super()._build()
@@ -168,8 +178,9 @@ class UnalignedLabelParty(LabelParty):
         with torch.no_grad():
             h_l = self.bottom(self.rows["train"])
             h_l_u = self.bottom(self.rows["unaligned"])
-        synthetic, report = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(), h_l_u.numpy(),
-                                       self.y_u.numpy(), self.users, seed_offset=refresh)
+        synthetic, report, self.synthesizer = synthesize(self.options, h_n.numpy(), h_l.numpy(), self.y.numpy(),
+                                                         h_l_u.numpy(), self.y_u.numpy(), self.users,
+                                                         seed_offset=refresh, return_model=True)
         self.synthetic = torch.as_tensor(synthetic, dtype=self.dtype)
         if refresh == 0:
             self.report = report
@@ -239,3 +250,25 @@ class UnalignedLabelParty(LabelParty):
 
     def plan_counts(self) -> dict[str, int]:
         return {"fed": sum(b == "fed" for b, _ in self.plan), "local": sum(b == "local" for b, _ in self.plan)}
+
+    # saved part -------------------------------------------------------------------------
+    def _part(self) -> dict[str, Any]:
+        """:meth:`LabelParty._part` (bottom, top and both branch batch norms) plus the method, the fitted
+        synthesiser (diffusion model or JPL mapping; HeuristicVFL fits none) and the synthesis report."""
+        blob = super()._part()
+        blob["unaligned"] = {"method": self.options.method,
+                             "synthesizer": None if self.synthesizer is None else self.synthesizer.to_state(),
+                             "report": {k: v.item() if hasattr(v, "item") else v for k, v in self.report.items()}}
+        return blob
+
+    def _restore(self, blob: dict[str, Any]) -> None:
+        saved = blob["unaligned"]
+        if saved["method"] != self.options.method:
+            raise ValueError(f"it holds a {saved['method']!r} label party, the federation file says {self.options.method!r}")
+        super()._restore(blob)
+        state = saved["synthesizer"]
+        if saved["method"] == "diffu-at":
+            self.synthesizer = ConditionalDiffusion.from_state(state)
+        elif saved["method"] == "jpl":
+            self.synthesizer = ImitationMap.from_state(state)
+        self.report = dict(saved["report"])
