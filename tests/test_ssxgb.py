@@ -102,8 +102,10 @@ def test_view_audit(fitted, runtime):
             assert "CipherArray" in repr(shape) and not _floats_in(shape), step
     bits = CONFIG.value_bits
     for step, values in view["decrypted"]:  # what S decrypted is masked: never a bare small value
-        if step in ("switch_key", "mult", "trunc"):
-            assert min(values) >= 2**bits, step  # x + r, r of l + kappa bits (or uniform mod N)
+        if step == "switch_key":
+            assert min(values) >= 2**bits, step  # m + tau, tau uniform mod N
+        elif step in ("mult", "trunc"):  # x + r, r of (the operand's bound + kappa) bits: never a bare small value
+            assert min(values) >= 2 ** (CONFIG.kappa - 24), step
         elif step == "reciprocal":
             assert min(values) >= 2 ** (CONFIG.kappa - 1)  # D r, never D alone
     assert {s for s, _ in view["decrypted"]} >= {"switch_key", "mult", "trunc", "lgt", "reciprocal"}

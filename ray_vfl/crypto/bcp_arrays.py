@@ -225,6 +225,7 @@ class BCP:
             raise CryptoError(f"plaintext integers must satisfy |m| <= N // 3 (a {pk.key_bits}-bit key), got larger")
         return self._encrypt_residues(pk, ints, frac_bits, pool)
 
+    @timed("crypto")
     def _encrypt_residues(self, pk: BCPPublicKey, ms: list[int], frac_bits: int, pool: Any = None,
                           hiding: bool = False) -> CipherArray:
         """Encrypt integers taken mod N, unchecked (the two-server masks are uniform in Z_N);

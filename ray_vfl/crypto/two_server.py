@@ -123,6 +123,7 @@ from typing import Any
 from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.bcp import BCPMasterKey, BCPPublicKey
 from ray_vfl.crypto.bcp_arrays import BCP, key_logs, tag_frac_bits
+from ray_vfl.crypto.bcp_batches import encrypt_many, mdecrypt_small_many
 from ray_vfl.errors import ConfigError, CryptoError
 
 __all__ = ["LocalLink", "ServerS", "TwoServerConfig"]
@@ -214,6 +215,15 @@ class ServerS:
             self.view.append((step, vals))
         return vals
 
+    def _open_many(self, step: str, arrays: list[CipherArray]) -> list[list[int]]:
+        """:meth:`_open` (signed) of several arrays in one mDec call per key (:mod:`~ray_vfl.crypto.bcp_batches`)."""
+        jobs = [(self._key(c.key_id), c) for c in arrays]
+        opened = mdecrypt_small_many(self.bcp, self._mk, jobs, self.config.value_bits + self.config.kappa + 2,
+                                     self.pool)
+        if self.record_view:
+            self.view.extend((step, vals) for vals in opened)
+        return opened
+
     def register_step(self, hs: list[int]) -> list[bytes]:
         """Learn public keys ``h`` (checked to lie in ``<g>``); returns their key ids."""
         if not isinstance(hs, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hs):
@@ -241,18 +251,16 @@ class ServerS:
         if len(xs) != len(ys):
             raise CryptoError(f"mult_step: {len(xs)} left arrays for {len(ys)} right arrays")
         lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
-        out = []
         for x, y in zip(xs, ys):
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
-            big_x, big_y = self._open("mult", x, signed=True), self._open("mult", y, signed=True)
-            if any(not lo < v < hi for v in big_x + big_y):
-                raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
-                                  "mask no longer hides it; refused")
-            frac = tag_frac_bits(x.tag) + tag_frac_bits(y.tag)
-            out.append(self.bcp._encrypt_residues(self._key(x.key_id), [a * b for a, b in zip(big_x, big_y)], frac,
-                                                  self.pool))
-        return out
+        opened = self._open_many("mult", [c for pair in zip(xs, ys) for c in pair])
+        if any(not lo < v < hi for vals in opened for v in vals):
+            raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
+                              "mask no longer hides it; refused")
+        products = [[a * b for a, b in zip(opened[2 * i], opened[2 * i + 1])] for i in range(len(xs))]
+        fresh = encrypt_many(self.bcp, [(self._key(x.key_id), p) for x, p in zip(xs, products)], self.pool)
+        return [self.bcp.with_scale(c, tag_frac_bits(x.tag) + tag_frac_bits(y.tag)) for c, x, y in zip(fresh, xs, ys)]
 
     def lgt_step(self, v: CipherArray) -> CipherArray:
         """LGT: open the blinded ``v`` and return ``Enc([v > 0])`` under the same key."""
@@ -267,17 +275,17 @@ class ServerS:
         if len(masked) != len(shifts):
             raise CryptoError(f"trunc_step: {len(masked)} arrays for {len(shifts)} shifts")
         lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
-        out = []
         for c, k in zip(masked, shifts):
             frac = tag_frac_bits(c.tag)
             if isinstance(k, bool) or not isinstance(k, int) or not 0 < k <= frac:
                 raise CryptoError(f"trunc_step: shift must be an int in [1, {frac}] (the array's scale), got {k!r}")
-            vals = self._open("trunc", c, signed=True)
-            if any(not lo < v < hi for v in vals):
-                raise CryptoError(f"Trunc input outside |x| < 2^{self.config.value_bits} (value_bits): its "
-                                  "mask no longer hides it; refused")
-            out.append(self.bcp._encrypt_residues(self._key(c.key_id), [v >> k for v in vals], frac - k, self.pool))
-        return out
+        opened = self._open_many("trunc", list(masked))
+        if any(not lo < v < hi for vals in opened for v in vals):
+            raise CryptoError(f"Trunc input outside |x| < 2^{self.config.value_bits} (value_bits): its "
+                              "mask no longer hides it; refused")
+        fresh = encrypt_many(self.bcp, [(self._key(c.key_id), [v >> k for v in vals])
+                                        for c, k, vals in zip(masked, shifts, opened)], self.pool)
+        return [self.bcp.with_scale(f, tag_frac_bits(c.tag) - k) for f, c, k in zip(fresh, masked, shifts)]
 
     def reciprocal_step(self, masked: CipherArray, scale_bits: int, out_frac: int) -> CipherArray:
         """Reciprocal: open ``M = d r`` (positive) and return ``Enc(round(2^K / M))`` tagged ``out_frac``."""

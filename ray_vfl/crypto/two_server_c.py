@@ -15,6 +15,7 @@ import numpy as np
 from ray_vfl.crypto.ciphertexts import CipherArray
 from ray_vfl.crypto.bcp import BCPParams, BCPPublicKey, joint_key
 from ray_vfl.crypto.bcp_arrays import BCP, check, tag_frac_bits
+from ray_vfl.crypto.bcp_batches import encrypt_many, mul_const_many
 from ray_vfl.errors import ConfigError, CryptoError
 
 from ray_vfl.crypto.two_server import ServerS, TwoServerConfig
@@ -153,25 +154,31 @@ class ServerC:
         if len(bounds) != len(pairs) or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= top
                                             for pair in bounds for b in pair):
             raise CryptoError(f"Mult bounds must be one (bits of x, bits of y) pair per product, each in [1, {top}]")
-        xs, ys, state = [], [], []
+        kappa, bcp, items = self.config.kappa, self.bcp, []
         for (a, b), (bx, by) in zip(pairs, bounds):
             pk = self.key_of(a)
             fa, fb = check(pk, a), check(pk, b)
             if len(a) != len(b):
                 raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
-            kappa = self.config.kappa
-            r1, r2 = _uniform(bx + kappa, len(a)), _uniform(by + kappa, len(a))
-            xs.append(self.bcp.add(pk, a, self.bcp._encrypt_residues(pk, r1, fa, self.pool, hiding=True)))
-            ys.append(self.bcp.add(pk, b, self.bcp._encrypt_residues(pk, r2, fb, self.pool, hiding=True)))
-            state.append((pk, a, b, r1, r2))
+            items.append((pk, a, b, fa, fb, _uniform(bx + kappa, len(a)), _uniform(by + kappa, len(a))))
+        k = len(items)
+        # every mask, every cross term and every r1 r2 of all products in one pooled call each
+        masks = encrypt_many(bcp, [(it[0], it[5]) for it in items] + [(it[0], it[6]) for it in items], self.pool,
+                             hiding=True)
+        xs = [bcp.add(pk, a, bcp.with_scale(m, fa)) for (pk, a, _, fa, _, _, _), m in zip(items, masks[:k])]
+        ys = [bcp.add(pk, b, bcp.with_scale(m, fb)) for (pk, _, b, _, fb, _, _), m in zip(items, masks[k:])]
         replies = self.link.ask(ServerS.mult_step, xs, ys)
+        terms = mul_const_many(bcp, [(pk, a, [-v for v in r2]) for pk, a, _, _, _, _, r2 in items]
+                               + [(pk, b, [-v for v in r1]) for pk, _, b, _, _, r1, _ in items], self.pool)
+        cross = encrypt_many(bcp, [(pk, [-u * v % n for u, v in zip(r1, r2)]) for pk, _, _, _, _, r1, r2 in items],
+                             self.pool)
         out = []
-        for xy, (pk, a, b, r1, r2) in zip(replies, state):
+        for i, (xy, it) in enumerate(zip(replies, items)):
+            pk = it[0]
             frac = check(pk, xy)
-            acc = self.bcp.add(pk, xy, self.bcp.mul_const(pk, a, [-v for v in r2], tag_frac_bits(b.tag), self.pool))
-            acc = self.bcp.add(pk, acc, self.bcp.mul_const(pk, b, [-v for v in r1], tag_frac_bits(a.tag), self.pool))
-            cross = self.bcp._encrypt_residues(pk, [-u * v % n for u, v in zip(r1, r2)], frac, self.pool)
-            out.append(self.bcp.add(pk, acc, cross))
+            acc = bcp.add(pk, xy, bcp.with_scale(terms[i], frac))
+            acc = bcp.add(pk, acc, bcp.with_scale(terms[k + i], frac))
+            out.append(bcp.add(pk, acc, bcp.with_scale(cross[i], frac)))
         return out
 
     # -- Trunc and Reciprocal -----------------------------------------------------------------------
@@ -182,21 +189,20 @@ class ServerC:
     def trunc_many(self, arrays: Sequence[CipherArray], k: int) -> list[CipherArray]:
         """Trunc of several arrays by the same ``k`` in one round trip (see the module docstring)."""
         bits = self.config.mask_bits
-        masked, masks = [], []
+        masks = []
         for c in arrays:
             pk = self.key_of(c)
             frac = check(pk, c)
             if not 0 < k <= frac:
                 raise CryptoError(f"Trunc by {k} bits of an array of scale {frac}: shift must be in [1, {frac}]")
-            r = _uniform(bits, len(c))
-            masks.append((pk, r))
-            masked.append(self.bcp.add(pk, c, self.bcp._encrypt_residues(pk, r, frac, self.pool, hiding=True)))
+            masks.append((pk, _uniform(bits, len(c))))
+        blinds = encrypt_many(self.bcp, masks, self.pool, hiding=True)
+        masked = [self.bcp.add(pk, c, self.bcp.with_scale(e, check(pk, c)))
+                  for (pk, _), c, e in zip(masks, arrays, blinds)]
         replies = self.link.ask(ServerS.trunc_step, masked, [int(k)] * len(masked))
-        out = []
-        for rep, (pk, r) in zip(replies, masks):
-            frac = check(pk, rep)
-            out.append(self.bcp.add(pk, rep, self.bcp._encrypt_residues(pk, [-(v >> k) for v in r], frac, self.pool)))
-        return out
+        unmask = encrypt_many(self.bcp, [(pk, [-(v >> k) for v in r]) for pk, r in masks], self.pool)
+        return [self.bcp.add(pk, rep, self.bcp.with_scale(u, check(pk, rep)))
+                for rep, (pk, _), u in zip(replies, masks, unmask)]
 
     def reciprocal(self, c: CipherArray, scale_bits: int, out_frac: int, rho: int | None = None) -> CipherArray:
         """Reciprocal: ``Enc(~2^K / d)`` for positive integers ``0 < d < 2^l`` (``K`` = ``scale_bits``),
