@@ -163,35 +163,31 @@ class _RayLink:
         return ray.get(self.handle.step.remote(step.__name__, *payload))
 
 
-def table3(bits: int, n: int, loop: int) -> list:
+def table3(rt, bits: int, n: int, loop: int) -> list:
     """Mult and LGT over Ray: one actor call per array (pools on) vs one per value; wall seconds."""
-    from ray_vfl import Runtime
-
-    with Runtime() as rt:
-        rt.connect(["server_c", "server_s"])
-        params, mk = setup(bits, allow_weak=True)
-        users = [keygen(params) for _ in range(2)]
-        config = TwoServerConfig()
-        handle = rt.spawn("server_s", _SHost, mk, config, rt.pool("server_s"))
-        c = ServerC(params, _RayLink(handle), config, pool=rt.pool("server_c"))
-        jpk = c.register([pk for pk, _ in users])
-        vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
-        x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
-        c.mult(c.bcp.take(x, slice(0, 256)), c.bcp.take(y, slice(0, 256)))  # warm the pools' tables
-        out = []
-        for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
-            t = time.perf_counter()
-            op(x, y)
-            batch = time.perf_counter() - t
-            k = min(loop, n)
-            xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
-            ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
-            t = time.perf_counter()
-            for a, b in zip(xs, ys):
-                op(a, b)
-            looped = (time.perf_counter() - t) * n / k
-            out.append((name, n, k, batch, looped))
-        return out
+    params, mk = setup(bits, allow_weak=True)
+    users = [keygen(params) for _ in range(2)]
+    config = TwoServerConfig()
+    handle = rt.spawn("server_s", _SHost, mk, config, rt.pool("server_s"))
+    c = ServerC(params, _RayLink(handle), config, pool=rt.pool("server_c"))
+    jpk = c.register([pk for pk, _ in users])
+    vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
+    x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
+    c.mult(c.bcp.take(x, slice(0, 256)), c.bcp.take(y, slice(0, 256)))  # warm the pools' tables
+    out = []
+    for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
+        t = time.perf_counter()
+        op(x, y)
+        batch = time.perf_counter() - t
+        k = min(loop, n)
+        xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
+        ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
+        t = time.perf_counter()
+        for a, b in zip(xs, ys):
+            op(a, b)
+        looped = (time.perf_counter() - t) * n / k
+        out.append((bits, name, n, k, batch, looped))
+    return out
 
 
 def main() -> None:
@@ -241,13 +237,17 @@ def main() -> None:
 
 
 def _print_table3(args) -> None:
+    from ray_vfl import Runtime
+
     print("\nTable 3: over Ray (S an actor, C here, both with task pools over all cores); wall seconds; "
           "one actor call per array vs one per value (loop timed on k values, scaled to n)")
     print(f"{'bits':>5} {'op':<5} {'n':>6} {'k':>6} {'array s':>9} {'loop s':>9} {'ratio':>7}")
-    for b in args.bits:
-        n = args.n if b < 2048 else args.n_2048
-        for name, n, k, batch, looped in table3(b, n, min(args.loop, 300)):
-            print(f"{b:>5} {name:<5} {n:>6} {k:>6} {batch:>9.2f} {looped:>9.2f} {looped / batch:>6.2f}x", flush=True)
+    with Runtime() as rt:  # one Ray for every key size
+        rt.connect(["server_c", "server_s"])
+        rows = [row for b in args.bits for row in table3(rt, b, args.n if b < 2048 else args.n_2048,
+                                                          min(args.loop, 300))]
+    for b, name, n, k, batch, looped in rows:
+        print(f"{b:>5} {name:<5} {n:>6} {k:>6} {batch:>9.2f} {looped:>9.2f} {looped / batch:>6.2f}x")
 
 
 if __name__ == "__main__":
