@@ -178,7 +178,7 @@ def test_pool_paths_agree(world, monkeypatch):
 def test_small_mdec_reads_bounded_values_mod_p_and_says_when_it_cannot(world):
     """mDec mod p alone equals the full mDec on values below the stated bound; a bound near |p| falls
     back to the full mDec; a value beyond the bound comes out reduced (callers range-check)."""
-    from ray_vfl.crypto.bcp import master_context
+    from ray_vfl.crypto.bcp_master import master_context
     _, mk, users, _, _ = world
     pk, _ = users[1]
     top = master_context(mk).small_bound_bits()

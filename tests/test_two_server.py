@@ -235,7 +235,8 @@ def test_payloads_are_plain_values(world):
 def test_randomness_s_can_compute_is_uniform(world):
     """S can compute the encryption exponent r mod p of anything it receives (ell_p(A) / ell_p(g));
     for LGT and Mult requests it must be uniform, not a function of C's secret sign and masks."""
-    from ray_vfl.crypto.bcp import _ell, master_context
+    from ray_vfl.crypto.bcp import _ell
+    from ray_vfl.crypto.bcp_master import master_context
     from ray_vfl.crypto.bcp_arrays import unwrap
     _, mk, _, s, c, jpk = world
     ctx = master_context(mk)

@@ -50,10 +50,10 @@ from ray_vfl.crypto.bcp import (
     BCPMasterKey,
     BCPPublicKey,
     BCPSecretKey,
-    master_context,
     raw_decrypt,
     raw_encrypt,
 )
+from ray_vfl.crypto.bcp_master import master_context
 from ray_vfl.crypto.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
