@@ -188,3 +188,18 @@ def test_small_mdec_reads_bounded_values_mod_p_and_says_when_it_cannot(world):
     big = [pk.params.n // 3]
     assert bcp.mdecrypt_small(mk, pk, bcp.encrypt_ints(pk, big), top) == big  # full mDec: still right
     assert bcp.mdecrypt_small(mk, pk, bcp.encrypt_ints(pk, big), 201) != big
+
+
+def test_batched_calls_keep_each_jobs_key_and_order(world):
+    """bcp_batches: jobs under two keys, interleaved, come back in the order given, each under its own
+    key, in one BCP call per key."""
+    from ray_vfl.crypto.bcp_batches import encrypt_many, mdecrypt_small_many, mul_const_many
+    _, mk, users, _, _ = world
+    (pa, sa), (pb, sb) = users[0], users[1]
+    jobs = [(pa, [1, -2]), (pb, [3]), (pa, [4, 5, -6]), (pb, [])]
+    out = encrypt_many(bcp, jobs)
+    assert [c.key_id for c in out] == [pk.key_id for pk, _ in jobs]
+    assert [bcp.decrypt_ints(sk, c) for c, sk in zip(out, [sa, sb, sa, sb])] == [m for _, m in jobs]
+    assert mdecrypt_small_many(bcp, mk, [(pk, c) for (pk, _), c in zip(jobs, out)], 8) == [m for _, m in jobs]
+    scaled = mul_const_many(bcp, [(pa, out[0], [2, 3]), (pb, out[1], [-1]), (pa, out[2], [0, 1, 2])])
+    assert [bcp.decrypt_ints(sk, c) for c, sk in zip(scaled, [sa, sb, sa])] == [[2, -6], [-3], [0, 5, -12]]
