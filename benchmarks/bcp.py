@@ -124,22 +124,25 @@ def table1(bits: int, small: int) -> tuple[list, tuple]:
     return rows, (params, mk, c, jpk)
 
 
-def table2(c: ServerC, jpk, n: int, loop: int) -> list:
+def array_vs_loop(c: ServerC, jpk, n: int, loop: int, clock=time.process_time, warm: bool = False) -> list:
+    """``(op, n, k, array seconds, per-value loop seconds scaled to n)`` for Mult and LGT on ``n`` values,
+    the loop timed on ``k = min(loop, n)`` one-value calls; ``clock``: CPU or wall time."""
     vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
     x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
+    if warm:  # build the task pools' fixed-base tables before timing
+        c.mult(c.bcp.take(x, slice(0, 256)), c.bcp.take(y, slice(0, 256)))
     out = []
     for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
-        t = time.process_time()
+        t = clock()
         op(x, y)
-        batch = time.process_time() - t
+        batch = clock() - t
         k = min(loop, n)
         xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
         ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
-        t = time.process_time()
+        t = clock()
         for a, b in zip(xs, ys):
             op(a, b)
-        looped = (time.process_time() - t) * n / k
-        out.append((name, n, k, batch, looped))
+        out.append((name, n, k, batch, (clock() - t) * n / k))
     return out
 
 
@@ -171,23 +174,7 @@ def table3(rt, bits: int, n: int, loop: int) -> list:
     handle = rt.spawn("server_s", _SHost, mk, config, rt.pool("server_s"))
     c = ServerC(params, _RayLink(handle), config, pool=rt.pool("server_c"))
     jpk = c.register([pk for pk, _ in users])
-    vals = [secrets.randbits(64) - 2**63 for _ in range(n)]
-    x, y = c.encrypt_ints(jpk, vals), c.encrypt_ints(jpk, vals[::-1])
-    c.mult(c.bcp.take(x, slice(0, 256)), c.bcp.take(y, slice(0, 256)))  # warm the pools' tables
-    out = []
-    for name, op in (("Mult", c.mult), ("LGT", c.lgt)):
-        t = time.perf_counter()
-        op(x, y)
-        batch = time.perf_counter() - t
-        k = min(loop, n)
-        xs = [c.bcp.take(x, slice(i, i + 1)) for i in range(k)]
-        ys = [c.bcp.take(y, slice(i, i + 1)) for i in range(k)]
-        t = time.perf_counter()
-        for a, b in zip(xs, ys):
-            op(a, b)
-        looped = (time.perf_counter() - t) * n / k
-        out.append((bits, name, n, k, batch, looped))
-    return out
+    return [(bits, *row) for row in array_vs_loop(c, jpk, n, loop, time.perf_counter, warm=True)]
 
 
 def main() -> None:
@@ -210,7 +197,7 @@ def main() -> None:
     for bits in args.bits:
         rows, (_, _, c, jpk) = table1(bits, args.small)
         n = args.n if bits < 2048 else args.n_2048
-        results[bits] = (rows, table2(c, jpk, n, args.loop if bits < 2048 else min(args.loop, 200)))
+        results[bits] = (rows, array_vs_loop(c, jpk, n, args.loop if bits < 2048 else min(args.loop, 200)))
         print(f"... {bits} bits done", file=sys.stderr, flush=True)
     print(f"Table 1: CPU microseconds per value, one thread (Setup: seconds); load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")
