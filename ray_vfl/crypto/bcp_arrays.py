@@ -186,9 +186,7 @@ def _pooled(pool: Any, pk: BCPPublicKey, n: int) -> bool:
 
 
 def _run(pool: Any, pk: BCPPublicKey, fn: Any, items: Any, n: int, *shared: Any) -> list:
-    """``fn(items[s], *shared)`` over the pool's chunks (or once here), results in order."""
-    if not _pooled(pool, pk, n):
-        return [fn(items, *shared)]
+    """``fn(items[s], *shared)`` over the pool's chunks, results in order (callers check :func:`_pooled`)."""
     return pool.map(fn, [items[s] for s in pool.chunks(n, min_chunk=min_chunk(pk))], *shared)
 
 
