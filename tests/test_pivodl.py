@@ -171,18 +171,25 @@ def test_dp_noise_has_the_configured_deviation():
     assert lo < statistic < hi
 
 
-def test_secure_prediction_sums_the_holders_exact_leaves(runtime, credit_frame):
+def test_secure_prediction_sums_the_holders_clipped_leaves(runtime, credit_frame):
     """Under partial DP the clients trained on noisy released weights, yet the masked shares of secure
-    prediction sum to the margins of the exact leaf weights the holders keep (and not the released ones)."""
+    prediction sum to the margins of the weights the holders keep: clipped to C, without noise. The
+    first tree (grown before any noise) is the centralized reference's, its weights clipped."""
     from ray_vfl.trees.reference import ReferenceTree
 
     frame, label = credit_frame
     data = spread(frame, label, 3, (0.4, 0.4, 0.2))
-    config = PIVODLConfig(n_trees=2, max_depth=2, max_bin=16, backend="plain", epsilon=1.0)
+    config = PIVODLConfig(n_trees=2, max_depth=2, max_bin=16, backend="plain", epsilon=1.0, leaf_clip=0.05)
     model = train(runtime, data, config)
+    assembled = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     trees = [ReferenceTree(t["left"], t["right"], t["feature"], t["bin"], t["default_left"], t["weight"])
-             for t in model.assembled_trees({p: data.n_features(p) for p in data.party_names})]
+             for t in assembled]
     base = float(np.clip(data.label.mean(), 1e-6, 1 - 1e-6))
+    first = fit_reference(reference_bins(data, config.max_bin), data.label, config.replace(n_trees=1), base)[0]
+    np.testing.assert_array_equal(assembled[0]["left"], first.left)
+    assert np.abs(first.weight).max() > 0.05  # the clip binds somewhere
+    np.testing.assert_array_equal(assembled[0]["weight"], np.clip(first.weight, -0.05, 0.05))
+    assert all(np.abs(t["weight"]).max() <= 0.05 for t in assembled)
     expect = predict_reference(trees, reference_bins(data, config.max_bin), base_margin(config.objective, base),
                                config.max_bin)
     np.testing.assert_allclose(model.predict_margin(data), expect, atol=1e-8)

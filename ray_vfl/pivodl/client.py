@@ -59,7 +59,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.trees: list[dict[int, tuple]] = []  # per tree: node -> ("split", source, record, left, right) / ("leaf", holder)
         self.released: list[dict[int, float]] = []  # per tree: leaf -> the weight its holder released
         self.leaf_of_row: list[np.ndarray] = []  # per tree: the leaf of every training row (partitions are public)
-        self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> exact weight, leaves this client holds
+        self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> kept weight, leaves this client holds
         self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
         self.base_score: float | None = None
         frame, label = resolve_rows(table)

@@ -26,7 +26,8 @@ __all__ = ["PIVODLModel"]
 @dataclass
 class PIVODLModel:
     """A trained PIVODL model, spread over the client actors: every client holds its lookup table and
-    the exact weights of the leaves it holds; the tree shapes are known to every client.
+    the weights of the leaves it holds (exact; clipped to ``[-C, C]`` under partial DP, before the noise
+    that only the released copies carry); the tree shapes are known to every client.
 
     Example
     -------
@@ -98,7 +99,7 @@ class PIVODLModel:
 
     def save(self, directory: str) -> dict[str, str]:
         """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,
-        the exact weights of the leaves it holds); the driver writes ``federation.json``."""
+        the weights of the leaves it holds); the driver writes ``federation.json``."""
         meta = {"order": self.order, "n_trees": self.n_trees, "config": self.config.to_dict(), "epsilon": self.epsilon}
         return save_parts(self.runtime, self.order, directory, meta, ".json", kind="pivodl")
 
@@ -132,7 +133,7 @@ class PIVODLModel:
     def assembled_trees(self, n_features: dict[str, int]) -> list[dict[str, np.ndarray]]:
         """Diagnostic only (tests, benchmarks): the trees put together from every client's private
         part -- split features as global indices (clients' features concatenated in client order, as
-        ``n_features`` counts them), bins, missing directions and exact leaf weights, in the centralized
+        ``n_features`` counts them), bins, missing directions and the kept leaf weights, in the centralized
         reference's layout. In a deployment no one can do this: each part stays with its client."""
         parts = self._calls().value("model_part", self.order, lambda p: (), "model parts")
         lookup = {p: part["lookup"] for p, part in zip(self.order, parts)}

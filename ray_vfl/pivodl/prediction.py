@@ -3,9 +3,10 @@
 Rows move down every tree at once, one level per round: each source client decides left or right
 for the rows waiting at its own split nodes, from its private lookup table, and tells every client
 (as in training, where partitions are public among clients). When every row has reached a leaf,
-each client sums the *exact* weights of the leaves it holds over the rows in them, and sends the
+each client sums the weights it *kept* for the leaves it holds (exact, or clipped under partial DP;
+never the noisy released copies) over the rows in them, and sends the
 output client a share masked by pairwise masks (:mod:`ray_vfl.crypto.secure_sum`): one share alone
-is uniformly distributed, the shares sum to the exact score. No client learns another's leaf values.
+is uniformly distributed, the shares sum to the score. No client learns another's leaf values.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class PredictionRole:
             pos[t, rows] = to
 
     def _score_share(self, key: str, nonce: bytes) -> np.ndarray:
-        """This client's masked share of every row's score: the exact weights of the leaves it holds."""
+        """This client's masked share of every row's score: the kept weights of the leaves it holds."""
         pos = self.routes[key]
         score = np.zeros(pos.shape[1])
         for t in range(len(pos)):

@@ -65,8 +65,9 @@ What DP covers: with ``epsilon`` set, each released leaf weight is a Gaussian me
 of the rows in the leaf, given the model so far (each row's label reaches one leaf per tree:
 ``n_trees`` releases, accounted by :func:`ray_vfl.crypto.gaussian_dp.accounted_epsilon`). It does not
 cover the split clients' decrypted gradient sums (the paper's protection there is the instance
-threshold), nor the label's influence on the structure of later trees. The exact weights stay at
-their holders for prediction, so DP costs accuracy only through the training margins.
+threshold), nor the label's influence on the structure of later trees. The holders keep the clipped
+weights without noise for prediction, so DP costs accuracy through the training margins and the clip
+(the exact weights of later trees would correct noise that prediction never sees: see ``_release``).
 """
 
 from __future__ import annotations

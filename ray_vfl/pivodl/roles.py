@@ -290,10 +290,16 @@ class SplitRole:
         return None, self._release(leaves, depth)
 
     def _release(self, leaves: list[tuple[int, float, float]], depth: int) -> Any:
-        """Leaf weights of the leaves this client holds: the exact ones kept for prediction; released to
-        every client (for their margins) exact, or clipped to ``[-C, C]`` with Gaussian noise of standard
-        deviation ``z * sensitivity`` under partial DP (:meth:`~ray_vfl.pivodl.config.PIVODLConfig.leaf_sensitivity`),
-        drawn from this client's own OS-entropy generator."""
+        """Leaf weights of the leaves this client holds, kept for prediction and released to every client
+        (for their margins): exact without DP; under partial DP clipped to ``[-C, C]``, kept so, and
+        released with Gaussian noise of standard deviation ``z * sensitivity``
+        (:meth:`~ray_vfl.pivodl.config.PIVODLConfig.leaf_sensitivity`) drawn from this client's own
+        OS-entropy generator.
+
+        Why the kept weight is clipped too: the clients' margins move by the noisy weights, so every
+        later tree's exact weights also correct that noise, and at small epsilon they reach hundreds
+        (the noise saturates the margins, the hessians vanish). Prediction has no noise to correct:
+        unclipped, those weights decide it (``benchmarks/RESULTS.md``, fifteenth session)."""
         if not leaves:
             return None
         cfg = self.config
@@ -301,14 +307,14 @@ class SplitRole:
         nodes = np.array([n for n, _, _ in leaves], dtype=np.int64)
         G = np.array([g for _, g, _ in leaves])
         H = np.array([h for _, _, h in leaves])
-        exact = leaf_weights(G, H, cfg.reg_lambda, cfg.learning_rate)
-        for node, w in zip(nodes.tolist(), exact.tolist()):
-            self.held[(tree, node)] = w
-        released = exact
+        kept = leaf_weights(G, H, cfg.reg_lambda, cfg.learning_rate)
+        released = kept
         if cfg.dp:
-            C = cfg.leaf_clip
+            kept = np.clip(kept, -cfg.leaf_clip, cfg.leaf_clip)
             sigma = cfg.noise_multiplier * cfg.leaf_sensitivity(H)
-            released = np.clip(exact, -C, C) + self.noise.sample(len(exact), sigma)
+            released = kept + self.noise.sample(len(kept), sigma)
+        for node, w in zip(nodes.tolist(), kept.tolist()):
+            self.held[(tree, node)] = w
         payload = {"node": nodes, "weight": released.astype(np.float64)}
         self._take_leaves(tree, self.name, nodes, payload["weight"])
         return self.mailbox.send("pivodl_leaf_weights", self.others, payload, tree, depth)

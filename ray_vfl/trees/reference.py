@@ -10,7 +10,8 @@ every party sums, so its bin sums are the federated ones bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -86,14 +87,21 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
     return tree, w[node_of_row]
 
 
-def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_score: float) -> list[ReferenceTree]:
-    """Boost ``config.n_trees`` trees on binned features (missing bin = ``config.max_bin``)."""
+def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_score: float,
+                  released: Callable[[ReferenceTree], np.ndarray] | None = None) -> list[ReferenceTree]:
+    """Boost ``config.n_trees`` trees on binned features (missing bin = ``config.max_bin``).
+
+    ``released`` maps a grown tree to the node weights the training margins move by (default: its own
+    weights); a centralized model of protocols that release noisy leaf weights (PIVODL's partial DP).
+    """
     margin = np.full(len(y), base_margin(config.objective, base_score))
     trees = []
     for _ in range(config.n_trees):
         g, h = encoded_gradients(config.objective, y, margin)
         tree, delta = _grow(bins, g, h, config, config.max_bin + 1)
         trees.append(tree)
+        if released is not None:
+            delta = predict_reference([replace(tree, weight=released(tree))], bins, 0.0, config.max_bin)
         margin = margin + delta
     return trees
 
