@@ -44,10 +44,13 @@ def party_bins(train, test, max_bin: int) -> tuple[np.ndarray, np.ndarray]:
                  for d in (train, test))
 
 
-def one_run(dataset: str, clients: int, epsilon: float | None, repeat: int) -> dict[str, float]:
+def one_run(dataset: str, clients: int, epsilon: float | None, repeat: int, leaf_clip: float | None = None
+            ) -> dict[str, float]:
     """Test accuracy, AUC and the largest kept |weight| of each prediction rule, for one split and noise draw."""
     train, test, objective = load_split(dataset, clients, seed=repeat)
     config = pivodl_config(objective, trees=6, depth=6, epsilon=epsilon)
+    if leaf_clip is not None and config.dp:
+        config = config.replace(leaf_clip=leaf_clip)
     bins_train, bins_test = party_bins(train, test, config.max_bin)
     base = float(np.clip(train.label.mean(), 1e-6, 1 - 1e-6))
     noise, released = GaussianNoise(), {}
@@ -82,14 +85,17 @@ def main(argv=None) -> None:
     p.add_argument("--epsilons", nargs="+", type=float, default=[0.1, 0.3, 1.0, 2.0, 4.0, 16.0, 64.0])
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--leaf-clip", type=float, default=None, help="C under DP (default: PIVODL's, 1 for logistic)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
+    if args.leaf_clip is not None and not args.leaf_clip > 0:
+        p.error("--leaf-clip must be positive")
     print("| dataset | epsilon | " + " | ".join(f"{r} acc | {r} AUC" for r in RULES) + " | exact max abs(w) |")
     print("|---|---|" + "---|---|" * len(RULES) + "---|")
     for dataset in args.datasets:
         for eps in [*args.epsilons, None]:
-            runs = [one_run(dataset, args.clients, eps, r) for r in range(args.repeats)]
+            runs = [one_run(dataset, args.clients, eps, r, args.leaf_clip) for r in range(args.repeats)]
             cells = []
             for rule in RULES:
                 for key in ("acc", "auc"):
