@@ -131,6 +131,7 @@ def test_refresh_default_per_method_and_options_checked():
     assert not UnalignedOptions(method="jpl").refreshes  # the baselines as measured best (RESULTS.md)
     assert not UnalignedOptions(method="heuristic", user_column="u").refreshes
     assert UnalignedOptions(method="jpl", refresh=True).refreshes
+    assert UnalignedOptions(method="fedcvt").refreshes  # FedCVT re-estimates with the current representations
     assert not UnalignedOptions(refresh=False).refreshes
     with pytest.raises(ConfigError, match="refresh must be True, False or None"):
         UnalignedOptions(refresh="yes")
@@ -223,7 +224,25 @@ def _assert_same(a, b, where: str = "") -> None:
         assert a == b, (where, a, b)
 
 
-@pytest.mark.parametrize("method", ["diffu-at", "jpl", "heuristic"])
+def test_fedcvt_estimate_is_attention_over_the_aligned_rows():
+    """softmax(q K^T / sqrt(d)) V, in chunks: each estimate is a convex combination of the aligned rows'
+    h_N, weighted by the h_L similarities, the same whatever the chunk size."""
+    from ray_vfl.splitnn.synthesis import AttentionEstimate
+
+    rng = np.random.default_rng(3)
+    h_l, h_n, q = rng.normal(size=(300, 8)), rng.normal(size=(300, 4)), rng.normal(size=(70, 8))
+    logits = q @ h_l.T / np.sqrt(8)
+    weights = np.exp(logits - logits.max(1, keepdims=True))
+    expect = (weights / weights.sum(1, keepdims=True)) @ h_n
+    for chunk in (16, 1024):
+        got = AttentionEstimate(chunk).fit(h_l, h_n).predict(q)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-5)
+    assert (got.min(0) >= h_n.min(0) - 1e-5).all() and (got.max(0) <= h_n.max(0) + 1e-5).all()
+    out, report = synthesize(UnalignedOptions(method="fedcvt"), h_n, h_l, np.zeros(300), q, np.zeros(70))
+    assert out.shape == (70, 4) and report["method"] == "fedcvt"
+
+
+@pytest.mark.parametrize("method", ["diffu-at", "jpl", "heuristic", "fedcvt"])
 def test_unaligned_models_save_and_load(runtime, small_split, tmp_path, method):
     """Each party writes its own part; the loaded model predicts exactly as the fitted one, says how it was
     trained, and its label party kept everything (bottom, top, both branch batch norms, the synthesiser)."""
@@ -241,6 +260,8 @@ def test_unaligned_models_save_and_load(runtime, small_split, tmp_path, method):
         assert saved["synthesizer"]["config"]["steps"] == 10 and "denoiser" in saved["synthesizer"]
     elif method == "jpl":
         assert "net" in saved["synthesizer"]
+    elif method == "fedcvt":
+        assert saved["synthesizer"]["keys"].shape[0] == saved["synthesizer"]["values"].shape[0] > 0
     else:
         assert saved["synthesizer"] is None  # HeuristicVFL fits no model
 

@@ -34,13 +34,13 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     gradients the label party sends (default: none).
 
     ``unaligned``: ``None`` trains on the aligned rows only (VanillaVFL); ``"diffu-at"`` (FedAds), or the
-    baselines ``"jpl"`` and ``"heuristic"`` (with ``user_column``), also learn from the label party's
+    baselines ``"jpl"``, ``"fedcvt"`` and ``"heuristic"`` (with ``user_column``), also learn from the label party's
     unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
     (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
     ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
     ``diffusion_steps`` is the diffusion model's ``T``. Models trained with ``unaligned`` save and load
     as the others do (:meth:`save_model`, :meth:`load_model`): the label party's part also holds its
-    batch norm per branch and its fitted diffusion model (or JPL mapping).
+    batch norm per branch and its fitted diffusion model (or JPL mapping, or FedCVT's keys and values).
 
     Example
     -------

@@ -15,13 +15,24 @@ method          synthetic ``h_N`` of an unaligned row
                 embedding (its "federated equivalence imitation", mean squared error). Its second
                 constraint, cross-branch rank alignment, ties a *local-serving* student to the
                 federated model; FedAds serves with the federated branch, so it is left out here.
+``fedcvt``      FedCVT's representation estimation (Kang, Liu & Liang, "FedCVT: Semi-supervised
+                Vertical Federated Learning with Cross-view Training", ACM TIST 2022): scaled
+                dot-product attention with the unaligned row's ``h_L`` as query, the aligned rows'
+                ``h_L`` as keys and their ``h_N`` as values
 ==============  ================================================================================
 
-Left out, with why: SS-VFL, FedCVT, VFL-MPD and FedHSSL are semi-supervised or self-supervised
-frameworks with their own pretraining objectives (contrastive views, pseudo-label estimation across
-parties, multi-party distillation) and, for FedCVT and FedHSSL, messages over the *non-label* party's
-unaligned rows that this protocol does not have; building them faithfully was not possible in the time
-(see the README's split-NN section).
+FedCVT, as far as it applies here: in FedCVT both parties have unaligned rows, many unlabelled, so each
+party estimates the other's missing representations and unlabelled rows get confidence-filtered pseudo
+labels; three classifiers (each party's view and the joint one) train together. In FedAds' setting only
+the label party has unaligned rows and they carry labels, so what applies is the label party's estimate
+of ``h_N`` (built here, refreshed every alternating epoch with the current representations, as FedCVT
+re-estimates per iteration), trained through the same alternating branches as every method. Its
+pseudo-labelling and the non-label party's estimation have nothing to act on, and are left out.
+
+Left out, with why: SS-VFL, VFL-MPD and FedHSSL are semi-supervised or self-supervised frameworks with
+their own pretraining objectives (contrastive views, multi-party distillation) and, for FedHSSL,
+messages over the *non-label* party's unaligned rows that this protocol does not have; building them
+faithfully was not possible in the time (see the README's split-NN section).
 """
 
 from __future__ import annotations
@@ -38,9 +49,10 @@ from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError, DataError
 from .diffusion import ConditionalDiffusion, DiffusionConfig
 
-__all__ = ["UnalignedOptions", "METHODS", "branch_sequence", "synthesize", "heuristic_embeddings", "ImitationMap"]
+__all__ = ["UnalignedOptions", "METHODS", "branch_sequence", "synthesize", "heuristic_embeddings", "ImitationMap",
+           "AttentionEstimate"]
 
-METHODS = ("diffu-at", "heuristic", "jpl")
+METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt")
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class UnalignedOptions(ValidatedConfig):
     Parameters
     ----------
     method : str
-        ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``) or ``"jpl"``.
+        ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``), ``"jpl"`` or ``"fedcvt"``.
     pretrain_epochs : int
         VanillaVFL epochs on the aligned rows before the synthesis (the split-NN config's ``epochs``
         counts these plus the alternating ones).
@@ -68,7 +80,8 @@ class UnalignedOptions(ValidatedConfig):
         messages. Without it the synthetic ``h_N`` stay those of the pretrained bottom while the real
         one keeps training. ``None`` (default): on for ``diffu-at``, off for ``heuristic`` and ``jpl``,
         what measured best for each on the FedAds-like generator (benchmarks/RESULTS.md, "Diffu-AT",
-        2026-12-02: Diffu-AT 0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944).
+        2026-12-02: Diffu-AT 0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944);
+        on for ``fedcvt``, which re-estimates with the current representations as FedCVT does.
     local_weight : float
         Weight of the local branch's loss (1: as the federated branch's).
     label_smoothing : float
@@ -121,7 +134,7 @@ class UnalignedOptions(ValidatedConfig):
     @property
     def refreshes(self) -> bool:
         """Whether the synthetic ``h_N`` are refitted every alternating epoch (``refresh``, per method if None)."""
-        return self.method == "diffu-at" if self.refresh is None else self.refresh
+        return self.method in ("diffu-at", "fedcvt") if self.refresh is None else self.refresh
 
 
 def branch_sequence(n_federated: int, n_local: int, rng: np.random.Generator) -> np.ndarray:
@@ -218,6 +231,45 @@ class ImitationMap:
         return out
 
 
+class AttentionEstimate:
+    """FedCVT's estimate of a missing representation: ``softmax(q K^T / sqrt(d)) V`` with the unaligned
+    row's ``h_L`` as query ``q``, the aligned rows' ``h_L`` as keys ``K`` and their ``h_N`` as values ``V``.
+
+    Example
+    -------
+    >>> est = AttentionEstimate().fit(np.array([[8.0, 0.0], [0.0, 8.0]]), np.array([[1.0], [-1.0]]))
+    >>> np.round(est.predict(np.array([[8.0, 0.0], [0.0, 0.0]])), 3).ravel().tolist()
+    [1.0, 0.0]
+    """
+
+    def __init__(self, chunk: int = 1024) -> None:
+        self.chunk = chunk
+
+    def fit(self, h_l: np.ndarray, h_n: np.ndarray) -> "AttentionEstimate":
+        self.keys_ = torch.as_tensor(np.asarray(h_l), dtype=torch.float32)
+        self.values_ = torch.as_tensor(np.asarray(h_n), dtype=torch.float32)
+        return self
+
+    def predict(self, h_l: np.ndarray) -> np.ndarray:
+        """The estimates, ``self.chunk`` queries at a time (memory ``chunk x aligned rows``)."""
+        q = torch.as_tensor(np.asarray(h_l), dtype=torch.float32)
+        scale = 1.0 / np.sqrt(self.keys_.shape[1])
+        with torch.no_grad():
+            parts = [torch.softmax(q[i : i + self.chunk] @ self.keys_.T * scale, dim=1) @ self.values_
+                     for i in range(0, len(q), self.chunk)]
+        return torch.cat(parts).numpy() if parts else np.zeros((0, self.values_.shape[1]), dtype=np.float32)
+
+    def to_state(self) -> dict[str, Any]:
+        """Keys and values (the aligned rows' ``h_L`` and ``h_N``, which the label party holds)."""
+        return {"chunk": self.chunk, "keys": self.keys_.clone(), "values": self.values_.clone()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "AttentionEstimate":
+        out = cls(int(state["chunk"]))
+        out.keys_, out.values_ = state["keys"], state["values"]
+        return out
+
+
 def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: np.ndarray, h_l_u: np.ndarray,
                y_u: np.ndarray, users: tuple[np.ndarray, np.ndarray] | None = None,
                seed_offset: int = 0, return_model: bool = False) -> tuple:
@@ -226,7 +278,8 @@ def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: n
     The embeddings have shape ``(n_u, width)``, or ``(samples_per_row, n_u, width)`` for ``diffu-at``
     with ``options.samples_per_row > 1``. ``seed_offset`` varies the models' seeds between refreshes.
     ``return_model=True`` adds a third item: the fitted synthesiser (:class:`ConditionalDiffusion` for
-    ``diffu-at``, :class:`ImitationMap` for ``jpl``, ``None`` for ``heuristic``, which fits no model).
+    ``diffu-at``, :class:`ImitationMap` for ``jpl``, :class:`AttentionEstimate` for ``fedcvt``, ``None``
+    for ``heuristic``, which fits no model).
     """
     if len(h_n) < 2:
         raise DataError(f"need at least 2 aligned rows to learn the federated embeddings from, got {len(h_n)}")
@@ -259,6 +312,11 @@ def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: n
         out, hit = heuristic_embeddings(h_n, users[0], users[1])
         report["user_hit_rate"] = round(hit, 4)
         model = None
+    elif options.method == "fedcvt":
+        model = AttentionEstimate().fit(h_l, h_n)
+        start = time.perf_counter()
+        out = model.predict(h_l_u)
+        report["synthesis_s"] = round(time.perf_counter() - start, 3)
     else:
         model = ImitationMap(epochs=options.imitation_epochs, seed=options.diffusion.seed + seed_offset).fit(h_l, h_n)
         out = model.predict(h_l_u)

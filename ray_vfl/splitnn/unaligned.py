@@ -122,7 +122,7 @@ def train_unaligned(
     config : SplitNNConfig
         The network; ``epochs`` counts the alternating epochs (the pretraining's are in ``options``).
     options : UnalignedOptions
-        Method (``diffu-at``, ``heuristic``, ``jpl``), pretraining epochs, diffusion model.
+        Method (``diffu-at``, ``heuristic``, ``jpl``, ``fedcvt``), pretraining epochs, diffusion model.
     defense : Defense
         Wraps the gradients the label party sends, in both phases.
     on_window : callable, optional

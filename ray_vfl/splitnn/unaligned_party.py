@@ -42,7 +42,7 @@ from .diffusion import ConditionalDiffusion
 from .encoding import FeatureEncoder
 from .models import make_optimizer
 from .parties import LabelParty, check_binary_labels
-from .synthesis import ImitationMap, UnalignedOptions, branch_sequence, synthesize
+from .synthesis import AttentionEstimate, ImitationMap, UnalignedOptions, branch_sequence, synthesize
 
 __all__ = ["UnalignedLabelParty"]
 
@@ -62,7 +62,7 @@ class UnalignedLabelParty(LabelParty):
         self.options = options
         self.n_pretrain = n_pretrain  # batches of the shared schedule that pretrain (VanillaVFL)
         LabelParty.reset(self, name, table, categorical, config, nonlabel, defense)
-        self.synthesizer: Any = None  # the last fitted ConditionalDiffusion (diffu-at) or ImitationMap (jpl)
+        self.synthesizer: Any = None  # the last fitted ConditionalDiffusion, ImitationMap (jpl) or AttentionEstimate
         self.synthetic: torch.Tensor | None = None
         self.plan: list[tuple[str, int]] = []
         self.local_batches: list[np.ndarray] = []
@@ -254,7 +254,8 @@ class UnalignedLabelParty(LabelParty):
     # saved part -------------------------------------------------------------------------
     def _part(self) -> dict[str, Any]:
         """:meth:`LabelParty._part` (bottom, top and both branch batch norms) plus the method, the fitted
-        synthesiser (diffusion model or JPL mapping; HeuristicVFL fits none) and the synthesis report."""
+        synthesiser (diffusion model, JPL mapping or FedCVT's keys and values; HeuristicVFL fits none) and the
+        synthesis report."""
         blob = super()._part()
         blob["unaligned"] = {"method": self.options.method,
                              "synthesizer": None if self.synthesizer is None else self.synthesizer.to_state(),
@@ -271,4 +272,6 @@ class UnalignedLabelParty(LabelParty):
             self.synthesizer = ConditionalDiffusion.from_state(state)
         elif saved["method"] == "jpl":
             self.synthesizer = ImitationMap.from_state(state)
+        elif saved["method"] == "fedcvt":
+            self.synthesizer = AttentionEstimate.from_state(state)
         self.report = dict(saved["report"])
