@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
@@ -163,6 +164,9 @@ def plot_figures(cfg, results: pd.DataFrame, folder: str) -> list[str]:
         if fig["x"] == "tree":
             curves = per_tree_table(results) if curves is None else curves
             table = curves
+        elif fig["x"] in (cfg.sweep or {}) and not pd.api.types.is_numeric_dtype(table[fig["x"]]):
+            order = {v: i for i, v in enumerate(cfg.sweep[fig["x"]])}  # bars in the config's order
+            table = table.iloc[np.argsort([order.get(v, len(order)) for v in table[fig["x"]]], kind="stable")]
         out.append(plot_sweep(table, fig["x"], fig["y"], os.path.join(folder, f"{name}.png"), fig.get("group"),
                               fig.get("title", cfg.name), bool(fig.get("logx", False)), bool(fig.get("logy", False))))
     return out
