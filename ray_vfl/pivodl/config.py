@@ -33,9 +33,11 @@ class PIVODLConfig(BoostConfig):
     delta : float
         The ``delta`` of that budget, in (0, 1); well below 1 / rows.
     leaf_clip : float or None
-        ``C``: a released leaf weight is first clipped to ``[-C, C]``. ``None``: 1.0 for the
-        logistic objective; squared error needs it given with ``epsilon`` (the scale of its leaf
-        weights is the label's).
+        ``C``: under DP every leaf weight is clipped to ``[-C, C]``, the released copy before its
+        noise and the one its holder keeps for prediction alike. ``None``: 1.0 for the logistic
+        objective; squared error needs it given with ``epsilon`` (the scale of its leaf weights is
+        the label's). A smaller ``C`` means less noise but caps how far the margins can move
+        (``n_trees * C`` from the base score; see ``benchmarks/RESULTS.md``, fifteenth session).
     dp_sensitivity : str
         How far one row's label can move a released leaf weight (:meth:`leaf_sensitivity`).
         ``"global"`` (the default): ``min(2C, eta * dg / lambda)``, the same bound for every leaf
