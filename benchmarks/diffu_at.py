@@ -8,10 +8,10 @@ Two measurements, printed as the Markdown of the "Diffu-AT" section of benchmark
 
 - Synthesis: embeddings per second of the trained conditional diffusion model at T steps (default
   100), FedAds' shapes (h_N of width 32, condition [y ; h_L] of width 129), 1 and 2 torch threads.
-- Table: Local, VanillaVFL, HeuristicVFL (user IDs), JPL, Diffu-AT and ORACLE (every row aligned) on
+- Table: Local, VanillaVFL, HeuristicVFL (user IDs), JPL, FedCVT, Diffu-AT and ORACLE (every row aligned) on
   the FedAds-like generator with users, 20 % of the training rows aligned; AUC and NLL, mean and
   std over seeds, and the share of the VanillaVFL -> ORACLE gap each method closes. ``--refresh``:
-  whether the synthesiser is refitted every alternating epoch (default: Diffu-AT only).
+  whether the synthesiser is refitted every alternating epoch (default: Diffu-AT and FedCVT).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=2, help="alternating epochs (after 1 pretraining epoch)")
     p.add_argument("--refresh", choices=["auto", "on", "off"], default="auto",
-                   help="refit the synthesiser every alternating epoch: auto = Diffu-AT only (the default), "
+                   help="refit the synthesiser every alternating epoch: auto = Diffu-AT and FedCVT (the default), "
                         "on = every method, off = none (the 2026-12-01 table)")
     p.add_argument("--diffusion-epochs", type=int, default=20)
     p.add_argument("--json", default=None)
