@@ -53,7 +53,7 @@ def one_run(dataset: str, clients: int, epsilon: float | None, repeat: int, leaf
         config = config.replace(leaf_clip=leaf_clip)
     bins_train, bins_test = party_bins(train, test, config.max_bin)
     base = float(np.clip(train.label.mean(), 1e-6, 1 - 1e-6))
-    noise, released = GaussianNoise(), {}
+    noise, released = GaussianNoise(), []  # per tree, in the order fit_reference grows them
 
     def release(tree):
         w = tree.weight
@@ -61,13 +61,13 @@ def one_run(dataset: str, clients: int, epsilon: float | None, repeat: int, leaf
             leaf = tree.left < 0
             sigma = config.noise_multiplier * float(config.leaf_sensitivity(np.zeros(1))[0])  # global sensitivity
             w = np.where(leaf, np.clip(w, -config.leaf_clip, config.leaf_clip) + noise.sample(len(w), sigma), 0.0)
-        released[id(tree)] = w
+        released.append(w)
         return w
 
     trees = fit_reference(bins_train, train.label, config, base, released=release)
     C = config.leaf_clip if config.dp else np.inf
     weights = {"exact": [t.weight for t in trees], "clipped": [np.clip(t.weight, -C, C) for t in trees],
-               "released": [released[id(t)] for t in trees]}
+               "released": released}
     row = {}
     for rule, ws in weights.items():
         model = [type(t)(t.left, t.right, t.feature, t.bin, t.default_left, w) for t, w in zip(trees, ws)]
