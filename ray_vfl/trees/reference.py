@@ -10,7 +10,7 @@ every party sums, so its bin sums are the federated ones bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -43,6 +43,7 @@ class ReferenceTree:
 
 
 def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n_bins: int) -> tuple[ReferenceTree, np.ndarray]:
+    """One tree, and the node every row ends in."""
     n, n_features = bins.shape
     fkeys = feature_keys(bins, n_bins)
     left, right, feature, split_bin, dleft, weight = [-1], [-1], [-1], [-1], [False], [0.0]
@@ -84,7 +85,7 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
     w = np.zeros(size)  # internal nodes hold no rows: their 0 / (0 + lambda) is never computed
     w[is_leaf] = leaf_weights(totals_g[is_leaf], totals_h[is_leaf], config.reg_lambda, config.learning_rate)
     tree = ReferenceTree(np.asarray(left), np.asarray(right), np.asarray(feature), np.asarray(split_bin), np.asarray(dleft), w)
-    return tree, w[node_of_row]
+    return tree, node_of_row
 
 
 def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_score: float,
@@ -98,11 +99,10 @@ def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_sco
     trees = []
     for _ in range(config.n_trees):
         g, h = encoded_gradients(config.objective, y, margin)
-        tree, delta = _grow(bins, g, h, config, config.max_bin + 1)
+        tree, node_of_row = _grow(bins, g, h, config, config.max_bin + 1)
         trees.append(tree)
-        if released is not None:
-            delta = predict_reference([replace(tree, weight=released(tree))], bins, 0.0, config.max_bin)
-        margin = margin + delta
+        weights = tree.weight if released is None else released(tree)
+        margin = margin + weights[node_of_row]
     return trees
 
 
