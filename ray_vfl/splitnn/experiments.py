@@ -129,7 +129,7 @@ def write_table(rows: Sequence[dict[str, Any]], path_stem: str) -> list[str]:
 
 # FedAds Table 3's methods: key -> the name its row shows
 UNALIGNED_METHODS = {"local": "Local", "vanilla": "VanillaVFL", "heuristic": "HeuristicVFL", "jpl": "JPL",
-                     "fedcvt": "FedCVT", "diffu-at": "Diffu-AT", "oracle": "ORACLE"}
+                     "fedcvt": "FedCVT", "ss-vfl": "SS-VFL", "diffu-at": "Diffu-AT", "oracle": "ORACLE"}
 
 
 def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, config: SplitNNConfig,
@@ -157,7 +157,7 @@ def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, c
         model = train_unaligned(runtime, partial.train, partial.label_only, cfg, opts,
                                 on_window=None if on_window is None else lambda phase, done: on_window(done))
         seconds = model.train_seconds
-        extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate") if k in model.unaligned}
+        extra = {k: model.unaligned[k] for k in ("embeddings_per_s", "user_hit_rate", "ssl_s", "ssl_output_std") if k in model.unaligned}
     start = time.perf_counter()
     metrics = model.evaluate(partial.test)
     row = {"dataset": partial.name, "seed": seed, "model": UNALIGNED_METHODS[method], "aligned_rows": partial.train.n_rows,

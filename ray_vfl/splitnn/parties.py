@@ -38,6 +38,7 @@ from .models import (
     nonlabel_seed,
     torch_dtype,
 )
+from .selfsupervised import simsiam_pretrain
 
 __all__ = ["NonLabelParty", "LabelParty", "check_binary_labels"]
 
@@ -100,6 +101,22 @@ class _SplitParty(PartyActor):
 
     def vocab_sizes(self) -> list[int]:
         return list(self.encoder.vocab_sizes)
+
+    def self_supervise(self, epochs: int, mask_rate: float, other_rows: Any = None) -> dict[str, Any]:
+        """SS-VFL's local step: pretrain this party's bottom model with SimSiam on every row it holds.
+
+        The rows: its training rows, its unaligned rows if it keeps them (the label party of
+        :mod:`~ray_vfl.splitnn.unaligned_party`), and ``other_rows``, a reference to more of its own rows
+        (a non-label party's rows PSI left out), encoded with its training encoder. Labels are not used;
+        nothing is sent. Returns :func:`~ray_vfl.splitnn.selfsupervised.simsiam_pretrain`'s report.
+        """
+        ids = [self.rows[k] for k in ("train", "unaligned") if k in self.rows]
+        if other_rows is not None:
+            frame, _ = resolve_rows(other_rows)
+            if frame is not None and len(frame):
+                ids.append(self.encode_rows(frame))
+        return simsiam_pretrain(self.bottom, torch.cat(ids), epochs, self.config.batch_size,
+                                self.config.learning_rate, self.config.seed * 1009 + 97, mask_rate)
 
     def param_grads(self) -> dict[str, np.ndarray]:
         """Gradients of this party's parameters from its latest backward pass."""

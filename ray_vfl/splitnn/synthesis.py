@@ -29,10 +29,13 @@ of ``h_N`` (built here, refreshed every alternating epoch with the current repre
 re-estimates per iteration), trained through the same alternating branches as every method. Its
 pseudo-labelling and the non-label party's estimation have nothing to act on, and are left out.
 
-Left out, with why: SS-VFL, VFL-MPD and FedHSSL are semi-supervised or self-supervised frameworks with
-their own pretraining objectives (contrastive views, multi-party distillation) and, for FedHSSL,
-messages over the *non-label* party's unaligned rows that this protocol does not have; building them
-faithfully was not possible in the time (see the README's split-NN section).
+SS-VFL synthesises no ``h_N``: each party pretrains its bottom model self-supervised on all its rows
+(:mod:`ray_vfl.splitnn.selfsupervised`; ``method="ss-vfl"`` here selects it). Left out, with why: VFL-MPD
+and FedHSSL. FedHSSL adds to SS-VFL's local step a cross-party SimSiam over the aligned rows (each party
+sends the other its projections of them, a message VanillaVFL does not carry, in both directions) and a
+secure aggregation of the parties' projector layers (same shapes at every party), not built in the
+time. VFL-MPD: no source we could read here describes it precisely enough to build it faithfully (see
+the README's split-NN section).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from .diffusion import ConditionalDiffusion, DiffusionConfig
 __all__ = ["UnalignedOptions", "METHODS", "branch_sequence", "synthesize", "heuristic_embeddings", "ImitationMap",
            "AttentionEstimate"]
 
-METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt")
+METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt", "ss-vfl")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,9 @@ class UnalignedOptions(ValidatedConfig):
     Parameters
     ----------
     method : str
-        ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``), ``"jpl"`` or ``"fedcvt"``.
+        ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``), ``"jpl"``, ``"fedcvt"`` or
+        ``"ss-vfl"`` (no synthesis: each party pretrains its bottom model self-supervised on all its rows,
+        :mod:`ray_vfl.splitnn.selfsupervised`, then VanillaVFL trains on the aligned rows).
     pretrain_epochs : int
         VanillaVFL epochs on the aligned rows before the synthesis (the split-NN config's ``epochs``
         counts these plus the alternating ones).
@@ -93,6 +98,10 @@ class UnalignedOptions(ValidatedConfig):
     samples_per_row : int
         Synthetic ``h_N`` drawn per unaligned row (``diffu-at``); each local step takes one of them per
         row at random.
+    ssl_epochs : int
+        SimSiam epochs over each party's rows before the federated training (``ss-vfl``).
+    ssl_mask_rate : float
+        Fraction of a row's fields each SimSiam view masks (``ss-vfl``; FedHSSL's CTR masking: 0.3).
 
     Example
     -------
@@ -111,6 +120,8 @@ class UnalignedOptions(ValidatedConfig):
     local_weight: float = 1.0
     label_smoothing: float = 0.0
     samples_per_row: int = 1
+    ssl_epochs: int = 5
+    ssl_mask_rate: float = 0.3
 
     def __post_init__(self) -> None:
         if isinstance(self.diffusion, dict):
@@ -130,6 +141,14 @@ class UnalignedOptions(ValidatedConfig):
         if self.label_smoothing >= 1.0:
             raise ConfigError("label_smoothing must be below 1 (at 1 the condition would carry no label), got 1.0")
         check_int("samples_per_row", self.samples_per_row, 1, 64)
+        check_int("ssl_epochs", self.ssl_epochs, 1, 10_000)
+        check_float("ssl_mask_rate", self.ssl_mask_rate, 0.0, 1.0)
+        if not 0.0 < self.ssl_mask_rate < 1.0:
+            raise ConfigError(f"ssl_mask_rate must be strictly between 0 and 1 (0 gives two equal views, 1 two "
+                              f"empty ones), got {self.ssl_mask_rate!r}")
+        if self.method == "ss-vfl" and self.refresh:
+            raise ConfigError("refresh=True has nothing to refit for method='ss-vfl' (it synthesises no h_N); "
+                              "leave refresh=None")
 
     @property
     def refreshes(self) -> bool:

@@ -15,7 +15,10 @@ labels and the label party's features but no federated embedding. Diffu-AT
    steps and the current ``h_L``: the synthetic embeddings follow the non-label bottom model as it
    keeps training, instead of staying those of the pretrained one.
 
-The baselines HeuristicVFL and JPL replace step 2 (:mod:`ray_vfl.splitnn.synthesis`); Local,
+The baselines HeuristicVFL, JPL and FedCVT replace step 2 (:mod:`ray_vfl.splitnn.synthesis`). SS-VFL
+replaces steps 2 and 3: before step 1 every party pretrains its bottom model alone with SimSiam on all
+the rows it holds (:mod:`ray_vfl.splitnn.selfsupervised`; the label party's unaligned rows without their
+labels, a non-label party's rows PSI left out if it kept them), then VanillaVFL runs every epoch. Local,
 VanillaVFL and the all-aligned ORACLE are :class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and
 :func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
 
@@ -24,6 +27,8 @@ Rounds (``P`` non-label parties, ``n_a`` aligned and ``n_u`` unaligned training 
 =========  ====================  ==============================  =====================================
 phase      sender -> receiver    payload                         what the receiver learns
 =========  ====================  ==============================  =====================================
+ss-vfl     none                  none: each party's SimSiam is   nothing; the wait before the first
+           (before pretrain)     local                           batch hints at the other's row count
 pretrain   as VanillaVFL         embeddings / gradients          as VanillaVFL (:mod:`.protocol`)
 synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained model output per aligned
                                                                  row (the embeddings of the last epoch,
@@ -34,7 +39,8 @@ alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; 
                                                                  the synthesis time
 =========  ====================  ==============================  =====================================
 
-The unaligned rows and the synthetic embeddings never leave the label party. The refresh adds no
+SS-VFL has no synthesis phase, and its alternation is federated steps only. The unaligned rows and
+the synthetic embeddings never leave the label party. The refresh adds no
 message: the label party keeps the ``h_N`` of each aligned row from the federated step that carried it
 (as it received them; it learns nothing beyond what VanillaVFL's label party sees) and refits on them.
 """
@@ -58,7 +64,7 @@ from .protocol import SplitNNModel, _check_input
 from .synthesis import UnalignedOptions
 from .unaligned_party import UnalignedLabelParty
 
-__all__ = ["train_unaligned", "unaligned_rows_of", "split_aligned"]
+__all__ = ["train_unaligned", "unaligned_rows_of", "own_unaligned_rows", "split_aligned"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +105,23 @@ def unaligned_rows_of(data: Any, runtime: Runtime, unaligned: Any = None) -> tup
         return rows.tables(runtime)[label], rows.n_rows
     raise DataError("Diffu-AT needs the label party's unaligned rows: open the data with align='psi' "
                     "(from_files/from_sources/from_frames) or pass unaligned= rows of the label party")
+
+
+def own_unaligned_rows(data: Any, runtime: Runtime, party: str) -> Any:
+    """A reference to ``party``'s own rows outside the aligned set, which only its actor resolves, or None.
+
+    SS-VFL's non-label parties pretrain on them too: the rows PSI left out of a party-held dataset
+    (``align="psi"``) or of an :class:`~ray_vfl.data.alignment.AlignedDataset`; other datasets keep none.
+    """
+    if hasattr(data, "unaligned_table"):
+        return data.unaligned_table(party) if party in getattr(data, "unaligned_keys", {}) else None
+    frames = getattr(data, "unaligned", None)
+    if isinstance(frames, dict) and party in frames and len(frames[party]):
+        frame = frames[party][data.columns(party)].reset_index(drop=True)
+        rows = VerticalDataset({party: frame}, frames[party].index.to_numpy(), None, None,
+                               {party: data.categorical.get(party, [])})
+        return rows.tables(runtime)[party]
+    return None
 
 
 def train_unaligned(
@@ -173,6 +196,14 @@ def train_unaligned(
     runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", total.timeout_s)
 
     start = time.perf_counter()
+    nonlabel_ssl = {}
+    if options.method == "ss-vfl":  # SS-VFL: every party pretrains its bottom alone, in parallel; no message
+        others = [own_unaligned_rows(data, runtime, p) for p in nonlabel]
+        reports = runtime.get([(label_name, label.self_supervise.remote(options.ssl_epochs, options.ssl_mask_rate))]
+                              + [(p, h.self_supervise.remote(options.ssl_epochs, options.ssl_mask_rate, o))
+                                 for p, h, o in zip(nonlabel, handles, others)],
+                              "self-supervised pretraining", total.timeout_s)
+        nonlabel_ssl = dict(zip(nonlabel, reports[1:]))
     _windows(runtime, label_name, label.run_batches, n_pretrain, "pretrain", total, on_window)
     runtime.get([(label_name, label.finish_batches.remote())], "last pretraining backward", total.timeout_s)
     report = runtime.get([(label_name, label.prepare_unaligned.remote())], "synthesis", total.timeout_s)[0]
@@ -189,6 +220,8 @@ def train_unaligned(
     model = SplitNNModel(runtime, label_name, nonlabel, total, defense, data.n_rows,
                          CommStats(r for batch in records for r in batch), losses, seconds, defense.accounting())
     model.unaligned = {**report, "pretrain_batches": n_pretrain}
+    if nonlabel_ssl:  # (the label party's own SimSiam figures are in its report, saved with its part)
+        model.unaligned["nonlabel_ssl"] = nonlabel_ssl
     model.unaligned_options = options
     return model
 

@@ -155,9 +155,25 @@ class UnalignedLabelParty(LabelParty):
         finally:
             self.bn.train()
 
+    def self_supervise(self, epochs: int, mask_rate: float, other_rows: Any = None) -> dict[str, Any]:
+        """SS-VFL's local step on the aligned and unaligned rows (their labels unused); the report is kept."""
+        self.ssl_report = super().self_supervise(epochs, mask_rate, other_rows)
+        return self.ssl_report
+
     # after pretraining ----------------------------------------------------------------
     def prepare_unaligned(self) -> dict[str, Any]:
-        """Receive ``h_N`` of the aligned rows, synthesise it for the unaligned ones, plan the alternation."""
+        """Receive ``h_N`` of the aligned rows, synthesise it for the unaligned ones, plan the alternation.
+
+        SS-VFL (``method="ss-vfl"``) synthesises nothing and receives nothing: its plan is the federated
+        branch alone, the rest of the shared schedule's epochs (VanillaVFL from the self-supervised bottoms).
+        """
+        if self.options.method == "ss-vfl":
+            self.synthesizer, self.fresh_h_n = None, None
+            self.plan = [("fed", b) for b in range(self.n_pretrain, len(self.schedule))]
+            self.report = {"method": "ss-vfl", "aligned_rows": len(self.rows["train"]),
+                           "unaligned_rows": len(self.rows["unaligned"]), **getattr(self, "ssl_report", {}),
+                           "steps": len(self.plan), "federated_steps": len(self.plan), "refreshes": 0}
+            return dict(self.report)
         timeout = self.config.timeout_s
         messages = gather([(p, h.send_training_embeddings.remote()) for p, h in zip(self.nonlabel, self.peers)],
                           "trained embeddings", timeout)
