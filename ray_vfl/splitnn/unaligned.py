@@ -204,6 +204,9 @@ def train_unaligned(
                                  for p, h, o in zip(nonlabel, handles, others)],
                               "self-supervised pretraining", total.timeout_s)
         nonlabel_ssl = dict(zip(nonlabel, reports[1:]))
+        for party, rep in zip([label_name] + nonlabel, reports):
+            log.info("ss-vfl: %s pretrained on %d rows in %.1f s (SimSiam loss %.3f -> %.3f)", party, rep["ssl_rows"],
+                     rep["ssl_s"], rep["ssl_loss_first"], rep["ssl_loss_last"])
     _windows(runtime, label_name, label.run_batches, n_pretrain, "pretrain", total, on_window)
     runtime.get([(label_name, label.finish_batches.remote())], "last pretraining backward", total.timeout_s)
     report = runtime.get([(label_name, label.prepare_unaligned.remote())], "synthesis", total.timeout_s)[0]
