@@ -31,11 +31,14 @@ pseudo-labelling and the non-label party's estimation have nothing to act on, an
 
 SS-VFL synthesises no ``h_N``: each party pretrains its bottom model self-supervised on all its rows
 (:mod:`ray_vfl.splitnn.selfsupervised`; ``method="ss-vfl"`` here selects it). Left out, with why: VFL-MPD
-and FedHSSL. FedHSSL adds to SS-VFL's local step a cross-party SimSiam over the aligned rows (each party
-sends the other its projections of them, a message VanillaVFL does not carry, in both directions) and a
-secure aggregation of the parties' projector layers (same shapes at every party), not built in the
-time. VFL-MPD: no source we could read here describes it precisely enough to build it faithfully (see
-the README's split-NN section).
+and FedHSSL. FedHSSL (He et al., 2022; read in its authors' code) gives every party two encoders: a
+cross-party one, trained by SimSiam between the parties' views of each aligned row (each party sends the
+others its projections of the aligned rows, a message VanillaVFL does not carry), and a local one,
+trained by SimSiam on the party's own rows with a pull towards the cross-party encoder's projections,
+whose upper layers, projector and predictor are averaged over the parties each round (its partial model
+aggregation, through an aggregator); fine-tuning then uses both encoders. That is another bottom model
+and another message set than this protocol's, not built in the time. VFL-MPD: no source we could read
+here describes it precisely enough to build it faithfully (see the README's split-NN section).
 """
 
 from __future__ import annotations
