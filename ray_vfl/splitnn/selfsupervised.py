@@ -25,6 +25,7 @@ a generator seeded by the configuration, which makes the pretraining reproducibl
 Example
 -------
 >>> from ray_vfl.splitnn.models import BottomModel
+>>> _ = torch.manual_seed(0)
 >>> bottom = BottomModel([5, 5, 5], embedding_dim=4, hidden=[16])
 >>> ids = torch.randint(1, 5, (512, 3))
 >>> report = simsiam_pretrain(bottom, ids, epochs=2, batch_size=128, learning_rate=1e-3, seed=0)
