@@ -100,9 +100,7 @@ def unaligned_rows_of(data: Any, runtime: Runtime, unaligned: Any = None) -> tup
         label_col = getattr(data, "label_column", None)
         if label_col is None or label_col not in frame.columns:
             raise DataError("the aligned dataset does not name its label column; pass unaligned= rows instead")
-        rows = VerticalDataset({label: frame[data.columns(label)].reset_index(drop=True)}, frame.index.to_numpy(),
-                               frame[label_col].to_numpy(dtype=float), label, {label: data.categorical.get(label, [])})
-        return rows.tables(runtime)[label], rows.n_rows
+        return _party_table(data, runtime, label, frame, frame[label_col].to_numpy(dtype=float)), len(frame)
     raise DataError("Diffu-AT needs the label party's unaligned rows: open the data with align='psi' "
                     "(from_files/from_sources/from_frames) or pass unaligned= rows of the label party")
 
@@ -117,11 +115,16 @@ def own_unaligned_rows(data: Any, runtime: Runtime, party: str) -> Any:
         return data.unaligned_table(party) if party in getattr(data, "unaligned_keys", {}) else None
     frames = getattr(data, "unaligned", None)
     if isinstance(frames, dict) and party in frames and len(frames[party]):
-        frame = frames[party][data.columns(party)].reset_index(drop=True)
-        rows = VerticalDataset({party: frame}, frames[party].index.to_numpy(), None, None,
-                               {party: data.categorical.get(party, [])})
-        return rows.tables(runtime)[party]
+        return _party_table(data, runtime, party, frames[party])
     return None
+
+
+def _party_table(data: Any, runtime: Runtime, party: str, frame: Any, labels: Any = None) -> Any:
+    """An :class:`AlignedDataset`'s unaligned ``frame`` of ``party`` (its feature columns, with ``labels`` if
+    given) as a table reference for that party's actor."""
+    rows = VerticalDataset({party: frame[data.columns(party)].reset_index(drop=True)}, frame.index.to_numpy(),
+                           labels, party if labels is not None else None, {party: data.categorical.get(party, [])})
+    return rows.tables(runtime)[party]
 
 
 def train_unaligned(
