@@ -39,7 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the models and the batch order (the defenses' noise comes from the label party's OS entropy)")
     p.add_argument("--out", default="results/splitnn", help="folder for the CSV/JSON tables")
     p.add_argument("--unaligned", action="store_true", help="also FedAds Table 3 with unaligned rows: 20 %% of the "
-                   "training rows aligned; Local, VanillaVFL, HeuristicVFL, JPL, FedCVT, SS-VFL, Diffu-AT, ORACLE (needs diffusers; "
+                   "training rows aligned; Local, VanillaVFL, HeuristicVFL, JPL, FedCVT, SS-VFL, FedHSSL, Diffu-AT, ORACLE (needs diffusers; "
                    "the plot needs matplotlib)")
     p.add_argument("--only-unaligned", action="store_true", help="write the unaligned table alone (skips tables 3 and 4)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the unaligned table")

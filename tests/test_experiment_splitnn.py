@@ -27,7 +27,7 @@ def splitnn(**changes):
 
 def test_splitnn_schema_names_the_valid_values():
     with pytest.raises(ConfigError, match=r"sweep\['method'\] holds 'vfl'; each value must be a FedAds Table 3 method "
-                                          r"\(splitnn\): one of \['local', 'vanilla', 'heuristic', 'jpl', 'fedcvt', 'ss-vfl', 'diffu-at', 'oracle'\]"):
+                                          r"\(splitnn\): one of \['local', 'vanilla', 'heuristic', 'jpl', 'fedcvt', 'ss-vfl', 'fedhssl', 'diffu-at', 'oracle'\]"):
         splitnn(sweep={"method": ["vfl"]})
     with pytest.raises(ConfigError, match=r"one of \['none', 'dp', 'marvell', 'mixpro'\]"):
         splitnn(sweep={"defense": ["DP"]})

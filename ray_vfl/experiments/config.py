@@ -32,7 +32,7 @@ __all__ = ["ExperimentConfig", "PROTOCOLS", "SWEEPABLE", "FIGURE_KEYS", "SPLITNN
 
 PROTOCOLS = ("secureboost", "pivodl", "ssxgb", "splitnn")
 # FedAds (protocol splitnn): Table 3's methods (unaligned rows), Table 4's defenses, the split-NN datasets.
-SPLITNN_METHODS = ("local", "vanilla", "heuristic", "jpl", "fedcvt", "ss-vfl", "diffu-at", "oracle")
+SPLITNN_METHODS = ("local", "vanilla", "heuristic", "jpl", "fedcvt", "ss-vfl", "fedhssl", "diffu-at", "oracle")
 SPLITNN_DEFENSES = ("none", "dp", "marvell", "mixpro")
 SPLITNN_DATASETS = ("fedads_like", "credit", "ipinyou", "open_bandit")
 # Settings only the split-NN runs have (swept, or fixed in params).

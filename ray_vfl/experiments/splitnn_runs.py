@@ -11,8 +11,8 @@ view. The rows come from :func:`~ray_vfl.splitnn.experiments.unaligned_row` and
 ``params`` holds :class:`~ray_vfl.splitnn.SplitNNConfig` fields and these run settings
 (:data:`RUN_PARAMS`): ``method``, ``defense``, ``aligned_fraction``, ``epsilon`` (of ``dp``),
 ``defense_params`` (defense -> its keyword arguments, e.g. ``{marvell: {init_scale: 4.0}}``),
-``pretrain_epochs``, ``diffusion_steps``, ``imitation_epochs``, ``ssl_epochs`` (Table 3's unaligned methods), and
-``positive_rate``, ``n_users``, ``nonlabel_strength`` (the ``fedads_like`` generator).
+``pretrain_epochs``, ``diffusion_steps``, ``imitation_epochs``, ``ssl_epochs``, ``ssl_guidance`` (Table 3's
+unaligned methods), and ``positive_rate``, ``n_users``, ``nonlabel_strength`` (the ``fedads_like`` generator).
 
 Datasets: ``fedads_like`` (the FedAds-like generator, ``rows`` rows generated, default 50,000; users
 for HeuristicVFL), ``credit``, ``ipinyou``, ``open_bandit`` (from the shared data folder; ``rows``:
@@ -46,7 +46,7 @@ from .config import ExperimentConfig
 __all__ = ["run_splitnn", "RUN_PARAMS", "DATA_FILES"]
 
 RUN_PARAMS = ("method", "defense", "aligned_fraction", "epsilon", "defense_params", "pretrain_epochs",
-              "diffusion_steps", "imitation_epochs", "ssl_epochs", "positive_rate", "n_users", "nonlabel_strength")
+              "diffusion_steps", "imitation_epochs", "ssl_epochs", "ssl_guidance", "positive_rate", "n_users", "nonlabel_strength")
 _GENERATOR = ("positive_rate", "n_users", "nonlabel_strength")
 # dataset -> (its file in the shared data folder, its loader in ray_vfl.splitnn)
 DATA_FILES = {"credit": ("fate_default_credit_hetero_guest.csv.gz", "load_credit_vfl"),
@@ -105,6 +105,7 @@ def _configs(cfg: ExperimentConfig, run: dict[str, Any], seed: int):
     options = UnalignedOptions(pretrain_epochs=cfg.params.get("pretrain_epochs", 1),
                                imitation_epochs=cfg.params.get("imitation_epochs", 20),
                                ssl_epochs=cfg.params.get("ssl_epochs", 5),
+                               ssl_guidance=cfg.params.get("ssl_guidance", 0.5),
                                diffusion=DiffusionConfig(steps=cfg.params.get("diffusion_steps", 100), seed=seed))
     return config, options
 

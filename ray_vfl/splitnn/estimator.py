@@ -34,8 +34,11 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     gradients the label party sends (default: none).
 
     ``unaligned``: ``None`` trains on the aligned rows only (VanillaVFL); ``"diffu-at"`` (FedAds), or the
-    baselines ``"jpl"``, ``"fedcvt"``, ``"heuristic"`` (with ``user_column``) and ``"ss-vfl"`` (each party's
-    bottom pretrained self-supervised for ``ssl_epochs`` on all its rows, labels unused), also learn from the label party's
+    baselines ``"jpl"``, ``"fedcvt"``, ``"heuristic"`` (with ``user_column``), ``"ss-vfl"`` (each party's
+    bottom pretrained self-supervised for ``ssl_epochs`` on all its rows, labels unused) and ``"fedhssl"``
+    (two encoders per party, pretrained for ``ssl_epochs`` with the other parties over the aligned rows and
+    alone on all its rows, the local one pulled towards the cross-party one with weight ``ssl_guidance``;
+    :mod:`~ray_vfl.splitnn.hybrid`), also learn from the label party's
     unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
     (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
     ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
@@ -82,6 +85,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         diffusion_steps: int = 100,
         user_column: str | None = None,
         ssl_epochs: int = 5,
+        ssl_guidance: float = 0.5,
     ) -> None:
         self.embedding_dim = embedding_dim
         self.n_bins = n_bins
@@ -102,6 +106,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.diffusion_steps = diffusion_steps
         self.user_column = user_column
         self.ssl_epochs = ssl_epochs
+        self.ssl_guidance = ssl_guidance
 
     def _config(self) -> SplitNNConfig:
         return SplitNNConfig(
@@ -119,7 +124,8 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
             raise ConfigError(f"unaligned must be None or one of {METHODS}, got {self.unaligned!r}")
         return UnalignedOptions(method=self.unaligned, pretrain_epochs=self.pretrain_epochs,
                                 diffusion=DiffusionConfig(steps=self.diffusion_steps, seed=self.random_state),
-                                user_column=self.user_column, ssl_epochs=self.ssl_epochs)
+                                user_column=self.user_column, ssl_epochs=self.ssl_epochs,
+                                ssl_guidance=self.ssl_guidance)
 
     def fit(self, data: VerticalDataset, unaligned_rows: VerticalDataset | None = None) -> "SplitNNClassifier":
         """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels), and with
@@ -171,7 +177,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         if opts is not None:  # the saved config counts the pretraining epochs too; epochs= counts the alternating ones
             unaligned = dict(unaligned=opts.method, pretrain_epochs=opts.pretrain_epochs,
                              diffusion_steps=opts.diffusion.steps, user_column=opts.user_column,
-                             ssl_epochs=opts.ssl_epochs)
+                             ssl_epochs=opts.ssl_epochs, ssl_guidance=opts.ssl_guidance)
         est = cls(embedding_dim=cfg.embedding_dim, n_bins=cfg.n_bins, max_categories=cfg.max_categories,
                   nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, top_hidden=cfg.top_hidden, batch_size=cfg.batch_size,
                   epochs=cfg.epochs - (opts.pretrain_epochs if opts else 0), learning_rate=cfg.learning_rate,

@@ -129,7 +129,7 @@ def write_table(rows: Sequence[dict[str, Any]], path_stem: str) -> list[str]:
 
 # FedAds Table 3's methods: key -> the name its row shows
 UNALIGNED_METHODS = {"local": "Local", "vanilla": "VanillaVFL", "heuristic": "HeuristicVFL", "jpl": "JPL",
-                     "fedcvt": "FedCVT", "ss-vfl": "SS-VFL", "diffu-at": "Diffu-AT", "oracle": "ORACLE"}
+                     "fedcvt": "FedCVT", "ss-vfl": "SS-VFL", "fedhssl": "FedHSSL", "diffu-at": "Diffu-AT", "oracle": "ORACLE"}
 
 
 def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, config: SplitNNConfig,

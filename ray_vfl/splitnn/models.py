@@ -36,6 +36,7 @@ __all__ = [
     "LABEL_BOTTOM_SEED",
     "TOP_SEED",
     "nonlabel_seed",
+    "seeded",
 ]
 
 # Offsets added to config.seed so that every module has its own, reproducible initialisation.
@@ -94,8 +95,8 @@ class TopModel(nn.Module):
         return self.linear(self.dnn(torch.cat(list(parts), dim=1))).squeeze(1)
 
 
-def _seeded(seed: int, make):
-    # fork_rng keeps the caller's global torch RNG untouched
+def seeded(seed: int, make):
+    """``make()`` under ``torch.manual_seed(seed)``; the caller's global torch RNG is left untouched (fork_rng)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return make()
@@ -103,12 +104,12 @@ def _seeded(seed: int, make):
 
 def build_bottom(vocab_sizes: Sequence[int], hidden: Sequence[int], config: SplitNNConfig, seed_offset: int) -> BottomModel:
     """A bottom model initialised from ``config.seed + seed_offset``."""
-    model = _seeded(config.seed * 1009 + seed_offset, lambda: BottomModel(vocab_sizes, config.embedding_dim, hidden))
+    model = seeded(config.seed * 1009 + seed_offset, lambda: BottomModel(vocab_sizes, config.embedding_dim, hidden))
     return model.to(torch_dtype(config.dtype))
 
 
 def build_top(in_width: int, config: SplitNNConfig) -> TopModel:
-    return _seeded(config.seed * 1009 + TOP_SEED, lambda: TopModel(in_width, config.top_hidden)).to(torch_dtype(config.dtype))
+    return seeded(config.seed * 1009 + TOP_SEED, lambda: TopModel(in_width, config.top_hidden)).to(torch_dtype(config.dtype))
 
 
 def make_optimizer(params, config: SplitNNConfig) -> torch.optim.Optimizer:

@@ -290,9 +290,17 @@ class LabelParty(_SplitParty):
 
     def _build(self) -> None:
         cfg = self.config
-        self.bottom = build_bottom(self.encoder.vocab_sizes, cfg.label_hidden, cfg, LABEL_BOTTOM_SEED)
-        self.top = build_top(self.bottom.out_width + len(self.nonlabel) * cfg.embedding_width, cfg)
+        self.bottom = self._new_bottom()
+        self.top = build_top(self.bottom.out_width + len(self.nonlabel) * self.nonlabel_width, cfg)
         self.optimizer = make_optimizer(list(self.bottom.parameters()) + list(self.top.parameters()), cfg)
+
+    def _new_bottom(self) -> torch.nn.Module:
+        return build_bottom(self.encoder.vocab_sizes, self.config.label_hidden, self.config, LABEL_BOTTOM_SEED)
+
+    @property
+    def nonlabel_width(self) -> int:
+        """Width of the embedding each non-label party sends (its bottom model's output)."""
+        return self.config.embedding_width
 
     def _modules(self) -> torch.nn.Module:
         return torch.nn.ModuleDict({"label_bottom": self.bottom, "top": self.top})
@@ -303,7 +311,7 @@ class LabelParty(_SplitParty):
         out = []
         for party, message in zip(self.nonlabel, messages):
             # a shape that differs means the parties disagree on the batch rows or on nonlabel_hidden
-            emb = self.mailbox.open(message, "embedding", {"n_rows": n_rows, "width": self.config.embedding_width},
+            emb = self.mailbox.open(message, "embedding", {"n_rows": n_rows, "width": self.nonlabel_width},
                                     senders=(party,))
             out.append(torch.as_tensor(np.array(emb), dtype=self.dtype).requires_grad_(True))
         return out

@@ -45,6 +45,7 @@ from .attacks import NonLabelView
 from .config import SplitNNConfig
 from .defenses import DEFENSES, Defense, NoDefense
 from .models import batch_schedule
+from .hybrid import HybridNonLabelParty
 from .parties import LabelParty, NonLabelParty
 from .synthesis import UnalignedOptions
 
@@ -163,7 +164,8 @@ class SplitNNModel:
                                   defense, options, 0)
         calls = [(label_name, label.load_part.remote(os.path.join(directory, f"{label_name}.pt")))]
         for i, p in enumerate(nonlabel):
-            handle = runtime.spawn(p, NonLabelParty, p, None, [], config, label_name, i)
+            role = HybridNonLabelParty if options is not None and options.method == "fedhssl" else NonLabelParty
+            handle = runtime.spawn(p, role, p, None, [], config, label_name, i)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.pt"))))
         runtime.get(calls, "load", config.timeout_s)
         model = cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)), privacy=defense.accounting())

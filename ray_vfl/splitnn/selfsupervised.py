@@ -45,20 +45,21 @@ from torch import nn
 
 from ..errors import DataError
 
-__all__ = ["SimSiamHead", "mask_fields", "simsiam_pretrain"]
+__all__ = ["SimSiamHead", "mask_fields", "negative_cosine", "simsiam_pretrain"]
 
 
 class SimSiamHead(nn.Module):
-    """SimSiam's projector and predictor over a bottom model's output of width ``width``.
+    """SimSiam's projector and predictor over a bottom model's output of width ``in_width`` (default ``width``).
 
-    Projector: two linear layers with batch norm (the last without affine parameters, as SimSiam's);
-    predictor: a bottleneck of ``width // 4`` (at least 8) wide, as SimSiam's 2048 -> 512 -> 2048.
+    Projector: two linear layers with batch norm (the last without affine parameters, as SimSiam's),
+    ``in_width -> width -> width``; predictor: a bottleneck of ``width // 4`` (at least 8) wide, as
+    SimSiam's 2048 -> 512 -> 2048. FedHSSL's cross-party heads map each party's own width to a common one.
     """
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, in_width: int | None = None) -> None:
         super().__init__()
         inner = max(8, width // 4)
-        self.projector = nn.Sequential(nn.Linear(width, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(),
+        self.projector = nn.Sequential(nn.Linear(in_width or width, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(),
                                        nn.Linear(width, width, bias=False), nn.BatchNorm1d(width, affine=False))
         self.predictor = nn.Sequential(nn.Linear(width, inner, bias=False), nn.BatchNorm1d(inner), nn.ReLU(),
                                        nn.Linear(inner, width))
@@ -89,7 +90,8 @@ def mask_fields(ids: torch.Tensor, mask_rate: float, rng: np.random.Generator) -
     return view
 
 
-def _negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """SimSiam's ``D(p, z)``: minus the mean cosine of ``p`` and ``z`` over rows, with a stop-gradient on ``z``."""
     return -F.cosine_similarity(p, z.detach(), dim=1).mean()
 
 
@@ -127,7 +129,7 @@ def simsiam_pretrain(bottom: nn.Module, ids: torch.Tensor, epochs: int, batch_si
             x = ids[rows]
             z1, p1 = head(bottom(mask_fields(x, mask_rate, rng)))
             z2, p2 = head(bottom(mask_fields(x, mask_rate, rng)))
-            loss = (_negative_cosine(p1, z2) + _negative_cosine(p2, z1)) / 2
+            loss = (negative_cosine(p1, z2) + negative_cosine(p2, z1)) / 2
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

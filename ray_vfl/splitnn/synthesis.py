@@ -29,16 +29,12 @@ of ``h_N`` (built here, refreshed every alternating epoch with the current repre
 re-estimates per iteration), trained through the same alternating branches as every method. Its
 pseudo-labelling and the non-label party's estimation have nothing to act on, and are left out.
 
-SS-VFL synthesises no ``h_N``: each party pretrains its bottom model self-supervised on all its rows
-(:mod:`ray_vfl.splitnn.selfsupervised`; ``method="ss-vfl"`` here selects it). Left out, with why: VFL-MPD
-and FedHSSL. FedHSSL (He et al., 2022; read in its authors' code) gives every party two encoders: a
-cross-party one, trained by SimSiam between the parties' views of each aligned row (each party sends the
-others its projections of the aligned rows, a message VanillaVFL does not carry), and a local one,
-trained by SimSiam on the party's own rows with a pull towards the cross-party encoder's projections,
-whose upper layers, projector and predictor are averaged over the parties each round (its partial model
-aggregation, through an aggregator); fine-tuning then uses both encoders. That is another bottom model
-and another message set than this protocol's, not built in the time. VFL-MPD: no source we could read
-here describes it precisely enough to build it faithfully (see the README's split-NN section).
+SS-VFL and FedHSSL synthesise no ``h_N``: each party pretrains its bottom model self-supervised on all
+its rows (SS-VFL: :mod:`ray_vfl.splitnn.selfsupervised`, ``method="ss-vfl"``), FedHSSL with a second,
+cross-party SimSiam between the parties over the aligned rows and a secure average of the local
+encoders' upper layers (:mod:`ray_vfl.splitnn.hybrid`, ``method="fedhssl"``). Left out: VFL-MPD, which
+no source we could read here describes precisely enough to build it faithfully (see the README's
+split-NN section).
 """
 
 from __future__ import annotations
@@ -55,10 +51,11 @@ from ..config import ValidatedConfig, check_float, check_int
 from ..errors import ConfigError, DataError
 from .diffusion import ConditionalDiffusion, DiffusionConfig
 
-__all__ = ["UnalignedOptions", "METHODS", "branch_sequence", "synthesize", "heuristic_embeddings", "ImitationMap",
-           "AttentionEstimate"]
+__all__ = ["UnalignedOptions", "METHODS", "SELF_SUPERVISED", "branch_sequence", "synthesize", "heuristic_embeddings",
+           "ImitationMap", "AttentionEstimate"]
 
-METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt", "ss-vfl")
+METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt", "ss-vfl", "fedhssl")
+SELF_SUPERVISED = ("ss-vfl", "fedhssl")  # methods that pretrain self-supervised instead of synthesising
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,9 @@ class UnalignedOptions(ValidatedConfig):
     method : str
         ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``), ``"jpl"``, ``"fedcvt"`` or
         ``"ss-vfl"`` (no synthesis: each party pretrains its bottom model self-supervised on all its rows,
-        :mod:`ray_vfl.splitnn.selfsupervised`, then VanillaVFL trains on the aligned rows).
+        :mod:`ray_vfl.splitnn.selfsupervised`, then VanillaVFL trains on the aligned rows) or ``"fedhssl"``
+        (no synthesis: every party pretrains two encoders, one with the other parties over the aligned rows
+        and one on all its rows, :mod:`ray_vfl.splitnn.hybrid`, then VanillaVFL).
     pretrain_epochs : int
         VanillaVFL epochs on the aligned rows before the synthesis (the split-NN config's ``epochs``
         counts these plus the alternating ones).
@@ -102,9 +101,14 @@ class UnalignedOptions(ValidatedConfig):
         Synthetic ``h_N`` drawn per unaligned row (``diffu-at``); each local step takes one of them per
         row at random.
     ssl_epochs : int
-        SimSiam epochs over each party's rows before the federated training (``ss-vfl``).
+        Self-supervised epochs before the federated training (``ss-vfl``: over each party's rows;
+        ``fedhssl``: each a cross-party, a local and an aggregation round).
     ssl_mask_rate : float
-        Fraction of a row's fields each SimSiam view masks (``ss-vfl``; FedHSSL's CTR masking: 0.3).
+        Fraction of a row's fields a SimSiam view masks (``ss-vfl``, ``fedhssl``; FedHSSL's CTR masking: 0.3).
+    ssl_guidance : float
+        ``fedhssl``: weight ``g`` in [0, 1) of the pull of the local encoder towards the party's own
+        cross-party one (the local loss is ``(1 - g) * SimSiam + g * guidance``; 0 is the authors' code's
+        default, 0.5 weighs both terms equally).
 
     Example
     -------
@@ -125,6 +129,7 @@ class UnalignedOptions(ValidatedConfig):
     samples_per_row: int = 1
     ssl_epochs: int = 5
     ssl_mask_rate: float = 0.3
+    ssl_guidance: float = 0.5
 
     def __post_init__(self) -> None:
         if isinstance(self.diffusion, dict):
@@ -149,8 +154,12 @@ class UnalignedOptions(ValidatedConfig):
         if not 0.0 < self.ssl_mask_rate < 1.0:
             raise ConfigError(f"ssl_mask_rate must be strictly between 0 and 1 (0 gives two equal views, 1 two "
                               f"empty ones), got {self.ssl_mask_rate!r}")
-        if self.method == "ss-vfl" and self.refresh:
-            raise ConfigError("refresh=True has nothing to refit for method='ss-vfl' (it synthesises no h_N); "
+        check_float("ssl_guidance", self.ssl_guidance, 0.0, 1.0)
+        if self.ssl_guidance >= 1.0:
+            raise ConfigError("ssl_guidance must be below 1 (at 1 the local encoder would learn nothing of its own "
+                              "rows' views), got 1.0")
+        if self.method in SELF_SUPERVISED and self.refresh:
+            raise ConfigError(f"refresh=True has nothing to refit for method={self.method!r} (it synthesises no h_N); "
                               "leave refresh=None")
 
     @property

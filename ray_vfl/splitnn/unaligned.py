@@ -18,9 +18,11 @@ labels and the label party's features but no federated embedding. Diffu-AT
 The baselines HeuristicVFL, JPL and FedCVT replace step 2 (:mod:`ray_vfl.splitnn.synthesis`). SS-VFL
 replaces steps 2 and 3: before step 1 every party pretrains its bottom model alone with SimSiam on all
 the rows it holds (:mod:`ray_vfl.splitnn.selfsupervised`; the label party's unaligned rows without their
-labels, a non-label party's rows PSI left out if it kept them), then VanillaVFL runs every epoch. Local,
-VanillaVFL and the all-aligned ORACLE are :class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and
-:func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
+labels, a non-label party's rows PSI left out if it kept them), then VanillaVFL runs every epoch.
+FedHSSL replaces them the same way, its pretraining between the parties (:mod:`ray_vfl.splitnn.hybrid`:
+a cross-party SimSiam over the aligned rows, a local SimSiam guided by it, a secure average of the local
+encoders' upper layers). Local, VanillaVFL and the all-aligned ORACLE are
+:class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and :func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
 
 Rounds (``P`` non-label parties, ``n_a`` aligned and ``n_u`` unaligned training rows):
 
@@ -29,6 +31,9 @@ phase      sender -> receiver    payload                         what the receiv
 =========  ====================  ==============================  =====================================
 ss-vfl     none                  none: each party's SimSiam is   nothing; the wait before the first
            (before pretrain)     local                           batch hints at the other's row count
+fedhssl    label <-> non-label   projections of the aligned      see :mod:`.hybrid`'s view table (the
+(before    (both ways), masked   rows; shares and mean of the    label party's representation of each
+pretrain)  shares, the mean      local upper layers              aligned row reaches the others)
 pretrain   as VanillaVFL         embeddings / gradients          as VanillaVFL (:mod:`.protocol`)
 synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained model output per aligned
                                                                  row (the embeddings of the last epoch,
@@ -59,6 +64,7 @@ from .config import SplitNNConfig
 from .data import SplitNNData
 from .defenses import Defense, NoDefense
 from .models import batch_schedule
+from .hybrid import HybridNonLabelParty, hybrid_pretrain
 from .parties import NonLabelParty
 from .protocol import SplitNNModel, _check_input
 from .synthesis import UnalignedOptions
@@ -148,7 +154,8 @@ def train_unaligned(
     config : SplitNNConfig
         The network; ``epochs`` counts the alternating epochs (the pretraining's are in ``options``).
     options : UnalignedOptions
-        Method (``diffu-at``, ``heuristic``, ``jpl``, ``fedcvt``), pretraining epochs, diffusion model.
+        Method (``diffu-at``, ``heuristic``, ``jpl``, ``fedcvt``, ``ss-vfl``, ``fedhssl``), pretraining epochs,
+        diffusion model.
     defense : Defense
         Wraps the gradients the label party sends, in both phases.
     on_window : callable, optional
@@ -193,8 +200,8 @@ def train_unaligned(
     tables = data.tables(runtime)
     label = runtime.spawn(label_name, UnalignedLabelParty, label_name, tables[label_name], unaligned_ref,
                           cats.get(label_name, []), total, nonlabel, defense, options, n_pretrain)
-    handles = [runtime.spawn(p, NonLabelParty, p, tables[p], cats.get(p, []), total, label_name, i)
-               for i, p in enumerate(nonlabel)]
+    role = HybridNonLabelParty if options.method == "fedhssl" else NonLabelParty
+    handles = [runtime.spawn(p, role, p, tables[p], cats.get(p, []), total, label_name, i) for i, p in enumerate(nonlabel)]
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", total.timeout_s)
     runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", total.timeout_s)
 
@@ -210,6 +217,15 @@ def train_unaligned(
         for party, rep in zip([label_name] + nonlabel, reports):
             log.info("ss-vfl: %s pretrained on %d rows in %.1f s (SimSiam loss %.3f -> %.3f)", party, rep["ssl_rows"],
                      rep["ssl_s"], rep["ssl_loss_first"], rep["ssl_loss_last"])
+    elif options.method == "fedhssl":  # FedHSSL: cross-party SSL, local SSL and aggregation, between the actors
+        others = [own_unaligned_rows(data, runtime, p) for p in nonlabel]
+        reports = hybrid_pretrain(runtime, label_name, label, nonlabel, handles, others, options.ssl_epochs,
+                                  options.ssl_mask_rate, options.ssl_guidance, total.timeout_s)
+        nonlabel_ssl = {p: reports[p] for p in nonlabel}
+        for party, rep in reports.items():
+            log.info("fedhssl: %s pretrained (%d local rows, %.1f s; cross loss %.3f -> %.3f, local %.3f -> %.3f)",
+                     party, rep["hssl_rows"], rep["ssl_s"], rep["hssl_cross_loss"][0], rep["hssl_cross_loss"][-1],
+                     rep["hssl_local_loss"][0], rep["hssl_local_loss"][-1])
     _windows(runtime, label_name, label.run_batches, n_pretrain, "pretrain", total, on_window)
     runtime.get([(label_name, label.finish_batches.remote())], "last pretraining backward", total.timeout_s)
     report = runtime.get([(label_name, label.prepare_unaligned.remote())], "synthesis", total.timeout_s)[0]

@@ -41,14 +41,17 @@ from .defenses import Defense
 from .diffusion import ConditionalDiffusion
 from .encoding import FeatureEncoder
 from .models import make_optimizer
+from .hybrid import HybridEncoder, HybridSSL
+from .models import LABEL_BOTTOM_SEED
 from .parties import LabelParty, check_binary_labels
-from .synthesis import AttentionEstimate, ImitationMap, UnalignedOptions, branch_sequence, synthesize
+from .synthesis import SELF_SUPERVISED, AttentionEstimate, ImitationMap, UnalignedOptions, branch_sequence, synthesize
 
 __all__ = ["UnalignedLabelParty"]
 
 
-class UnalignedLabelParty(LabelParty):
-    """Label party with aligned rows (federated) and unaligned rows (local, synthetic ``h_N``)."""
+class UnalignedLabelParty(HybridSSL, LabelParty):
+    """Label party with aligned rows (federated) and unaligned rows (local, synthetic ``h_N``; or, for SS-VFL
+    and FedHSSL, self-supervised pretraining on them)."""
 
     role = "UnalignedLabelParty"
 
@@ -99,9 +102,19 @@ class UnalignedLabelParty(LabelParty):
             self.users = (frame[options.user_column].to_numpy(), frame_u[options.user_column].to_numpy())
         self._build()
 
+    def _new_bottom(self) -> nn.Module:
+        if self.options.method == "fedhssl":  # its cross-party and local encoders (ray_vfl.splitnn.hybrid)
+            return HybridEncoder(self.encoder.vocab_sizes, self.config.label_hidden, self.config, LABEL_BOTTOM_SEED)
+        return super()._new_bottom()
+
+    @property
+    def nonlabel_width(self) -> int:
+        """FedHSSL's non-label parties send both encoders' outputs side by side: twice VanillaVFL's width."""
+        return self.config.embedding_width * (2 if self.options.method == "fedhssl" else 1)
+
     def _build(self) -> None:
         super()._build()
-        width = len(self.nonlabel) * self.config.embedding_width  # h_N of every non-label party
+        width = len(self.nonlabel) * self.nonlabel_width  # h_N of every non-label party
         self.bn = nn.ModuleDict({"fed": nn.BatchNorm1d(width), "local": nn.BatchNorm1d(width)}).to(self.dtype)
         params = list(self.bottom.parameters()) + list(self.top.parameters()) + list(self.bn.parameters())
         self.optimizer = make_optimizer(params, self.config)
@@ -160,17 +173,23 @@ class UnalignedLabelParty(LabelParty):
         self.ssl_report = super().self_supervise(epochs, mask_rate, other_rows)
         return self.ssl_report
 
+    def hssl_end(self) -> dict[str, Any]:
+        """FedHSSL's pretraining is over: its report is kept, as SS-VFL's."""
+        self.ssl_report = super().hssl_end()
+        return self.ssl_report
+
     # after pretraining ----------------------------------------------------------------
     def prepare_unaligned(self) -> dict[str, Any]:
         """Receive ``h_N`` of the aligned rows, synthesise it for the unaligned ones, plan the alternation.
 
-        SS-VFL (``method="ss-vfl"``) synthesises nothing and receives nothing: its plan is the federated
-        branch alone, the rest of the shared schedule's epochs (VanillaVFL from the self-supervised bottoms).
+        SS-VFL and FedHSSL (``method="ss-vfl"``, ``"fedhssl"``) synthesise nothing and receive nothing: their
+        plan is the federated branch alone, the rest of the shared schedule's epochs (VanillaVFL from the
+        self-supervised bottoms).
         """
-        if self.options.method == "ss-vfl":
+        if self.options.method in SELF_SUPERVISED:
             self.synthesizer, self.fresh_h_n = None, None
             self.plan = [("fed", b) for b in range(self.n_pretrain, len(self.schedule))]
-            self.report = {"method": "ss-vfl", "aligned_rows": len(self.rows["train"]),
+            self.report = {"method": self.options.method, "aligned_rows": len(self.rows["train"]),
                            "unaligned_rows": len(self.rows["unaligned"]), **getattr(self, "ssl_report", {}),
                            "steps": len(self.plan), "federated_steps": len(self.plan), "refreshes": 0}
             return dict(self.report)
@@ -179,7 +198,7 @@ class UnalignedLabelParty(LabelParty):
                           "trained embeddings", timeout)
         n_a = len(self.rows["train"])
         h_n = torch.cat([torch.as_tensor(np.array(self.mailbox.open(m, "embedding", {"n_rows": n_a,
-                         "width": self.config.embedding_width}, senders=(p,))), dtype=self.dtype)
+                         "width": self.nonlabel_width}, senders=(p,))), dtype=self.dtype)
                          for p, m in zip(self.nonlabel, messages)], dim=1)
         self._synthesize(h_n, 0)
         # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
