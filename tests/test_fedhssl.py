@@ -88,3 +88,26 @@ def test_fedhssl_options_checked():
         UnalignedOptions(method="fedhssl", ssl_guidance=1.0)
     with pytest.raises(ConfigError, match="ssl_guidance"):
         UnalignedOptions(method="fedhssl", ssl_guidance=-0.1)
+
+
+def test_fedhssl_with_two_nonlabel_parties_averages_over_all_three(runtime):
+    """Three parties: every pair agrees a mask key, the label party averages three vectors; all end equal."""
+    data = make_fedads_like(2_000, aligned_fraction=0.5, seed=5, label_party=LABEL, nonlabel_party=OTHER)
+    shop = data.train.features[OTHER]
+    half = list(shop.columns[: len(shop.columns) // 2])
+    rest = [c for c in shop.columns if c not in half]
+    frames = {LABEL: data.train.features[LABEL], OTHER: shop[half], "party2": shop[rest]}
+    cats = {LABEL: data.train.categorical[LABEL], OTHER: [c for c in data.train.categorical[OTHER] if c in half],
+            "party2": [c for c in data.train.categorical[OTHER] if c in rest]}
+    train = VerticalDataset(frames, data.train.ids, data.train.label, LABEL, cats)
+    clf = SplitNNClassifier(unaligned="fedhssl", ssl_epochs=2, epochs=1, batch_size=BATCH, runtime=runtime,
+                            nonlabel_hidden=(16, 8), label_hidden=(16, 12)).fit(train, data.label_only)
+    rep = clf.unaligned_report_
+    shas = {rep["hssl_shared_sha256"]} | {r["hssl_shared_sha256"] for r in rep["nonlabel_ssl"].values()}
+    assert len(shas) == 1 and set(rep["nonlabel_ssl"]) == {OTHER, "party2"}
+    pairs = {(r.sender, r.receiver) for r in clf.comm_stats_.records if r.kind == "hssl_mask_key"}
+    parties = {LABEL, OTHER, "party2"}
+    assert pairs == {(a, b) for a in parties for b in parties if a != b}
+    shares = sorted(r.sender for r in clf.comm_stats_.records if r.kind == "hssl_share")
+    assert shares == sorted([OTHER, "party2"] * 2)  # one share per non-label party per epoch, to the label party
+    assert np.isfinite(clf.predict_proba(train)).all()
