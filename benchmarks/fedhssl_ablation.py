@@ -14,12 +14,13 @@ batch 256, Adam 1e-3, 1 + 2 epochs, seeds 0-2) and the credit table's for credit
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from unaligned_credit import report  # noqa: E402  (this folder's benchmark: the same table and JSON)
+
 DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
 
 
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     import ray_vfl.splitnn as splitnn
     import ray_vfl.splitnn.unaligned as unaligned
     from ray_vfl import Runtime
-    from ray_vfl.splitnn.experiments import summarize_seeds, unaligned_row
+    from ray_vfl.splitnn.experiments import unaligned_row
 
     unaligned.hybrid_pretrain = _no_pretraining
     if args.dataset == "generator":
@@ -55,12 +56,7 @@ def main(argv=None) -> int:
         row["model"] = "FedHSSL architecture, no pretraining"
         print(row, flush=True)
         rows.append(row)
-    summary = summarize_seeds(rows)
-    for s in summary:
-        print(f"{s['model']} | {s['auc_mean']:.4f} ± {s['auc_std']:.4f} | {s['nll_mean']:.4f} ± {s['nll_std']:.4f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"rows": rows, "summary": summary}, fh, indent=1)
+    report(rows, args.json)
     return 0
 
 

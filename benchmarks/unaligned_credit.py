@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import ray_vfl.splitnn as splitnn
     from ray_vfl import Runtime
-    from ray_vfl.splitnn.experiments import summarize_seeds, unaligned_row
+    from ray_vfl.splitnn.experiments import unaligned_row
     from ray_vfl.splitnn.unaligned import split_aligned
 
     data = splitnn.load_credit_vfl(args.data_dir)
@@ -58,14 +58,21 @@ def main(argv=None) -> int:
                     row["local_loss"] = [round(x, 4) for x in model.unaligned["hssl_local_loss"]]
                 print(row, flush=True)
                 rows.append(row)
+    report(rows, args.json)
+    return 0
+
+
+def report(rows: list[dict], path: str | None) -> None:
+    """Print the mean and standard deviation over seeds per model; write rows and summary to ``path`` as JSON."""
+    from ray_vfl.splitnn.experiments import summarize_seeds
+
     summary = summarize_seeds(rows)
     print("\nmodel | AUC | NLL")
     for s in summary:
         print(f"{s['model']} | {s['auc_mean']:.4f} ± {s['auc_std']:.4f} | {s['nll_mean']:.4f} ± {s['nll_std']:.4f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
             json.dump({"rows": rows, "summary": summary}, fh, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

@@ -85,6 +85,27 @@ def credit():
     return data.train_test_split(0.2, seed=0)
 
 
+@pytest.fixture(scope="session")
+def unaligned_at_both(runtime):
+    """Split-NN rows where both parties keep rows outside the intersection (in-process PSI): ``bank`` (labels)
+    has 3,000 rows, ``shop`` every second one of them plus 300 users the bank does not have. Returns the
+    aligned dataset (each party's unaligned rows kept) and the bank's row count."""
+    import pandas as pd
+
+    from ray_vfl import VerticalDataset
+    from ray_vfl.splitnn import make_fedads_like
+
+    data = make_fedads_like(3_000, aligned_fraction=1.0, seed=4, label_party="bank", nonlabel_party="shop")
+    ids = data.train.ids
+    bank = data.train.features["bank"].assign(id=ids, y=data.train.label)
+    shop = data.train.features["shop"].assign(id=ids).iloc[::2]
+    extra = shop.iloc[:300].assign(id=shop["id"].iloc[:300] + 10**7)  # shop users the bank does not have
+    shop = pd.concat([shop.iloc[::-1], extra])
+    aligned = VerticalDataset.from_frames({"bank": bank, "shop": shop}, label="y", categorical=data.train.categorical,
+                                          align="psi", runtime=runtime)
+    return aligned, len(ids)
+
+
 def data_file(name: str) -> Path:
     path = DATA_DIR / name
     if not path.exists():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,20 +16,12 @@ EPOCHS, BATCH = 3, 128
 
 
 @pytest.fixture(scope="module")
-def fedhssl_run(runtime):
+def fedhssl_run(runtime, unaligned_at_both):
     """Both parties keep rows outside the intersection (in-process PSI); FedHSSL pretrains, then VanillaVFL."""
-    data = make_fedads_like(3_000, aligned_fraction=1.0, seed=4, label_party=LABEL, nonlabel_party=OTHER)
-    ids = data.train.ids
-    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label)
-    shop = data.train.features[OTHER].assign(id=ids).iloc[::2]
-    extra = shop.iloc[:300].assign(id=shop["id"].iloc[:300] + 10**7)  # shop users the bank does not have
-    shop = pd.concat([shop.iloc[::-1], extra])
-    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
-    aligned = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", categorical=cats, align="psi",
-                                          runtime=runtime)
+    aligned, n_bank = unaligned_at_both
     clf = SplitNNClassifier(unaligned="fedhssl", ssl_epochs=EPOCHS, epochs=1, batch_size=BATCH, runtime=runtime,
                             nonlabel_hidden=(16, 8), label_hidden=(16, 12)).fit(aligned)
-    return clf, aligned, len(ids), list(clf.comm_stats_.records)  # (predictions add records later)
+    return clf, aligned, n_bank, list(clf.comm_stats_.records)  # (predictions add records later)
 
 
 def test_fedhssl_pretrains_on_each_partys_rows_and_learns(fedhssl_run):

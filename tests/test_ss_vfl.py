@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from ray_vfl import ConfigError, DataError, VerticalDataset  # noqa: E402
-from ray_vfl.splitnn import SplitNNClassifier, make_fedads_like  # noqa: E402
+from ray_vfl import ConfigError, DataError  # noqa: E402
+from ray_vfl.splitnn import SplitNNClassifier  # noqa: E402
 from ray_vfl.splitnn.models import BottomModel  # noqa: E402
 from ray_vfl.splitnn.selfsupervised import mask_fields, simsiam_pretrain  # noqa: E402
 from ray_vfl.splitnn.synthesis import UnalignedOptions  # noqa: E402
@@ -63,24 +62,16 @@ def test_simsiam_learns_the_clusters_without_collapse():
     assert report["ssl_rows"] == 8000 and report["ssl_epochs"] == 4
 
 
-def test_ss_vfl_pretrains_each_party_on_all_its_rows_and_sends_nothing_more(runtime):
+def test_ss_vfl_pretrains_each_party_on_all_its_rows_and_sends_nothing_more(runtime, unaligned_at_both):
     """Both parties keep rows outside the intersection (in-process PSI); each pretrains alone on all of its
     own, the label party without their labels; the only messages are VanillaVFL's batches."""
-    data = make_fedads_like(3_000, aligned_fraction=1.0, seed=4, label_party=LABEL, nonlabel_party=OTHER)
-    ids = data.train.ids
-    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label)
-    shop = data.train.features[OTHER].assign(id=ids).iloc[::2]
-    extra = shop.iloc[:300].assign(id=shop["id"].iloc[:300] + 10**7)  # shop users the bank does not have
-    shop = pd.concat([shop.iloc[::-1], extra])
-    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
-    aligned = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", categorical=cats, align="psi",
-                                          runtime=runtime)
+    aligned, n_bank = unaligned_at_both
     n_a = aligned.n_rows
-    assert len(aligned.unaligned[OTHER]) == 300 and len(aligned.unaligned[LABEL]) == len(ids) - n_a
+    assert len(aligned.unaligned[OTHER]) == 300 and len(aligned.unaligned[LABEL]) == n_bank - n_a
     clf = SplitNNClassifier(unaligned="ss-vfl", ssl_epochs=2, epochs=1, batch_size=128, runtime=runtime,
                             nonlabel_hidden=(16, 8), label_hidden=(16, 8)).fit(aligned)
     rep = clf.unaligned_report_
-    assert rep["method"] == "ss-vfl" and rep["ssl_rows"] == len(ids)  # aligned + its unaligned rows
+    assert rep["method"] == "ss-vfl" and rep["ssl_rows"] == n_bank  # aligned + its unaligned rows
     assert rep["nonlabel_ssl"][OTHER]["ssl_rows"] == n_a + 300
     assert np.isfinite([rep["ssl_loss_last"], rep["nonlabel_ssl"][OTHER]["ssl_loss_last"]]).all()
     batches = -(-n_a // 128)

@@ -291,9 +291,11 @@ class HybridSSL:
         nonce = self.mailbox.open(nonce_message, "hssl_nonce", None, senders=(self.label_party,))
         return self.mailbox.send("hssl_share", [self.label_party], self._masked_share(nonce))
 
+    def _shared_vector(self) -> np.ndarray:
+        return np.concatenate([t.detach().numpy().astype(np.float64).ravel() for t in self._shared()])
+
     def _masked_share(self, nonce: bytes) -> np.ndarray:
-        vector = np.concatenate([t.detach().numpy().astype(np.float64).ravel() for t in self._shared()])
-        return self.hssl_masker.share(vector, nonce, self.hssl_parties)
+        return self.hssl_masker.share(self._shared_vector(), nonce, self.hssl_parties)
 
     def hssl_set_average(self, message: Message) -> None:
         """Load the mean the label party sent into this party's aggregated tensors."""
@@ -337,9 +339,8 @@ class HybridSSL:
             self.hssl_local_head.eval()
             spread = float(nn.functional.normalize(self.hssl_local_head.projector(self.bottom.local(sample)), dim=1)
                            .std(0).mean())
-        shared = np.concatenate([t.detach().numpy().astype(np.float64).ravel() for t in self._shared()])
         report = {"hssl_rows": len(self.hssl_local_rows), "hssl_cross_loss": list(self.hssl_losses["cross"]),
-                  "hssl_shared_sha256": hashlib.sha256(shared.tobytes()).hexdigest(),
+                  "hssl_shared_sha256": hashlib.sha256(self._shared_vector().tobytes()).hexdigest(),
                   "hssl_local_loss": list(self.hssl_losses["local"]), "ssl_output_std": spread,
                   "ssl_s": round(self.hssl_seconds, 3)}
         del self.hssl_cross_head, self.hssl_local_head, self.hssl_optimizers, self.hssl_local_rows, self.hssl_masker
