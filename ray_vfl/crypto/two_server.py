@@ -57,7 +57,9 @@ Mult's ``r1, r2`` uniform in ``[0, 2^(l + kappa))`` (statistical hiding: ``x + r
 ``|x|, |x'| < 2^l`` are at statistical distance ``<= |x - x'| / 2^(l + kappa) < 2^(1 - kappa)``; short
 masks because C exponentiates by them: ``(l + kappa)``-bit instead of ``|N|``-bit exponents); LGT's
 sign ``s`` uniform in ``{-1, +1}`` (1 bit), ``r`` uniform in ``[2^(kappa - 1), 2^kappa)`` and ``r'``
-uniform in ``[0, r)``.
+uniform in ``(-r, r)``: symmetric about 0, so for a given ``|d|`` S's value has one distribution whichever
+the outcome (``r'`` in ``[0, r)`` would make ``|v|`` larger when ``x < y``, a statistical leak of the
+outcome that a two-sample test detects at a few hundred comparisons).
 
 Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
 ``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with

@@ -225,8 +225,10 @@ class ServerC:
         ``Enc([x > y])`` is ``lgt(b, a)``.
 
         C sends ``Enc(v)``, ``v = s (r d + r')`` with ``d = 2 (y - x) - 1`` (odd, so never 0; ``d > 0``
-        iff ``x < y``), ``s`` a random sign, ``r`` in ``[2^(kappa-1), 2^kappa)``, ``r'`` in ``[0, r)``
-        (``r d + r'`` keeps the sign of ``d``); S returns ``Enc([v > 0])``; C flips it where ``s = -1``.
+        iff ``x < y``), ``s`` a random sign, ``r`` in ``[2^(kappa-1), 2^kappa)``, ``r'`` in ``(-r, r)``
+        (``r d + r'`` keeps the sign of ``d``, and ``|v| = r |d| +- r'`` is distributed alike for ``d`` and
+        ``-d``: with ``r'`` in ``[0, r)`` it would be ``r |d| + r'`` against ``r |d| - r'``, which a KS test
+        tells apart at ``n = 400``); S returns ``Enc([v > 0])``; C flips it where ``s = -1``.
         """
         pk = self.key_of(a)
         fa, fb = check(pk, a), check(pk, b)
@@ -236,7 +238,7 @@ class ServerC:
         kappa = self.config.kappa
         signs = [1 - 2 * secrets.randbits(1) for _ in range(k)]
         rs = [(1 << (kappa - 1)) | secrets.randbits(kappa - 1) for _ in range(k)]
-        rps = [secrets.randbelow(r) for r in rs]
+        rps = [secrets.randbelow(2 * r - 1) - (r - 1) for r in rs]  # uniform in (-r, r): symmetric about 0
         d = self.bcp.with_scale(self.bcp.mul_const(pk, self.bcp.sub(pk, b, a), [2] * k), 0)
         d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
         blind = self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True)
