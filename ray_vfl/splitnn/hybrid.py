@@ -92,12 +92,11 @@ from torch import nn
 from ..crypto.secure_sum import NONCE_BYTES, PUBLIC_KEY_BYTES, PairwiseMasker, combine
 from ..runtime.actors import Runtime, gather
 from ..runtime.comm import Message
-from ..runtime.party import resolve_rows
 from ..runtime.validation import Array, Rule, register
 from .config import SplitNNConfig
 from .models import batch_schedule, build_bottom, make_optimizer, nonlabel_seed, seeded, torch_dtype
 from .parties import NonLabelParty
-from .selfsupervised import SimSiamHead, mask_fields, negative_cosine
+from .selfsupervised import SimSiamHead, mask_fields, negative_cosine, output_spread
 
 __all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain"]
 
@@ -172,12 +171,7 @@ class HybridSSL:
         self.hssl_per_epoch = len(self.hssl_schedule) // ssl_epochs
         self._hssl_running: dict[str, tuple[float, int]] = {}
         self.hssl_rng = np.random.default_rng([cfg.seed, 8117])
-        ids = [self.rows[k] for k in ("train", "unaligned") if k in self.rows]
-        if other_rows is not None:
-            frame, _ = resolve_rows(other_rows)
-            if frame is not None and len(frame):
-                ids.append(self.encode_rows(frame))
-        self.hssl_local_rows = torch.cat(ids)
+        self.hssl_local_rows = self.own_rows(other_rows)
         self.hssl_losses: dict[str, list[float]] = {"cross": [], "local": []}
         self.hssl_seconds = 0.0
         self.hssl_masker = PairwiseMasker(self.name)  # X25519 keys from OS entropy, in this actor
@@ -333,12 +327,7 @@ class HybridSSL:
         rows of the local step, the cross-party and local losses per epoch, the collapse check of
         :func:`~ray_vfl.splitnn.selfsupervised.simsiam_pretrain` on the local encoder, the seconds spent,
         and a SHA-256 of the aggregated tensors (the same at every party once the mean is loaded)."""
-        with torch.no_grad():
-            sample = self.hssl_local_rows[torch.as_tensor(self.hssl_rng.choice(len(self.hssl_local_rows),
-                                                          min(len(self.hssl_local_rows), 4096), replace=False))]
-            self.hssl_local_head.eval()
-            spread = float(nn.functional.normalize(self.hssl_local_head.projector(self.bottom.local(sample)), dim=1)
-                           .std(0).mean())
+        spread = output_spread(self.bottom.local, self.hssl_local_head, self.hssl_local_rows, self.hssl_rng)
         report = {"hssl_rows": len(self.hssl_local_rows), "hssl_cross_loss": list(self.hssl_losses["cross"]),
                   "hssl_shared_sha256": hashlib.sha256(self._shared_vector().tobytes()).hexdigest(),
                   "hssl_local_loss": list(self.hssl_losses["local"]), "ssl_output_std": spread,

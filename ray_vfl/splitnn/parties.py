@@ -110,13 +110,18 @@ class _SplitParty(PartyActor):
         (a non-label party's rows PSI left out), encoded with its training encoder. Labels are not used;
         nothing is sent. Returns :func:`~ray_vfl.splitnn.selfsupervised.simsiam_pretrain`'s report.
         """
+        return simsiam_pretrain(self.bottom, self.own_rows(other_rows), epochs, self.config.batch_size,
+                                self.config.learning_rate, self.config.seed * 1009 + 97, mask_rate)
+
+    def own_rows(self, other_rows: Any = None) -> torch.Tensor:
+        """Every row this party holds, encoded: training rows, its unaligned rows if it keeps them, and the
+        rows of the reference ``other_rows`` (a non-label party's rows PSI left out), for self-supervision."""
         ids = [self.rows[k] for k in ("train", "unaligned") if k in self.rows]
         if other_rows is not None:
             frame, _ = resolve_rows(other_rows)
             if frame is not None and len(frame):
                 ids.append(self.encode_rows(frame))
-        return simsiam_pretrain(self.bottom, torch.cat(ids), epochs, self.config.batch_size,
-                                self.config.learning_rate, self.config.seed * 1009 + 97, mask_rate)
+        return torch.cat(ids)
 
     def param_grads(self) -> dict[str, np.ndarray]:
         """Gradients of this party's parameters from its latest backward pass."""

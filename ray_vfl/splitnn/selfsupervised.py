@@ -45,7 +45,7 @@ from torch import nn
 
 from ..errors import DataError
 
-__all__ = ["SimSiamHead", "mask_fields", "negative_cosine", "simsiam_pretrain"]
+__all__ = ["SimSiamHead", "mask_fields", "negative_cosine", "output_spread", "simsiam_pretrain"]
 
 
 class SimSiamHead(nn.Module):
@@ -95,6 +95,15 @@ def negative_cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return -F.cosine_similarity(p, z.detach(), dim=1).mean()
 
 
+def output_spread(encoder, head: SimSiamHead, ids: torch.Tensor, rng: np.random.Generator) -> float:
+    """The collapse check: the standard deviation over up to 4,096 rows of ``ids`` of the normalised projector
+    output, averaged over its dimensions (``1/sqrt(width)`` when the rows spread, 0 when they collapse)."""
+    head.eval()
+    with torch.no_grad():
+        sample = ids[torch.as_tensor(rng.choice(len(ids), min(len(ids), 4096), replace=False))]
+        return float(F.normalize(head.projector(encoder(sample)), dim=1).std(0).mean())
+
+
 def simsiam_pretrain(bottom: nn.Module, ids: torch.Tensor, epochs: int, batch_size: int, learning_rate: float,
                      seed: int, mask_rate: float = 0.3) -> dict[str, Any]:
     """Train ``bottom`` in place with SimSiam on the rows ``ids``; returns a report.
@@ -135,11 +144,7 @@ def simsiam_pretrain(bottom: nn.Module, ids: torch.Tensor, epochs: int, batch_si
             optimizer.step()
             total, count = total + float(loss.detach()) * len(rows), count + len(rows)
         losses.append(total / max(count, 1))
-    head.eval()
-    with torch.no_grad():
-        sample = ids[torch.as_tensor(rng.choice(len(ids), min(len(ids), 4096), replace=False))]
-        z = F.normalize(head.projector(bottom(sample)), dim=1)
-        spread = float(z.std(0).mean())
+    spread = output_spread(bottom, head, ids, rng)
     return {"ssl_rows": len(ids), "ssl_epochs": epochs, "ssl_loss_first": losses[0] if losses else None,
             "ssl_loss_last": losses[-1] if losses else None, "ssl_output_std": spread,
             "ssl_s": round(time.perf_counter() - start, 3)}
