@@ -48,6 +48,16 @@ def test_splitnn_schema_names_the_valid_values():
     with pytest.raises(ConfigError, match="each value must be an integer >= 1"):
         splitnn(sweep={"epochs": [0]})
     assert [r["epsilon"] for r in splitnn(sweep={"defense": ["dp"], "epsilon": [1.0, 8.0]}).runs()] == [1.0, 8.0]
+    widths = {k: v for k, v in SMALL_NET.items() if k != "embedding_dim"}  # swept, so not also fixed
+    with pytest.raises(ConfigError, match=r"sweep\['embedding_dim'\] holds 0; each value must be an integer in \[1, 1024\]"):
+        splitnn(sweep={"method": ["vanilla"], "embedding_dim": [0]}, params=widths)
+    with pytest.raises(ConfigError, match=r"params\['embedding_dim'\] holds 8.5"):
+        splitnn(sweep={}, params={**SMALL_NET, "embedding_dim": 8.5})
+    with pytest.raises(ConfigError, match="sweep over embedding_dim needs protocol 'splitnn'"):
+        splitnn(protocol="secureboost", dataset="credit", sweep={"embedding_dim": [4]}, params={})
+    assert [(r["embedding_dim"], r["method"]) for r in splitnn(sweep={"embedding_dim": [4, 16], "method": ["vanilla"]},
+                                                               params=widths).runs()] \
+        == [(4, "vanilla"), (16, "vanilla")]
 
 
 def test_importing_the_experiments_does_not_import_torch():
@@ -73,7 +83,7 @@ def test_a_splitnn_sweep_writes_one_row_per_method_and_defense_and_resumes(runti
     # the label party's actor class changes between the aligned and the unaligned methods: group them
     methods = ["vanilla", "oracle", "local", "heuristic", "jpl", "diffu-at"]
     table3 = run_sweep(splitnn(name="fedads3_tiny", sweep={"method": methods}), str(tmp_path), runtime, progress=False)
-    assert table3["method"].tolist() == methods and (table3["table"] == 3).all()
+    assert table3["method"].tolist() == methods and (table3["table"] == 3).all() and (table3["embedding_dim"] == 4).all()
     assert table3["model"].tolist() == ["VanillaVFL", "ORACLE", "Local", "HeuristicVFL", "JPL", "Diffu-AT"]
     assert table3["auc"].between(0, 1).all() and table3["mb"].iloc[2] == 0 and (table3["mb"].drop(index=2) > 0).all()
     assert (table3["aligned_rows"] < table3["train_rows"]).all()

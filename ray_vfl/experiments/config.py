@@ -36,7 +36,7 @@ SPLITNN_METHODS = ("local", "vanilla", "heuristic", "jpl", "fedcvt", "ss-vfl", "
 SPLITNN_DEFENSES = ("none", "dp", "marvell", "mixpro")
 SPLITNN_DATASETS = ("fedads_like", "credit", "ipinyou", "open_bandit")
 # Settings only the split-NN runs have (swept, or fixed in params).
-SPLITNN_ONLY = ("method", "defense", "epochs", "aligned_fraction")
+SPLITNN_ONLY = ("method", "defense", "epochs", "aligned_fraction", "embedding_dim")
 TREE_ONLY = ("clients", "max_depth", "n_trees", "key_bits", "backend")
 # What a sweep may vary, and what each value must be.
 SWEEPABLE = {
@@ -53,6 +53,7 @@ SWEEPABLE = {
     "defense": f"a FedAds Table 4 defense (splitnn): one of {list(SPLITNN_DEFENSES)}",
     "epochs": "an integer >= 1 (splitnn: epochs over the aligned rows)",
     "aligned_fraction": "a number in (0, 1) (splitnn Table 3: the training rows both parties hold)",
+    "embedding_dim": "an integer in [1, 1024] (splitnn: every feature's embedding width, the models' capacity)",
 }
 # The columns the runner writes into every row (runner.run_one), per protocol; figures may only name these.
 _COMMON_COLUMNS = ("clients", "dataset", "repeat", "rows", "backend", "key_bits", "max_depth", "n_trees", "train_rows",
@@ -61,7 +62,7 @@ _COMMON_COLUMNS = ("clients", "dataset", "repeat", "rows", "backend", "key_bits"
 # Where the training time went, measured by the parties (runner._where_time_went), for the tree protocols.
 _TIMELINE_COLUMNS = ("crypto_s", "wire_s", "compute_s", "between_calls_s", "calls", "ms_per_call", "empty_call_ms",
                      "waiting_s_mean", "peak_rss_mb")
-_SPLITNN_COLUMNS = ("method", "defense", "epochs", "aligned_fraction", "epsilon", "epsilon_accounted", "attack_s",
+_SPLITNN_COLUMNS = ("method", "defense", "epochs", "aligned_fraction", "embedding_dim", "epsilon", "epsilon_accounted", "attack_s",
                     "leak_auc_two_sided_max", "two_sided_chance") + tuple(
     f"{attack}_leak_auc{side}" for attack in ("norm", "direction", "cluster") for side in ("", "_two_sided"))
 _PROTOCOL_COLUMNS = {"secureboost": _TIMELINE_COLUMNS, "ssxgb": _TIMELINE_COLUMNS,
@@ -231,6 +232,7 @@ class ExperimentConfig(ValidatedConfig):
             "defense": v in SPLITNN_DEFENSES,
             "epochs": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
             "aligned_fraction": number(v) and 0 < v < 1,
+            "embedding_dim": isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
             "instance_threshold": isinstance(v, int) and not isinstance(v, bool) and v >= 1,
         }[key]
         if not ok:
@@ -238,7 +240,7 @@ class ExperimentConfig(ValidatedConfig):
 
     def _check_splitnn(self) -> None:
         """The split-NN settings, swept or fixed: valid values, one table at a time, datasets it can load."""
-        for key in ("method", "defense", "aligned_fraction", "epochs"):
+        for key in ("method", "defense", "aligned_fraction", "epochs", "embedding_dim"):
             if key in self.params:
                 self._check_value(key, self.params[key], where=f"params[{key!r}]")
         methods = self.sweep.get("method", [self.params["method"]] if "method" in self.params else [])

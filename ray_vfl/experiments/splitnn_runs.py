@@ -99,8 +99,9 @@ def _configs(cfg: ExperimentConfig, run: dict[str, Any], seed: int):
     if unknown:
         raise ConfigError(f"unknown splitnn parameter(s) {unknown}; valid names are the SplitNNConfig fields "
                           f"{sorted(valid)} and the run settings {sorted(RUN_PARAMS)}")
-    if "epochs" in run:
-        net["epochs"] = run["epochs"]
+    for key in ("epochs", "embedding_dim"):
+        if key in run:
+            net[key] = run[key]
     config = SplitNNConfig.from_dict({**net, "seed": seed})
     options = UnalignedOptions(pretrain_epochs=cfg.params.get("pretrain_epochs", 1),
                                imitation_epochs=cfg.params.get("imitation_epochs", 20),
@@ -175,7 +176,8 @@ def _run(cfg: ExperimentConfig, run: dict[str, Any], runtime, bar) -> dict[str, 
     config, options = _configs(cfg, run, seed)
     method = _setting(cfg, run, "method")
     row: dict[str, Any] = {"run_id": run["run_id"], "name": cfg.name, "protocol": cfg.protocol, **run,
-                           "epochs": config.epochs, "batch_size": config.batch_size}
+                           "epochs": config.epochs, "batch_size": config.batch_size,
+                           "embedding_dim": config.embedding_dim}
     if method is not None:
         fraction = float(_setting(cfg, run, "aligned_fraction", 0.2))
         partial, oracle = split_aligned(data, fraction, seed)
