@@ -6,8 +6,13 @@ To separate what the pretraining adds from what the wider bottom models add, thi
 function, for this diagnostic only): the same architecture, initial weights, data and budget, no
 self-supervised step. The settings are `fedads_table3`'s for the generator (200,000 rows, 20 % aligned,
 batch 256, Adam 1e-3, 1 + 2 epochs, seeds 0-2) and the credit table's for credit (batch 128, Adam 2e-3).
+``--embedding-dim`` changes every feature's embedding width (default 8). ``--wide-vanilla`` runs instead
+VanillaVFL with bottom outputs as wide as FedHSSL's two encoders side by side (label party 128 + 32,
+non-label party 32 + 32), which tells the wider layers apart from the second set of embeddings.
 
     python benchmarks/fedhssl_ablation.py generator --json out.json
+    python benchmarks/fedhssl_ablation.py generator --embedding-dim 16
+    python benchmarks/fedhssl_ablation.py generator --wide-vanilla
     python benchmarks/fedhssl_ablation.py credit
 """
 
@@ -35,6 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--json", default=None)
+    p.add_argument("--embedding-dim", type=int, default=8)
+    p.add_argument("--wide-vanilla", action="store_true", help="VanillaVFL with FedHSSL's output widths instead")
     args = p.parse_args(argv)
 
     import ray_vfl.splitnn as splitnn
@@ -49,11 +56,18 @@ def main(argv=None) -> int:
     else:
         data = splitnn.load_credit_vfl(args.data_dir)
         config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
+    config = config.replace(embedding_dim=args.embedding_dim)
+    method, name = "fedhssl", "FedHSSL architecture, no pretraining"
+    if args.wide_vanilla:
+        width = config.embedding_width
+        config = config.replace(label_hidden=(*config.label_hidden[:-1], config.label_hidden[-1] + width),
+                                nonlabel_hidden=(*config.nonlabel_hidden[:-1], 2 * width))
+        method, name = "vanilla", f"VanillaVFL, bottoms {config.label_hidden} / {config.nonlabel_hidden}"
     runtime, rows = Runtime(), []
     for seed in args.seeds:
         partial, oracle = unaligned.split_aligned(data, 0.2, seed)
-        row, _ = unaligned_row(runtime, partial, oracle, config, splitnn.UnalignedOptions(), "fedhssl", seed)
-        row["model"] = "FedHSSL architecture, no pretraining"
+        row, _ = unaligned_row(runtime, partial, oracle, config, splitnn.UnalignedOptions(), method, seed)
+        row["model"] = f"{name}, embedding_dim {args.embedding_dim}"
         print(row, flush=True)
         rows.append(row)
     report(rows, args.json)

@@ -13,6 +13,8 @@ view. The rows come from :func:`~ray_vfl.splitnn.experiments.unaligned_row` and
 ``defense_params`` (defense -> its keyword arguments, e.g. ``{marvell: {init_scale: 4.0}}``),
 ``pretrain_epochs``, ``diffusion_steps``, ``imitation_epochs``, ``ssl_epochs``, ``ssl_guidance`` (Table 3's
 unaligned methods), and ``positive_rate``, ``n_users``, ``nonlabel_strength`` (the ``fedads_like`` generator).
+Besides ``method``, ``defense``, ``aligned_fraction`` and ``epsilon``, a sweep may vary ``epochs`` and
+``embedding_dim`` (the models' capacity; every row records it).
 
 Datasets: ``fedads_like`` (the FedAds-like generator, ``rows`` rows generated, default 50,000; users
 for HeuristicVFL), ``credit``, ``ipinyou``, ``open_bandit`` (from the shared data folder; ``rows``:
