@@ -8,6 +8,7 @@ standard deviation over seeds, and writes both as JSON.
 
     python benchmarks/unaligned_credit.py --methods vanilla ss-vfl fedhssl oracle --json out.json
     python benchmarks/unaligned_credit.py --methods fedhssl --guidance 0.5 0 --ssl-epochs 5
+    python benchmarks/unaligned_credit.py --methods vanilla jpl diffu-at oracle --embedding-dim 16
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--guidance", type=float, nargs="+", default=[0.5], help="FedHSSL's ssl_guidance values")
     p.add_argument("--ssl-epochs", type=int, default=5, help="SS-VFL's and FedHSSL's pretraining epochs")
+    p.add_argument("--embedding-dim", type=int, default=8, help="every feature's embedding width")
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
     from ray_vfl.splitnn.unaligned import split_aligned
 
     data = splitnn.load_credit_vfl(args.data_dir)
-    config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
+    config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3, embedding_dim=args.embedding_dim)
     runtime, rows = Runtime(), []
     for seed in args.seeds:
         partial, oracle = split_aligned(data, 0.2, seed)
