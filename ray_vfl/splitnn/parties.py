@@ -352,11 +352,14 @@ class LabelParty(_SplitParty):
                self.config.timeout_s)
         self._carry = None
 
+    def _federated_logits(self, batch: int, rows: np.ndarray, own: torch.Tensor, embs: list[torch.Tensor]) -> torch.Tensor:
+        """The top model over this party's bottom output and the received embeddings (a hook for subclasses)."""
+        return self.top([own] + embs)
+
     def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Top model, loss, backward and update given this party's bottom output ``own``; the defended gradients out."""
         embs = self._embeddings(messages, len(rows), batch)
-        logits = self.top([own] + embs)
-        loss = F.binary_cross_entropy_with_logits(logits, self.y[rows])
+        loss = F.binary_cross_entropy_with_logits(self._federated_logits(batch, rows, own, embs), self.y[rows])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()

@@ -40,9 +40,8 @@ from .config import SplitNNConfig
 from .defenses import Defense
 from .diffusion import ConditionalDiffusion
 from .encoding import FeatureEncoder
-from .models import make_optimizer
 from .hybrid import HybridEncoder, HybridSSL
-from .models import LABEL_BOTTOM_SEED
+from .models import LABEL_BOTTOM_SEED, make_optimizer
 from .parties import LabelParty, check_binary_labels
 from .synthesis import SELF_SUPERVISED, AttentionEstimate, ImitationMap, UnalignedOptions, branch_sequence, synthesize
 
@@ -141,22 +140,12 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
                 bn.train()
         return self.top([parts[0], bn(h_n)])
 
-    def _update(self, batch: int, rows: np.ndarray, own: torch.Tensor, messages) -> tuple:
-        """The federated branch: :meth:`LabelParty._update` with the federated batch norm before the top."""
-        embs = self._embeddings(messages, len(rows), batch)
+    def _federated_logits(self, batch: int, rows: np.ndarray, own: torch.Tensor, embs: list[torch.Tensor]) -> torch.Tensor:
+        """The federated branch of :meth:`LabelParty._update`: the federated batch norm before the top."""
         if getattr(self, "fresh_h_n", None) is not None and batch >= self.n_pretrain:
             # options.refresh: the h_N this party receives anyway, kept to refit the synthesiser on
             self.fresh_h_n[torch.as_tensor(rows)] = torch.cat([e.detach() for e in embs], dim=1)
-        loss = F.binary_cross_entropy_with_logits(self._head([own] + embs, "fed"), self.y[rows])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.losses.append(float(loss.detach()))
-        y = self.y[rows].numpy()
-        return tuple(
-            self.mailbox.send("embedding_grad", [party], self.defense.protect(e.grad.numpy(), y, self.noise), tree=batch)
-            for party, e in zip(self.nonlabel, embs)
-        )
+        return self._head([own] + embs, "fed")
 
     def predict(self, key: str, *messages) -> np.ndarray:
         ids = self.rows[key]
