@@ -88,14 +88,14 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
     for ax, col in zip(axes[0], ys):
         if categorical:
             _bars(ax, groups, x, col, list(dict.fromkeys(results[x])), group)
-        for key, part in groups if not categorical else ():
+        for j, (key, part) in enumerate(groups if not categorical else ()):
             if part[col].isna().all():  # e.g. RMSE of a classification dataset: no line, no legend entry
                 continue
             stats = part.groupby(x)[col].agg(["mean", "min", "max"]).sort_index()
             xs = stats.index.to_numpy(dtype=float)
             label = None if key is None else f"{group}={key}"
-            line, = ax.plot(xs, stats["mean"], marker="o", label=label)
-            ax.fill_between(xs, stats["min"], stats["max"], alpha=0.2, color=line.get_color())
+            ax.plot(xs, stats["mean"], marker="o", label=label, color=f"C{j}")  # a group's colour in every panel
+            ax.fill_between(xs, stats["min"], stats["max"], alpha=0.2, color=f"C{j}")
         ax.set_xlabel(UNITS.get(x, x))
         ax.set_ylabel(UNITS.get(col, col))
         if logx and not categorical:
@@ -109,12 +109,16 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
             ax.xaxis.set_minor_formatter(NullFormatter())
         if logy:
             ax.set_yscale("log")
-        if group is not None:
-            ax.legend()
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if group is not None:  # one legend for every panel, below them, where it covers no bar or line
+        entries = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
+        if entries:
+            fig.legend(entries.values(), entries.keys(), loc="lower center", ncol=min(len(entries), 6), frameon=False)
+            rows = -(-len(entries) // 6)
+            fig.subplots_adjust(bottom=min(0.5, fig.subplotpars.bottom + 0.08 * rows))  # room under the axis labels
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -133,7 +137,7 @@ def _bars(ax, groups, x: str, col: str, categories: list, group: str | None) -> 
         stats = part.groupby(x, sort=False)[col].agg(["mean", "min", "max"]).reindex(categories)
         pos = np.arange(len(categories)) + (j - (len(groups) - 1) / 2) * width
         ax.bar(pos, stats["mean"], width, yerr=[stats["mean"] - stats["min"], stats["max"] - stats["mean"]],
-               capsize=3, label=None if key is None else f"{group}={key}")
+               capsize=3, label=None if key is None else f"{group}={key}", color=f"C{j}")
         lows.append(stats["min"].min())
         highs.append(stats["max"].max())
     lo, hi = np.nanmin(lows), np.nanmax(highs)
