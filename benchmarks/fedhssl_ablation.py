@@ -6,7 +6,7 @@ To separate what the pretraining adds from what the wider bottom models add, thi
 function, for this diagnostic only): the same architecture, initial weights, data and budget, no
 self-supervised step. The settings are `fedads_table3`'s for the generator (200,000 rows, 20 % aligned,
 batch 256, Adam 1e-3, 1 + 2 epochs, seeds 0-2) and the credit table's for credit (batch 128, Adam 2e-3).
-``--embedding-dim`` changes every feature's embedding width (default 8). ``--wide-vanilla`` runs instead
+``--embedding-dim`` changes every feature's embedding width (default: SplitNNConfig's, 8). ``--wide-vanilla`` runs instead
 VanillaVFL with bottom outputs as wide as FedHSSL's two encoders side by side (label party 128 + 32,
 non-label party 32 + 32), which tells the wider layers apart from the second set of embeddings.
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--json", default=None)
-    p.add_argument("--embedding-dim", type=int, default=8)
+    p.add_argument("--embedding-dim", type=int, default=None)
     p.add_argument("--wide-vanilla", action="store_true", help="VanillaVFL with FedHSSL's output widths instead")
     args = p.parse_args(argv)
 
@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     else:
         data = splitnn.load_credit_vfl(args.data_dir)
         config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
-    config = config.replace(embedding_dim=args.embedding_dim)
+    if args.embedding_dim is not None:
+        config = config.replace(embedding_dim=args.embedding_dim)
     method, name = "fedhssl", "FedHSSL architecture, no pretraining"
     if args.wide_vanilla:
         width = config.embedding_width
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         partial, oracle = unaligned.split_aligned(data, 0.2, seed)
         row, _ = unaligned_row(runtime, partial, oracle, config, splitnn.UnalignedOptions(), method, seed)
-        row["model"] = f"{name}, embedding_dim {args.embedding_dim}"
+        row["model"] = f"{name}, embedding_dim {config.embedding_dim}"
         print(row, flush=True)
         rows.append(row)
     report(rows, args.json)

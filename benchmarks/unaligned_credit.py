@@ -32,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--guidance", type=float, nargs="+", default=[0.5], help="FedHSSL's ssl_guidance values")
     p.add_argument("--ssl-epochs", type=int, default=5, help="SS-VFL's and FedHSSL's pretraining epochs")
-    p.add_argument("--embedding-dim", type=int, default=8, help="every feature's embedding width")
+    p.add_argument("--embedding-dim", type=int, default=None, help="every feature's embedding width (default: SplitNNConfig's)")
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
@@ -46,7 +46,9 @@ def main(argv=None) -> int:
     from ray_vfl.splitnn.unaligned import split_aligned
 
     data = splitnn.load_credit_vfl(args.data_dir)
-    config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3, embedding_dim=args.embedding_dim)
+    config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
+    if args.embedding_dim is not None:
+        config = config.replace(embedding_dim=args.embedding_dim)
     runtime, rows = Runtime(), []
     for seed in args.seeds:
         partial, oracle = split_aligned(data, 0.2, seed)

@@ -36,7 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=1, help="passes over the aligned training rows")
     p.add_argument("--batch-size", type=int, default=256, help="rows per split-NN step")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate of both parties")
-    p.add_argument("--embedding-dim", type=int, default=8, help="every feature's embedding width (the models' capacity)")
+    p.add_argument("--embedding-dim", type=int, default=None, help="every feature's embedding width (the models' capacity; "
+                   "default: SplitNNConfig's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the models and the batch order (the defenses' noise comes from the label party's OS entropy)")
     p.add_argument("--out", default="results/splitnn", help="folder for the CSV/JSON tables")
     p.add_argument("--unaligned", action="store_true", help="also FedAds Table 3 with unaligned rows: 20 %% of the "
@@ -63,12 +64,17 @@ def _print_table(title: str, rows: list[dict], columns: list[str]) -> None:
         print(" | ".join(str(row.get(c, "")) for c in columns))
 
 
+def _width(args) -> dict:
+    """``--embedding-dim`` as SplitNNConfig keyword arguments (none: the config's default width)."""
+    return {} if args.embedding_dim is None else {"embedding_dim": args.embedding_dim}
+
+
 def _unaligned_tables(runtime, splitnn, args, real) -> tuple[list[dict], list[dict]]:
     """Per dataset and seed, FedAds Table 3 with unaligned rows; and its mean/std over seeds."""
     from ray_vfl.splitnn.experiments import summarize_seeds, unaligned_table
 
     config = splitnn.SplitNNConfig(batch_size=args.batch_size, epochs=args.unaligned_epochs, learning_rate=args.learning_rate,
-                                   embedding_dim=args.embedding_dim)
+                                   **_width(args))
     options = splitnn.UnalignedOptions(diffusion=splitnn.DiffusionConfig(steps=args.diffusion_steps))
     # the generator with users (HeuristicVFL needs them), every row aligned before the 20 % split
     gen = splitnn.make_fedads_like(args.rows, aligned_fraction=1.0, seed=args.seed, n_users=max(1, args.rows // 20))
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = splitnn.SplitNNConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                   embedding_dim=args.embedding_dim, seed=args.seed)
+                                   seed=args.seed, **_width(args))
     datasets = [splitnn.make_fedads_like(args.rows, seed=args.seed)]
     if args.real != "none":
         datasets.append(getattr(splitnn, REAL[args.real])(args.data_dir))
