@@ -132,6 +132,13 @@ class ExperimentConfig(ValidatedConfig):
         JSON); costs one more prediction per tree.
     seed : int
         Seed of the column split, the label spread and the train/test split (plus the repeat number).
+    checkpoint_every : int or None
+        Tree protocols: every party saves its training state every this many trees under
+        ``<out>/<name>/checkpoints/<run_id>/`` (:class:`~ray_vfl.trees.checkpoint.Checkpoint`), so an
+        interrupted run resumes from its last saved tree instead of its first; the folder goes once the
+        run's row is written. A resumed run's row counts time and bytes over the trees grown since the
+        resume (``trees_resumed`` says from which tree). ``None`` (the default): no checkpoints, as their
+        writing would sit inside the measured training time (it is subtracted: ``checkpoint_s``).
     """
 
     name: str
@@ -146,6 +153,7 @@ class ExperimentConfig(ValidatedConfig):
     figures: list = field(default_factory=list)
     fresh_actors: bool = False
     per_tree: bool = False
+    checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or os.sep in self.name:
@@ -190,6 +198,11 @@ class ExperimentConfig(ValidatedConfig):
             raise ConfigError(f"fresh_actors must be true or false, got {self.fresh_actors!r}")
         if not isinstance(self.per_tree, bool):
             raise ConfigError(f"per_tree must be true or false, got {self.per_tree!r}")
+        if self.checkpoint_every is not None:
+            if self.protocol == "splitnn":
+                raise ConfigError("checkpoint_every is for the tree protocols; a split-NN run is not checkpointed "
+                                  "(drop the key)")
+            check_int("checkpoint_every", self.checkpoint_every, 1, 10**6)
         if not isinstance(self.figures, list):
             raise ConfigError(f"figures must be a list of mappings, got {type(self.figures).__name__}")
         for i, fig in enumerate(self.figures):

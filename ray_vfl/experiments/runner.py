@@ -8,7 +8,7 @@ what we need from it, resuming, is a set of finished run ids in the results file
 a plain table (CSV and Parquet) that pandas, the plots and TensorBoard-free notebooks read directly.
 
 Each row holds every setting, the test metric(s), wall time per phase (set-up, training,
-prediction), seconds per tree, MB in all and per channel and message kind (JSON columns), attack
+prediction), seconds per tree (the mean, and each tree's in ``s_by_tree``, JSON), MB in all and per channel and message kind (JSON columns), attack
 success where one applies (PIVODL's label-guess attack, split-NN's label-inference LeakAUCs), and
 machine facts (CPUs, Ray and ray_vfl versions). Split-NN runs (FedAds Tables 3 and 4) are in
 :mod:`ray_vfl.experiments.splitnn_runs`. For the tree protocols, where the training time went comes
@@ -19,6 +19,13 @@ computing: Ray's scheduling and transfers, the driver), ``calls`` and ``ms_per_c
 time and peak memory (``peak_rss_mb``, the largest; ``peak_rss_by_party``).
 With ``per_tree`` a row also holds ``by_tree`` (JSON): the test metrics after each tree and those
 of centralized xgboost trained with the same settings on the same rows (``plots.per_tree_table``).
+
+Resuming inside a run: with ``checkpoint_every`` in the config (tree protocols), every party saves its
+training state under ``<out>/<name>/checkpoints/<run_id>/`` every that many trees, and a run started
+again continues from its last saved tree; a run of many hours then loses at most that many trees to an
+interruption. The driver's copy of the folder goes once the run's row is written (on a cluster, each
+party's own file stays on its node). The row's times and bytes cover the trees grown since the resume
+(``trees_resumed``); the time the saves took is measured and left out of ``train_s`` (``checkpoint_s``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import time
 from typing import Any
 
@@ -41,6 +49,7 @@ from ..runtime.actors import Runtime
 from ..runtime.party import write_atomically
 from ..runtime.timeline import breakdown
 from ..trees.callbacks import TrainingCallback, TreeTimer
+from ..trees.checkpoint import Checkpoint
 from .config import ExperimentConfig
 
 __all__ = ["run_sweep", "run_one", "RESULTS_FILE"]
@@ -124,18 +133,26 @@ def _xgboost_curve(config, objective: str, frame: pd.DataFrame, label: str, trai
 
 
 class _TreeBar(TrainingCallback):
-    """The trees of one run, under the bar over the runs (tqdm with its ETA; gone when the run ends)."""
+    """The trees of one run: a bar under the bar over the runs (tqdm with its ETA; gone when the run
+    ends) if ``progress``, and a log line per tree that took a minute or more (``timer``'s last lap;
+    quicker trees log at DEBUG)."""
 
-    def __init__(self, desc: str) -> None:
-        self.desc, self.bar = desc, None
+    def __init__(self, desc: str, timer: TreeTimer, progress: bool) -> None:
+        self.desc, self.timer, self.progress, self.bar, self.total = desc, timer, progress, None, 0
 
     def before_training(self, config: Any) -> None:
-        from tqdm.auto import tqdm
+        self.total = config.n_trees
+        if self.progress:
+            from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=config.n_trees, desc=self.desc, unit="tree", position=1, leave=False)
+            self.bar = tqdm(total=config.n_trees, desc=self.desc, unit="tree", position=1, leave=False)
 
     def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
-        self.bar.update(iteration + 1 - self.bar.n)
+        lap = self.timer.laps[-1] if getattr(self.timer, "laps", None) else float("nan")
+        log.log(logging.INFO if lap >= 60.0 else logging.DEBUG, "%s: tree %d of %d in %.1f s", self.desc,
+                iteration + 1, self.total, lap)
+        if self.bar is not None:
+            self.bar.update(iteration + 1 - self.bar.n)
         return False
 
     def after_training(self, model: Any) -> None:
@@ -143,8 +160,38 @@ class _TreeBar(TrainingCallback):
             self.bar.close()
 
 
-def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False) -> dict[str, Any]:
-    """Train and evaluate one run (with a bar over its trees if ``progress``); returns its result row."""
+class _TimedCheckpoint(Checkpoint):
+    """A :class:`Checkpoint` that keeps the tree it resumed from and the seconds its saves took: between
+    trees (inside the timer's window, so the row subtracts them from ``train_s``) and after the last."""
+
+    def __init__(self, directory: str, every: int) -> None:
+        super().__init__(directory, every)
+        self.resumed, self.between_trees, self.after_last = 0, 0.0, 0.0
+
+    def resume_point(self, model: Any) -> tuple[int, dict[str, str]]:
+        trees, files = super().resume_point(model)
+        self.resumed = trees
+        return trees, files
+
+    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
+        t = time.perf_counter()
+        try:
+            return super().after_iteration(iteration, logs)
+        finally:
+            self.between_trees += time.perf_counter() - t
+
+    def after_training(self, model: Any) -> None:
+        t = time.perf_counter()
+        try:
+            super().after_training(model)
+        finally:
+            self.after_last += time.perf_counter() - t
+
+
+def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False,
+            checkpoint_dir: str | None = None) -> dict[str, Any]:
+    """Train and evaluate one run (with a bar over its trees if ``progress``); returns its result row.
+    With ``cfg.checkpoint_every``, the run checkpoints into (and resumes from) ``checkpoint_dir``."""
     import ray
 
     if cfg.fresh_actors:
@@ -156,13 +203,14 @@ def run_one(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progre
 
         row = run_splitnn(cfg, run, runtime, progress)
     else:
-        row = _run_trees(cfg, run, runtime, progress)
+        row = _run_trees(cfg, run, runtime, progress, checkpoint_dir)
     row.update(cpus=os.cpu_count(), ray_version=ray.__version__, python=platform.python_version(),
                finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
     return row
 
 
-def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False) -> dict[str, Any]:
+def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, progress: bool = False,
+               checkpoint_dir: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     train, test, objective, frame, label = _data(cfg, run)
     config = _protocol_config(cfg, run, objective)
@@ -176,7 +224,13 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, pro
     else:
         from ..secureboost.protocol import train as fit
     settings = ", ".join(f"{k}={v}" for k, v in run.items() if k not in ("run_id", "dataset"))
-    callbacks = [timer] + ([_TreeBar(settings)] if progress else [])
+    checkpoint = None
+    if cfg.checkpoint_every is not None:
+        if checkpoint_dir is None:
+            raise ConfigError(f"{cfg.name} sets checkpoint_every: give run_one a checkpoint_dir (run_sweep does)")
+        checkpoint = _TimedCheckpoint(checkpoint_dir, cfg.checkpoint_every)
+    # the checkpoint before the timer: its saves fall inside the timer's window and are subtracted below
+    callbacks = ([checkpoint] if checkpoint else []) + [timer, _TreeBar(settings, timer, progress)]
     model = fit(runtime, train, config, callbacks=callbacks)
     t_fit = time.perf_counter()
     measured = _where_time_went(runtime, timer)
@@ -194,10 +248,14 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, pro
                  for k in range(1, model.n_trees)] + [{"tree": model.n_trees, "model": cfg.protocol,
                                                         **_metrics(objective, y, margins)}]
         row["by_tree"] = json.dumps(curve + _xgboost_curve(config, objective, frame, label, train, test))
-    train_s = getattr(timer, "seconds", 0.0)
-    row.update(data_s=t_data - t0, setup_s=(t_fit - t_data) - train_s, train_s=train_s,
-               s_per_tree=train_s / max(1, model.n_trees), predict_s=t_pred - t_fit,
-               mb=model.comm_stats.total_mb, mb_per_tree=model.comm_stats.total_mb / max(1, model.n_trees),
+    between, after = (checkpoint.between_trees, checkpoint.after_last) if checkpoint else (0.0, 0.0)
+    resumed = checkpoint.resumed if checkpoint else 0
+    grown = max(1, model.n_trees - resumed)  # the trees this process grew (all of them without a resume)
+    train_s = getattr(timer, "seconds", 0.0) - between
+    row.update(data_s=t_data - t0, setup_s=(t_fit - t_data) - train_s - between - after, train_s=train_s,
+               s_per_tree=train_s / grown, predict_s=t_pred - t_fit, checkpoint_s=between + after,
+               trees_resumed=resumed, s_by_tree=json.dumps([round(x, 3) for x in getattr(timer, "laps", [])]),
+               mb=model.comm_stats.total_mb, mb_per_tree=model.comm_stats.total_mb / grown,
                mb_by_channel=json.dumps(model.comm_stats.by_channel()), mb_by_kind=json.dumps(model.comm_stats.by_kind()),
                ops=json.dumps(model.op_counts))
     row.update(measured)
@@ -295,9 +353,12 @@ def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, p
         bar = tqdm(total=len(todo), desc=cfg.name, unit="run")
     try:
         for run in todo:
-            row = run_one(cfg, run, runtime, progress)
+            checkpoints = os.path.join(folder, "checkpoints", run["run_id"])
+            row = run_one(cfg, run, runtime, progress, checkpoints if cfg.checkpoint_every else None)
             results = pd.concat([results, pd.DataFrame([row])], ignore_index=True)
             _write(results, folder)
+            if cfg.checkpoint_every:  # the row holds the run now
+                shutil.rmtree(checkpoints, ignore_errors=True)
             if bar is not None:
                 bar.update(1)
     finally:

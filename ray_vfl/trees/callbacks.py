@@ -176,23 +176,27 @@ class EarlyStopping(TrainingCallback):
 
 
 class TreeTimer(TrainingCallback):
-    """Seconds spent growing trees, from the first tree's start (after set-up and key generation).
+    """Seconds spent growing trees, from the first tree's start (after set-up and key generation), and
+    each tree's own seconds (``laps``; a lap also holds what callbacks listed before the timer did
+    after the previous tree).
 
     Example
     -------
     >>> timer = TreeTimer()
     >>> timer.before_training(None); timer.after_iteration(0, {})
     False
-    >>> timer.seconds >= 0.0
+    >>> timer.seconds >= 0.0 and len(timer.laps) == 1
     True
     """
 
     def before_training(self, config: Any) -> None:
-        self.start, self.seconds = time.perf_counter(), 0.0
+        self.start, self.seconds, self.laps = time.perf_counter(), 0.0, []
         self.wall_start = self.wall_end = time.time()  # the window of the parties' measured intervals
 
     def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
-        self.seconds = time.perf_counter() - self.start
+        seconds = time.perf_counter() - self.start
+        self.laps.append(seconds - self.seconds)
+        self.seconds = seconds
         self.wall_end = time.time()
         return False
 
