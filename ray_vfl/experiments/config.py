@@ -12,7 +12,7 @@ Example
 >>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
 Traceback (most recent call last):
 ...
-ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['dataset', 'figures', 'fresh_actors', 'name', 'params', 'per_tree', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['checkpoint_every', 'dataset', 'figures', 'fresh_actors', 'name', 'params', 'per_tree', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
 """
 
 from __future__ import annotations
