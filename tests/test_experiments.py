@@ -201,7 +201,8 @@ def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_o
 
 
 def test_an_interrupted_run_resumes_from_its_last_checkpoint(runtime, tmp_path, monkeypatch):
-    """With checkpoint_every, a run killed after its second tree continues from there: the finished row
+    """With checkpoint_every, a run killed after its second tree continues from there (also with a longer
+    timeout_s, which is not part of the run's identity): the finished row
     says so (trees_resumed), equals the uninterrupted run's metrics (PIVODL without DP is deterministic)
     and the run's checkpoint folder is gone."""
     import ray_vfl.experiments.runner as runner
@@ -226,7 +227,10 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(runtime, tmp_path, 
     run_id = cfg.runs()[0]["run_id"]
     checkpoints = tmp_path / "interrupted" / "ckpt" / "checkpoints" / run_id
     assert '"trees": 2' in (checkpoints / "checkpoint.json").read_text()
-    resumed = run_sweep(cfg, str(tmp_path / "interrupted"), runtime, progress=False).iloc[0]
+    # raising the timeout, as a timeout's error advises, keeps the run and its checkpoints
+    longer = tiny(name="ckpt", sweep={"clients": [2]}, checkpoint_every=1, params={**cfg.params, "timeout_s": 900})
+    assert longer.runs()[0]["run_id"] == run_id
+    resumed = run_sweep(longer, str(tmp_path / "interrupted"), runtime, progress=False).iloc[0]
     whole = run_sweep(tiny(name="ckpt", sweep={"clients": [2]}, params=cfg.params), str(tmp_path / "whole"), runtime,
                       progress=False).iloc[0]
     assert resumed["trees_resumed"] == 2 and whole["trees_resumed"] == 0 and resumed["n_trees"] == 3

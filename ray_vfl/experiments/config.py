@@ -38,6 +38,8 @@ SPLITNN_DATASETS = ("fedads_like", "credit", "ipinyou", "open_bandit")
 # Settings only the split-NN runs have (swept, or fixed in params).
 SPLITNN_ONLY = ("method", "defense", "epochs", "aligned_fraction", "embedding_dim")
 TREE_ONLY = ("clients", "max_depth", "n_trees", "key_bits", "backend")
+# params that say how long to wait, not what a run computes: left out of run_id
+_WAITING_ONLY = frozenset({"timeout_s"})
 # What a sweep may vary, and what each value must be.
 SWEEPABLE = {
     "clients": "an integer >= 2 (parties the columns are split over)",
@@ -287,13 +289,16 @@ class ExperimentConfig(ValidatedConfig):
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run: the grid's combinations (in the order the sweep lists them) times the repeats, each
-        with a ``run_id`` that names its settings (finished runs are recognised by it)."""
+        with a ``run_id`` that names its settings (finished runs are recognised by it). Settings that only
+        say how long to wait (``timeout_s``) are not part of it: raising the timeout after a run timed out
+        keeps its finished runs and its checkpoints."""
         keys = list(self.sweep)
         out = []
         for combo in itertools.product(*(self.sweep[k] for k in keys)):
             for repeat in range(self.repeats):
                 settings = {"dataset": self.dataset, **dict(zip(keys, combo)), "repeat": repeat}
-                ident = {"protocol": self.protocol, "params": self.params, "rows": self.rows,
+                params = {k: v for k, v in self.params.items() if k not in _WAITING_ONLY}
+                ident = {"protocol": self.protocol, "params": params, "rows": self.rows,
                          "test_size": self.test_size, "seed": self.seed, **settings}
                 if self.per_tree:  # a run without per-tree metrics is not a finished run of this sweep
                     ident["per_tree"] = True
