@@ -262,16 +262,18 @@ def guess_table(runtime, args) -> list[dict]:
         eps = NO_DP if r["epsilon"] is None else f"{r['epsilon']:g} (accounted {r['epsilon_accounted']:.2f})"
         target = r["guess_accuracy"] > 0.6 if r["epsilon"] is None else r["guess_accuracy"] <= 0.5
         rows.append([eps, r["sensitivity"], r["guess_accuracy"], "yes" if target else "NO", r["guess_auc"],
-                     r["guess_auc_two_sided"], r["test_accuracy"], r["test_auc"]])
+                     r["guess_auc_two_sided"], r["guess_partition_auc_two_sided"], r["test_accuracy"], r["test_auc"]])
     _print(f"(d) Label guess (Table III): credit, {args.clients} clients, {args.trees} trees, depth {args.depth}, "
            f"{len(train.label)} training rows; mean over the attacking clients, each guessing the rows it does not label",
            ["epsilon", "sensitivity", "guess acc", "target (>0.6 no DP, <=0.5 DP)", "guess AUC", "two-sided AUC",
-            "test acc", "test AUC"], rows)
+            "partition two-sided AUC", "test acc", "test AUC"], rows)
     near = [r for r in out if r["epsilon"] is not None and r["guess_auc_two_sided"] <= 0.55]
     print("Two-sided AUC max(AUC, 1 - AUC): what an attacker that may invert its guess achieves; 0.5 = the view tells "
           "nothing. Settings with two-sided AUC <= 0.55: "
           + (", ".join(f"epsilon {r['epsilon']:g}" for r in near) if near else "none") + ". Guess accuracy at or below 50% "
           "is not privacy by itself: on credit (22% positives) a guess of all zeros is 78% accurate, all ones 22%.\n"
+          "Partition two-sided AUC: the same attacker scoring each row by the rate of its own labels in the row's "
+          "leaves (it holds the partitions and its own labels); partial DP noises the released weights, not this.\n"
           "Sensitivity 'global' (the default) is min(2C, eta / lambda) for every leaf; 'leaf' is min(2C, eta / (H + "
           "lambda)), still label DP of one row (H does not depend on the labels given the margins) but large leaves, "
           "where most rows are, then get little noise, so the leaf-level class balance the attack reads stays visible: "

@@ -106,6 +106,7 @@ def test_pivodl_job_small(tmp_path):
         guesses = list(csv.DictReader(fh))
     assert list(guesses[0]) == GUESS_COLUMNS and [g["epsilon"] for g in guesses] == ["none", "4"]
     assert all(0.0 <= float(g["guess_accuracy"]) <= 1.0 for g in guesses)
+    assert all(0.5 <= float(g["guess_partition_auc_two_sided"]) <= 1.0 for g in guesses)
     with open(tmp_path / "summary.csv", newline="") as fh:
         summary = list(csv.DictReader(fh))
     assert {"metric_mean", "metric_std", "train_s_mean", "mb_mean"} <= set(summary[0])

@@ -307,6 +307,22 @@ def test_released_leaf_noise_has_the_configured_deviation(runtime):
     assert model.epsilon == pytest.approx(2.0, rel=1e-2)
 
 
+def test_label_guess_reads_the_partitions_that_partial_dp_leaves_alone(runtime, credit_frame):
+    """The attack's second score (pivodl/attack.py) uses only what a client holds: the public partitions
+    and its own labels. A client with no labels scores every row 0; the others rank the rows they do not
+    label far above chance even at epsilon 0.1, where the released weights are mostly noise."""
+    from ray_vfl.pivodl import label_guess_report
+
+    frame, label = credit_frame
+    data = spread(frame, label, 3, (0.6, 0.0, 0.4))
+    model = train(runtime, data, PIVODLConfig(n_trees=3, max_depth=4, max_bin=16, backend="plain", epsilon=0.1))
+    scores = model.label_guess_scores()
+    assert not scores["party1"]["partition"].any() and not scores["party1"]["own"].any()
+    report = label_guess_report(scores, data.label)
+    assert report["party1"]["partition_auc_two_sided"] == 0.5
+    assert min(report[p]["partition_auc_two_sided"] for p in ("party0", "party2")) > 0.65, report
+
+
 def test_a_row_labelled_at_two_clients_is_refused_by_the_clients(runtime, tmp_path):
     """Party-held data: the driver never sees who labels what; the clients' set-up exchange finds the
     row labelled twice (and a row labelled nowhere) and names the fix."""

@@ -69,7 +69,7 @@ _SPLITNN_COLUMNS = ("method", "defense", "epochs", "aligned_fraction", "embeddin
     f"{attack}_leak_auc{side}" for attack in ("norm", "direction", "cluster") for side in ("", "_two_sided"))
 _PROTOCOL_COLUMNS = {"secureboost": _TIMELINE_COLUMNS, "ssxgb": _TIMELINE_COLUMNS,
                      "pivodl": _TIMELINE_COLUMNS + ("epsilon", "epsilon_accounted", "instance_threshold", "guess_accuracy",
-                                                    "guess_auc_two_sided"),
+                                                    "guess_auc_two_sided", "guess_partition_auc_two_sided"),
                      "splitnn": _SPLITNN_COLUMNS}
 # With ``per_tree: true`` each row also holds ``by_tree`` (JSON): the test metrics after each tree, for the
 # protocol (model = the protocol's name) and for centralized xgboost with the same settings (model = xgboost);

@@ -264,7 +264,9 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, pro
         guess = [r for r in report.values() if r["rows"]]
         row.update(epsilon=config.epsilon, epsilon_accounted=model.epsilon, instance_threshold=config.instance_threshold,
                    guess_accuracy=float(np.mean([r["accuracy"] for r in guess])) if guess else np.nan,
-                   guess_auc_two_sided=float(np.mean([r["auc_two_sided"] for r in guess])) if guess else np.nan)
+                   guess_auc_two_sided=float(np.mean([r["auc_two_sided"] for r in guess])) if guess else np.nan,
+                   guess_partition_auc_two_sided=float(np.nanmean([r["partition_auc_two_sided"] for r in guess]))
+                   if guess else np.nan)
     return row
 
 

@@ -166,16 +166,29 @@ class PredictionRole:
 
     # -- the label-guess attack's view (the paper's Table III) ----------------------------------------------
     def guess_scores(self) -> dict[str, Any]:
-        """What this client, honest but curious, can say of every training row's label from its own view:
-        the sum over trees of the leaf weight it received (released) for the leaf each row fell in (the
-        partitions are public among clients). A high score means label 1 (or a high target). Rows it
-        labels itself are marked, so the attack is scored on the others' rows only."""
-        score = np.zeros(len(self.rows["train"]))
+        """What this client, honest but curious, can say of every training row's label from its own view.
+
+        ``score``, the paper's attack: the sum over trees of the leaf weight it received (released) for
+        the leaf each row fell in (the partitions are public among clients). ``partition``, going beyond
+        the paper: the sum over trees of the mean of this client's *own* labels in the row's leaf (one
+        pseudo-row at its own base rate smooths small leaves), centred on that base rate. The splits were
+        chosen on every client's labels, so a leaf's own-label rate predicts the rate of the other
+        clients' rows in it, and no noise on the leaf weights touches it. A high score means label 1 (or
+        a high target). Rows it labels itself are marked, so the attack is scored on the others' rows
+        only."""
+        n_rows = len(self.rows["train"])
+        score, partition = np.zeros(n_rows), np.zeros(n_rows)
+        base = float(self.y_own.mean()) if len(self.own) else 0.0
         for t, leaf in enumerate(self.leaf_of_row):
             weights = self.released[t]
             lookup = np.zeros(max(weights) + 1)
             lookup[list(weights)] = list(weights.values())
             score += lookup[leaf]
-        own = np.zeros(len(score), dtype=bool)
+            if len(self.own):
+                size = int(leaf.max()) + 1
+                count = np.bincount(leaf[self.own], minlength=size)
+                total = np.bincount(leaf[self.own], weights=self.y_own, minlength=size)
+                partition += ((total + base) / (count + 1.0) - base)[leaf]
+        own = np.zeros(n_rows, dtype=bool)
         own[self.own] = True
-        return {"score": score, "own": own}
+        return {"score": score, "partition": partition, "own": own}
