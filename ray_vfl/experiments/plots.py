@@ -20,7 +20,8 @@ UNITS = {
     "rmse": "test RMSE", "train_s": "training time (s)", "s_per_tree": "time per tree (s)",
     "setup_s": "set-up time (s)", "predict_s": "prediction time (s)", "mb": "traffic (MB)",
     "mb_per_tree": "traffic per tree (MB)", "guess_accuracy": "label-guess accuracy",
-    "guess_auc_two_sided": "label-guess AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
+    "guess_auc_two_sided": "label-guess AUC (two-sided)",
+    "guess_partition_auc_two_sided": "partition-score AUC (two-sided)", "rows": "rows", "peak_rss_mb": "peak memory per party (MB)",
     "crypto_s": "crypto, whole training (s)", "between_calls_s": "no party computing, whole training (s)",
     "calls": "actor calls, whole training", "wire_s": "serializing payloads, whole training (s)",
     "compute_s": "other party compute, whole training (s)", "waiting_s_mean": "mean party waiting, whole training (s)", "ms_per_call": "between-calls time per call (ms)",
@@ -109,6 +110,8 @@ def plot_sweep(results: pd.DataFrame, x: str, y, path: str, group: str | None = 
             ax.xaxis.set_minor_formatter(NullFormatter())
         if logy:
             ax.set_yscale("log")
+        elif col.endswith("auc_two_sided") and not categorical:
+            ax.set_ylim(0.49, 1.01)  # all of a two-sided AUC's range, chance to certainty: panels compare
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
