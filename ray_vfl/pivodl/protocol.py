@@ -38,7 +38,9 @@ step       sender -> receiver    payload                                 what th
                                                                          compare their gains)
 5, level   winning c -> s        the records tied with the best gain     s: which of its candidates won
 5, level   s -> every            partition of the split nodes' rows,     the instance space of every node (as in the
-                                 s's record id                           paper); never the feature or threshold
+                                 s's record id                           paper); never the feature or threshold; with
+                                                                         the receiver's own labels, each leaf's
+                                                                         label rate
 5, level   s -> winning c        the record chosen among ties            c: which record's sums are the children's
 6          holder -> every       leaf weights: exact, or clipped to C    the released weights; under partial DP a
                                  with Gaussian noise (partial DP)        Gaussian mechanism's output per leaf
