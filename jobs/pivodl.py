@@ -292,7 +292,8 @@ def run_studies(runtime, args) -> list[dict]:
 
 
 def run_label_guess(runtime, args) -> list[dict]:
-    """Table III: each client's guess of the other clients' labels from the leaf weights it received."""
+    """Table III: each client's guess of the other clients' labels from the leaf weights it received, and
+    (beyond the paper) from the partitions and its own labels."""
     rows = []
     if args.guess_dataset == "none":
         return rows
