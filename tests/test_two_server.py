@@ -184,6 +184,27 @@ def test_mult_with_bounds_masks_each_operand_by_its_bound_plus_kappa(world):
             c.mult_many([(eb, ex)], bad)
 
 
+def test_an_array_in_several_products_is_masked_and_opened_once(world):
+    """A square and a selection bit times three differences in one Mult round: the products are exact,
+    S opens each distinct array once (4 arrays, not 8), and S refuses index pairs that do not fit."""
+    _, _, _, s, c, jpk = world
+    n = 50
+    rng = np.random.default_rng(7)
+    x, bits, ys = [int(v) for v in rng.integers(-999, 1000, n)], [int(v) for v in rng.integers(0, 2, n)], \
+        [[int(v) for v in rng.integers(-999, 1000, n)] for _ in range(2)]
+    ex, eb, ey0, ey1 = (c.encrypt_ints(jpk, v) for v in (x, bits, *ys))
+    pairs = [(ex, ex), (eb, ey0), (eb, ey1), (ey0, eb)]
+    out = []
+    opened_vals = _view(s, "mult", lambda: out.extend(c.mult_many(pairs, [(10, 10), (1, 10), (1, 10), (10, 1)])))
+    assert len(opened_vals) == 4 * n
+    assert opened(world, out[0]) == [v * v for v in x]
+    for got, y in zip(out[1:], (ys[0], ys[1], ys[0])):
+        assert opened(world, got) == [b * v for b, v in zip(bits, y)]
+    for bad in ([(0, 2)], [(0, 0)], [(0, 1.0)], [(0,)]):
+        with pytest.raises(CryptoError, match="mult_step"):
+            s.mult_step([ex, ey0], bad)
+
+
 def test_key_switch_view_is_uniform(world):
     _, _, users, s, c, jpk = world
     n = 300
@@ -256,7 +277,7 @@ def test_randomness_s_can_compute_is_uniform(world):
     spy.keys, spy.joint = dict(c.keys), c.joint
     x, y = spy.encrypt_ints(jpk, [0] * 200), spy.encrypt_ints(jpk, [5] * 200)
     spy.lgt(x, y), spy.lgt(y, x), spy.mult(spy.mult(x, y), y)
-    assert len(got) == 800 and stats.kstest(np.array(got), "uniform").pvalue > P_MIN
+    assert len(got) == 1200 and stats.kstest(np.array(got), "uniform").pvalue > P_MIN  # every Mult operand
 
 
 # -- Trunc and Reciprocal (SSXGB's fixed point and secure division) ---------------------------------

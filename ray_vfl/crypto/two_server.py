@@ -28,9 +28,10 @@ register (1)            user public keys ``h_i`` (ints)            public keys o
 KeyProd (1)             ``Enc_pk_i(m + tau)`` per user array       ``m + tau mod N``: uniform in ``Z_N``
 TransDec (1)            ``Enc_pk(m + tau)``, target key id         ``m + tau mod N``: uniform in ``Z_N``
 Add, Neg, Sub, Exp (0)  (local at C)                               nothing
-Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)``           ``x + r1``, ``y + r2``: statistical
-                                                                   distance ``<= 2^(1 - kappa)`` from any
-                                                                   other in-range input's
+Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)`` (an       ``x + r1``, ``y + r2``: statistical
+                        array in several products of one round     distance ``<= 2^(1 - kappa)`` from any
+                        once), index pairs                         other in-range input's; which products
+                                                                   share an operand
 LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
                                                                    [x < y]); the magnitude reveals about
                                                                    ``log2 |x - y|`` (bit length, +-1)
@@ -248,21 +249,30 @@ class ServerS:
             out.append(self.bcp._encrypt_residues(self._key(t), vals, tag_frac_bits(c.tag), self.pool))
         return out
 
-    def mult_step(self, xs: list[CipherArray], ys: list[CipherArray]) -> list[CipherArray]:
-        """Mult: open ``X = x + r1`` and ``Y = y + r2``, return ``Enc(X Y)`` under the same key."""
-        if len(xs) != len(ys):
-            raise CryptoError(f"mult_step: {len(xs)} left arrays for {len(ys)} right arrays")
+    def mult_step(self, operands: list[CipherArray], pairs: list[tuple[int, int]]) -> list[CipherArray]:
+        """Mult: open every masked operand ``X = x + r`` once and return ``Enc(X_i X_j)`` for each pair
+        ``(i, j)`` of indices into ``operands``, under the pair's key (an operand in several pairs, or on
+        both sides of one, is sent and opened once)."""
+        m = len(operands)
+        if not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(type(i) is int and 0 <= i < m for i in p)
+                   for p in pairs):
+            raise CryptoError(f"mult_step: pairs must be (i, j) indices into the {m} operands")
+        if sorted({i for p in pairs for i in p}) != list(range(m)):
+            raise CryptoError("mult_step: every operand must be used by a pair")
         lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
-        for x, y in zip(xs, ys):
+        for i, j in pairs:
+            x, y = operands[i], operands[j]
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
-        opened = self._open_many("mult", [c for pair in zip(xs, ys) for c in pair])
+        opened = self._open_many("mult", list(operands))
         if any(not lo < v < hi for vals in opened for v in vals):
             raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
                               "mask no longer hides it; refused")
-        products = [[a * b for a, b in zip(opened[2 * i], opened[2 * i + 1])] for i in range(len(xs))]
-        fresh = encrypt_many(self.bcp, [(self._key(x.key_id), p) for x, p in zip(xs, products)], self.pool)
-        return [self.bcp.with_scale(c, tag_frac_bits(x.tag) + tag_frac_bits(y.tag)) for c, x, y in zip(fresh, xs, ys)]
+        products = [[a * b for a, b in zip(opened[i], opened[j])] for i, j in pairs]
+        fresh = encrypt_many(self.bcp, [(self._key(operands[i].key_id), p) for (i, _), p in zip(pairs, products)],
+                             self.pool)
+        return [self.bcp.with_scale(c, tag_frac_bits(operands[i].tag) + tag_frac_bits(operands[j].tag))
+                for c, (i, j) in zip(fresh, pairs)]
 
     def lgt_step(self, v: CipherArray) -> CipherArray:
         """LGT: open the blinded ``v`` and return ``Enc([v > 0])`` under the same key."""

@@ -143,10 +143,15 @@ class ServerC:
         C sends ``Enc(x + r1)``, ``Enc(y + r2)``; S returns ``Enc((x + r1)(y + r2))``; C removes
         the cross terms: ``Enc(x y) = Enc(X Y) - r2 Enc(x) - r1 Enc(y) - Enc(r1 r2)``.
 
+        An array that appears in several pairs of one call (the same object: both sides of a square,
+        a selection bit multiplying several differences) is masked and sent once, and S opens it once:
+        one hiding encryption and one decryption fewer per repeat, and S sees one masked copy of it
+        instead of several. A square's two cross terms are one Exp by ``2 r``.
+
         ``bounds``: per pair, ``(bx, by)`` with ``|x| < 2^bx`` and ``|y| < 2^by`` known to C (at most
-        ``l``); the masks then have ``bx + kappa`` and ``by + kappa`` bits, which hide ``x`` and ``y``
-        just as well (statistical distance ``<= 2^(1 - kappa)``) and make C's two exponentiations by
-        them cheaper (their cost follows the mask's bits). Default: ``l`` for both.
+        ``l``); the masks then have ``bx + kappa`` and ``by + kappa`` bits (a shared array: its largest
+        bound), which hide ``x`` and ``y`` just as well (statistical distance ``<= 2^(1 - kappa)``) and
+        make C's exponentiations by them cheaper (their cost follows the mask's bits). Default: ``l``.
         """
         n, top = self.params.n, self.config.value_bits
         if bounds is None:
@@ -154,31 +159,49 @@ class ServerC:
         if len(bounds) != len(pairs) or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= top
                                             for pair in bounds for b in pair):
             raise CryptoError(f"Mult bounds must be one (bits of x, bits of y) pair per product, each in [1, {top}]")
-        kappa, bcp, items = self.config.kappa, self.bcp, []
+        operands: list[CipherArray] = []  # each distinct array once, in order of first appearance
+        slot: dict[int, int] = {}
+        bits: list[int] = []
+        index = []
         for (a, b), (bx, by) in zip(pairs, bounds):
-            pk = self.key_of(a)
-            fa, fb = check(pk, a), check(pk, b)
             if len(a) != len(b):
                 raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
-            items.append((pk, a, b, fa, fb, _uniform(bx + kappa, len(a)), _uniform(by + kappa, len(a))))
-        k = len(items)
+            ends = []
+            for arr, bound in ((a, bx), (b, by)):
+                if id(arr) not in slot:
+                    slot[id(arr)] = len(operands)
+                    operands.append(arr)
+                    bits.append(bound)
+                i = slot[id(arr)]
+                bits[i] = max(bits[i], bound)
+                ends.append(i)
+            index.append(tuple(ends))
+        keys = [self.key_of(arr) for arr in operands]
+        scales = [check(pk, arr) for pk, arr in zip(keys, operands)]
+        if any(keys[i].key_id != keys[j].key_id for i, j in index):
+            raise CryptoError("Mult needs both arrays of a pair under the same key")
+        kappa, bcp = self.config.kappa, self.bcp
+        r = [_uniform(b + kappa, len(arr)) for b, arr in zip(bits, operands)]
         # every mask, every cross term and every r1 r2 of all products in one pooled call each
-        masks = encrypt_many(bcp, [(it[0], it[5]) for it in items] + [(it[0], it[6]) for it in items], self.pool,
-                             hiding=True)
-        xs = [bcp.add(pk, a, bcp.with_scale(m, fa)) for (pk, a, _, fa, _, _, _), m in zip(items, masks[:k])]
-        ys = [bcp.add(pk, b, bcp.with_scale(m, fb)) for (pk, _, b, _, fb, _, _), m in zip(items, masks[k:])]
-        replies = self.link.ask(ServerS.mult_step, xs, ys)
-        terms = mul_const_many(bcp, [(pk, a, [-v for v in r2]) for pk, a, _, _, _, _, r2 in items]
-                               + [(pk, b, [-v for v in r1]) for pk, _, b, _, _, r1, _ in items], self.pool)
-        cross = encrypt_many(bcp, [(pk, [-u * v % n for u, v in zip(r1, r2)]) for pk, _, _, _, _, r1, r2 in items],
-                             self.pool)
+        masks = encrypt_many(bcp, list(zip(keys, r)), self.pool, hiding=True)
+        masked = [bcp.add(pk, arr, bcp.with_scale(m, f)) for pk, arr, m, f in zip(keys, operands, masks, scales)]
+        replies = self.link.ask(ServerS.mult_step, masked, index)
+        jobs = []  # per pair: -r_j Enc(x_i) and -r_i Enc(x_j), or -2 r_i Enc(x_i) for a square
+        for i, j in index:
+            if i == j:
+                jobs.append((keys[i], operands[i], [-2 * v for v in r[i]]))
+            else:
+                jobs += [(keys[i], operands[i], [-v for v in r[j]]), (keys[j], operands[j], [-v for v in r[i]])]
+        terms = iter(mul_const_many(bcp, jobs, self.pool))
+        cross = encrypt_many(bcp, [(keys[i], [-u * v % n for u, v in zip(r[i], r[j])]) for i, j in index], self.pool)
         out = []
-        for i, (xy, it) in enumerate(zip(replies, items)):
-            pk = it[0]
+        for (i, j), xy, rr in zip(index, replies, cross):
+            pk = keys[i]
             frac = check(pk, xy)
-            acc = bcp.add(pk, xy, bcp.with_scale(terms[i], frac))
-            acc = bcp.add(pk, acc, bcp.with_scale(terms[k + i], frac))
-            out.append(bcp.add(pk, acc, bcp.with_scale(cross[i], frac)))
+            acc = bcp.add(pk, xy, bcp.with_scale(rr, frac))
+            for _ in range(1 if i == j else 2):
+                acc = bcp.add(pk, acc, bcp.with_scale(next(terms), frac))
+            out.append(acc)
         return out
 
     # -- Trunc and Reciprocal -----------------------------------------------------------------------
