@@ -29,7 +29,9 @@ class PIVODLConfig(BoostConfig):
     epsilon : float or None
         Budget of the partial differential privacy of the released leaf weights over the whole
         training (each row's label reaches one leaf per tree: ``n_trees`` releases); ``None`` (the
-        default) releases exact leaf weights.
+        default) releases exact leaf weights. It protects the released weights only: the row
+        partitions reach every client, and a client holding labels reads the others' label rates off
+        them whatever the budget (:mod:`ray_vfl.pivodl.attack`).
     delta : float
         The ``delta`` of that budget, in (0, 1); well below 1 / rows.
     leaf_clip : float or None
