@@ -185,7 +185,7 @@ def test_mult_with_bounds_masks_each_operand_by_its_bound_plus_kappa(world):
 
 
 def test_an_array_in_several_products_is_masked_and_opened_once(world):
-    """A square and a selection bit times three differences in one Mult round: the products are exact,
+    """A square and a selection bit in three products (once on the right) in one Mult round: the products are exact,
     S opens each distinct array once (4 arrays, not 8), and S refuses index pairs that do not fit."""
     _, _, _, s, c, jpk = world
     n = 50

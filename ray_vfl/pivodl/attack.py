@@ -52,17 +52,14 @@ def label_guess_report(scores: Mapping[str, Mapping[str, np.ndarray]], labels: n
             raise DataError(f"client {client!r} scored {len(score)} rows; {len(labels)} labels were given")
         rows = ~own
         y, s = labels[rows], score[rows]
-        ranked = 0 < y.sum() < len(y)
-        if not rows.any():
-            out[client] = {"rows": 0, "accuracy": float("nan"), "auc": float("nan"), "auc_two_sided": float("nan")}
-        else:
-            a = auc(y, s) if ranked else float("nan")
-            out[client] = {"rows": int(rows.sum()), "accuracy": float(np.mean((s > 0) == (y == 1))), "auc": a,
-                           "auc_two_sided": max(a, 1 - a)}
+        ranked = 0 < y.sum() < len(y)  # both classes among the attacked rows (so there are some)
+        a = auc(y, s) if ranked else float("nan")
+        out[client] = {"rows": int(rows.sum()), "accuracy": float(np.mean((s > 0) == (y == 1))) if rows.any() else float("nan"),
+                       "auc": a, "auc_two_sided": max(a, 1 - a)}
         if "partition" in view:
             partition = np.asarray(view["partition"])
             if partition.shape != labels.shape:
                 raise DataError(f"client {client!r} gave {len(partition)} partition scores; {len(labels)} labels were given")
-            a = auc(y, partition[rows]) if rows.any() and ranked else float("nan")
+            a = auc(y, partition[rows]) if ranked else float("nan")
             out[client].update(partition_auc=a, partition_auc_two_sided=max(a, 1 - a))
     return out
