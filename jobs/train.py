@@ -269,10 +269,15 @@ def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, tra
     return report
 
 
-if __name__ == "__main__":
+def cli(argv=None) -> dict:
+    """:func:`main` as the command line runs it: bad input exits with status 1 and one ``error:`` line."""
     try:
-        main()
+        return main(argv)
     except ConfigError as exc:  # a bad option: named as this job spells it
         sys.exit(f"error: {_as_flags(str(exc))}")
     except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
         sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    cli()

@@ -335,12 +335,39 @@ def run_job(*args, env_extra=None, timeout=300):
     (["--categorical", "nope"], "error: --categorical column(s) ['nope'] are not in 'credit'"),
     (["--json", "/nonexistent/report.json"], "the folder '/nonexistent' does not exist"),
 ])
-def test_train_job_checks_every_option_before_ray_starts(args, message):
+def test_train_job_checks_every_option_before_ray_starts(args, message, monkeypatch):
+    """In this process, as ``python jobs/train.py`` runs it (its ``cli``), with a Runtime that fails if made."""
+    job = _load_job("train")
+
+    def no_ray(*a, **k):
+        raise AssertionError("the job reached Ray before checking its options")
+
+    monkeypatch.setattr(job, "Runtime", no_ray)
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # main() installs the job's own
+    with pytest.raises(SystemExit) as exited:
+        job.cli(list(args))
+    said = str(exited.value.code)  # a string code: Python prints it to stderr and exits with status 1
+    assert said.startswith("error: ") and message in said and "Traceback" not in said, said
+
+
+def test_train_job_exits_with_status_1_and_one_error_line():
+    """The same check from the command line, in a process of its own: status 1, no traceback, no Ray."""
     start = time.monotonic()
-    done = run_job("jobs/train.py", *args)
-    assert done.returncode == 1 and message in done.stderr, done.stderr[-2000:]
+    done = run_job("jobs/train.py", "--backend", "rot13")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: unknown crypto backend 'rot13'"), done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Ray" not in done.stderr
     assert time.monotonic() - start < 60  # no Ray was started (that alone takes seconds)
+
+
+def _load_job(name: str):
+    """A job script under ``jobs/`` as a module (its ``__main__`` block does not run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"job_{name}", REPO / "jobs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_train_job_with_party_files_categoricals_and_a_gradient_bound(tmp_path):

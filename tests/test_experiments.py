@@ -181,20 +181,22 @@ SMALL_CONFIGS = sorted((REPO / "jobs" / "configs").glob("*_small.yaml"))
 
 
 @pytest.mark.parametrize("path", SMALL_CONFIGS, ids=[p.stem for p in SMALL_CONFIGS])
-def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_out):
-    """Each shipped small sweep, as ``jobs/experiment.py`` and ``jobs/plot.py --config`` run it, on its own
-    Runtime (a config with fresh_actors kills only that runtime's actors, not the session's)."""
+def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_out, runtime):
+    """Each shipped small sweep, as ``jobs/experiment.py`` and ``jobs/plot.py --config`` run it. A config
+    with fresh_actors gets a Runtime of its own (it kills that runtime's actors, not the session's); the
+    others reuse the session's actors, as one sweep reuses them from run to run."""
     cfg = ExperimentConfig.from_yaml(str(path))
     if cfg.protocol == "splitnn":
         pytest.importorskip("torch")
     from ray_vfl.experiments.plots import plot_figures
     from ray_vfl.runtime.actors import Runtime
 
-    runtime = Runtime()
+    own = Runtime() if cfg.fresh_actors else None
     try:
-        table = run_sweep(cfg, str(sweep_out), runtime, progress=False)
+        table = run_sweep(cfg, str(sweep_out), own or runtime, progress=False)
     finally:
-        runtime.kill_all()
+        if own is not None:
+            own.kill_all()
     assert len(table) == len(cfg.runs()) and set(table["run_id"]) == {r["run_id"] for r in cfg.runs()}
     for png in plot_figures(cfg, table, str(sweep_out / cfg.name)):
         assert Path(png).stat().st_size > 1000

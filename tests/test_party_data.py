@@ -185,28 +185,6 @@ def test_split_on_the_handle_is_applied_by_every_party(runtime, folder):
     assert label.mean() == pytest.approx(all_labels.mean(), abs=0.01)  # stratified
 
 
-def test_on_a_cluster_each_file_is_read_on_its_own_partys_node(tmp_path, credit_parts):
-    """One Ray node per party (ray.cluster_utils.Cluster, in its own process): each store reads its
-    party's file on that party's node, never on the head, where the driver runs."""
-    import json
-    import subprocess
-    from pathlib import Path
-
-    bank, shop = credit_parts
-    bank.rename(columns={"customer": "id", "default.payment.next.month": "y"}).iloc[:600].to_csv(tmp_path / "bank.csv", index=False)
-    shop.rename(columns={"cid": "id"}).iloc[100:].to_parquet(tmp_path / "shop.parquet")
-    script = Path(__file__).with_name("party_cluster.py")
-    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=600)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, out.stdout[-2000:] + out.stderr[-4000:]
-    result = json.loads(lines[-1][len("RESULT "):])
-    assert result["driver_node"] == result["head_node"] and result["rows"] == 500
-    for party in ("bank", "shop"):
-        assert result["read_on"][party] == [result["party_node"][party]]
-        assert result["party_node"][party] != result["head_node"]
-    assert result["same_margins"]
-
-
 def test_split_nn_trains_and_is_scored_on_party_held_data(runtime, folder, credit_parts):
     """The label party scores the test rows from its own labels: the same figures as the frames path."""
     from ray_vfl.splitnn import SplitNNConfig
