@@ -205,6 +205,31 @@ def test_an_array_in_several_products_is_masked_and_opened_once(world):
             s.mult_step([ex, ey0], bad)
 
 
+def test_an_array_kept_for_the_next_mult_is_masked_and_opened_once(world):
+    """``keep``: an array of one Mult that the next multiplies again is masked and opened in the first
+    call only, the second call's products are exact, what is kept lasts one call, and bad keep/reuse
+    requests are refused."""
+    _, _, _, s, c, jpk = world
+    n = 40
+    rng = np.random.default_rng(11)
+    x, y, z = ([int(v) for v in rng.integers(-999, 1000, n)] for _ in range(3))
+    ex, ey, ez = (c.encrypt_ints(jpk, v) for v in (x, y, z))
+    first, second, third = [], [], []
+    seen = _view(s, "mult", lambda: first.extend(c.mult_many([(ex, ey)], [(10, 10)], keep=(ey,))))
+    seen += _view(s, "mult", lambda: second.extend(c.mult_many([(ez, ey), (ey, ey)], [(10, 10)] * 2)))
+    assert len(seen) == 3 * n  # ex, ey, ez: ey is not sent again
+    assert opened(world, first[0]) == [a * b for a, b in zip(x, y)]
+    assert opened(world, second[0]) == [a * b for a, b in zip(z, y)] and opened(world, second[1]) == [b * b for b in y]
+    again = _view(s, "mult", lambda: third.extend(c.mult_many([(ez, ey)], [(10, 10)])))
+    assert len(again) == 2 * n and opened(world, third[0]) == [a * b for a, b in zip(z, y)]  # kept for one call only
+    with pytest.raises(CryptoError, match="keep only arrays it multiplies"):
+        c.mult_many([(ex, ey)], [(10, 10)], keep=(ez,))
+    with pytest.raises(CryptoError, match="did not keep"):
+        s.mult_step([ex], [(0, 1)], [], [10**6])
+    with pytest.raises(CryptoError, match="keep must be"):
+        s.mult_step([ex, ey], [(0, 1)], [(5, 1)], [])
+
+
 def test_key_switch_view_is_uniform(world):
     _, _, users, s, c, jpk = world
     n = 300

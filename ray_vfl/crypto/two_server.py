@@ -30,8 +30,9 @@ TransDec (1)            ``Enc_pk(m + tau)``, target key id         ``m + tau mod
 Add, Neg, Sub, Exp (0)  (local at C)                               nothing
 Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)`` (an       ``x + r1``, ``y + r2``: statistical
                         array in several products of one round     distance ``<= 2^(1 - kappa)`` from any
-                        once), index pairs                         other in-range input's; which products
-                                                                   share an operand
+                        once; one kept from the previous Mult      other in-range input's; which products
+                        not at all), index pairs, keep/reuse       share an operand, within a round and
+                        tokens                                     with the round before
 LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
                                                                    [x < y]); the magnitude reveals about
                                                                    ``log2 |x - y|`` (bit length, +-1)
@@ -201,6 +202,7 @@ class ServerS:
         self.keys: dict[bytes, BCPPublicKey] = {}
         self.record_view = record_view
         self.view: list[tuple[str, list[int]]] = []
+        self._kept: dict[int, tuple[CipherArray, list[int]]] = {}  # Mult: token -> (masked array, opened)
 
     def _key(self, key_id: bytes) -> BCPPublicKey:
         if key_id not in self.keys:
@@ -249,11 +251,22 @@ class ServerS:
             out.append(self.bcp._encrypt_residues(self._key(t), vals, tag_frac_bits(c.tag), self.pool))
         return out
 
-    def mult_step(self, operands: list[CipherArray], pairs: list[tuple[int, int]]) -> list[CipherArray]:
+    def mult_step(self, operands: list[CipherArray], pairs: list[tuple[int, int]],
+                  keep: list[tuple[int, int]] = (), reuse: list[int] = ()) -> list[CipherArray]:
         """Mult: open every masked operand ``X = x + r`` once and return ``Enc(X_i X_j)`` for each pair
         ``(i, j)`` of indices into ``operands``, under the pair's key (an operand in several pairs, or on
-        both sides of one, is sent and opened once)."""
+        both sides of one, is sent and opened once). ``reuse`` names operands the previous Mult kept
+        (by token); they follow ``operands`` in the index order. ``keep`` holds ``(index, token)``: keep
+        that operand's opened value for the next Mult (and nothing longer)."""
+        kept, self._kept = self._kept, {}
+        if not all(type(t) is int and t in kept for t in reuse) or len(set(reuse)) != len(reuse):
+            raise CryptoError("mult_step: reuse names an operand the previous Mult did not keep")
+        fresh = len(operands)
+        operands = list(operands) + [kept[t][0] for t in reuse]
         m = len(operands)
+        if not all(isinstance(k, (tuple, list)) and len(k) == 2 and all(type(v) is int for v in k) and 0 <= k[0] < m
+                   for k in keep):
+            raise CryptoError(f"mult_step: keep must be (index, token) pairs with indices into the {m} operands")
         if not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(type(i) is int and 0 <= i < m for i in p)
                    for p in pairs):
             raise CryptoError(f"mult_step: pairs must be (i, j) indices into the {m} operands")
@@ -264,10 +277,12 @@ class ServerS:
             x, y = operands[i], operands[j]
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
-        opened = self._open_many("mult", list(operands))
+        opened = self._open_many("mult", operands[:fresh])
         if any(not lo < v < hi for vals in opened for v in vals):
             raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
                               "mask no longer hides it; refused")
+        opened += [kept[t][1] for t in reuse]
+        self._kept = {t: (operands[i], opened[i]) for i, t in keep}
         products = [[a * b for a, b in zip(opened[i], opened[j])] for i, j in pairs]
         fresh = encrypt_many(self.bcp, [(self._key(operands[i].key_id), p) for (i, _), p in zip(pairs, products)],
                              self.pool)

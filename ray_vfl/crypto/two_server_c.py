@@ -6,6 +6,7 @@ which holds server S, the configuration and the in-process link.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +56,8 @@ class ServerC:
         self.pool = pool
         self.keys: dict[bytes, BCPPublicKey] = {}
         self.joint: BCPPublicKey | None = None
+        self._held: list[tuple[CipherArray, int, list[int], int]] = []  # Mult operands S keeps: (array, token, r, bits)
+        self._tokens = itertools.count()
 
     # -- keys -----------------------------------------------------------------------------------
     def register(self, user_keys: Sequence[BCPPublicKey]) -> BCPPublicKey:
@@ -137,7 +140,8 @@ class ServerC:
         return self.mult_many([(a, b)])[0]
 
     def mult_many(self, pairs: Sequence[tuple[CipherArray, CipherArray]],
-                  bounds: Sequence[tuple[int, int]] | None = None) -> list[CipherArray]:
+                  bounds: Sequence[tuple[int, int]] | None = None,
+                  keep: Sequence[CipherArray] = ()) -> list[CipherArray]:
         """Mult of several array pairs in one round trip.
 
         C sends ``Enc(x + r1)``, ``Enc(y + r2)``; S returns ``Enc((x + r1)(y + r2))``; C removes
@@ -152,6 +156,11 @@ class ServerC:
         ``l``); the masks then have ``bx + kappa`` and ``by + kappa`` bits (a shared array: its largest
         bound), which hide ``x`` and ``y`` just as well (statistical distance ``<= 2^(1 - kappa)``) and
         make C's exponentiations by them cheaper (their cost follows the mask's bits). Default: ``l``.
+
+        ``keep``: operands of this call (the same objects) that the *next* Mult also multiplies. S keeps
+        their opened ``x + r`` for that call and C its ``r``, so the next call sends and opens them not
+        at all: S sees the same masked value again, never a second masking of ``x``. Whatever was kept
+        lasts one call.
         """
         n, top = self.params.n, self.config.value_bits
         if bounds is None:
@@ -176,16 +185,27 @@ class ServerC:
                 bits[i] = max(bits[i], bound)
                 ends.append(i)
             index.append(tuple(ends))
+        if any(not any(arr is op for op in operands) for arr in keep):
+            raise CryptoError("Mult can keep only arrays it multiplies")
         keys = [self.key_of(arr) for arr in operands]
         scales = [check(pk, arr) for pk, arr in zip(keys, operands)]
         if any(keys[i].key_id != keys[j].key_id for i, j in index):
             raise CryptoError("Mult needs both arrays of a pair under the same key")
         kappa, bcp = self.config.kappa, self.bcp
-        r = [_uniform(b + kappa, len(arr)) for b, arr in zip(bits, operands)]
+        held, self._held = self._held, []  # kept by the previous call, for this one only
+        reused = {i: next(h for h in held if h[0] is arr) for i, arr in enumerate(operands)
+                  if any(h[0] is arr and h[3] >= bits[i] for h in held)}
+        fresh = [i for i in range(len(operands)) if i not in reused]
+        r = [reused[i][2] if i in reused else _uniform(b + kappa, len(operands[i])) for i, b in enumerate(bits)]
         # every mask, every cross term and every r1 r2 of all products in one pooled call each
-        masks = encrypt_many(bcp, list(zip(keys, r)), self.pool, hiding=True)
-        masked = [bcp.add(pk, arr, bcp.with_scale(m, f)) for pk, arr, m, f in zip(keys, operands, masks, scales)]
-        replies = self.link.ask(ServerS.mult_step, masked, index)
+        masks = encrypt_many(bcp, [(keys[i], r[i]) for i in fresh], self.pool, hiding=True)
+        masked = [bcp.add(keys[i], operands[i], bcp.with_scale(m, scales[i])) for i, m in zip(fresh, masks)]
+        # S's order: the fresh operands, then the reused ones
+        at = {i: k for k, i in enumerate(fresh + list(reused))}
+        tokens = {i: next(self._tokens) for i, arr in enumerate(operands) if any(arr is a for a in keep)}
+        replies = self.link.ask(ServerS.mult_step, masked, [(at[i], at[j]) for i, j in index],
+                                [(at[i], t) for i, t in tokens.items()], [reused[i][1] for i in reused])
+        self._held = [(operands[i], t, r[i], bits[i]) for i, t in tokens.items()]
         jobs = []  # per pair: -r_j Enc(x_i) and -r_i Enc(x_j), or -2 r_i Enc(x_i) for a square
         for i, j in index:
             if i == j:

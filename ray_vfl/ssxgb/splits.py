@@ -24,9 +24,10 @@ of ``k``. Each Mult masks an operand with that bound plus ``kappa`` bits
 bounds hold while the margins stay in ``[-R, R]``, the assumption the comparison budget makes too; an
 operand beyond its bound would still multiply correctly, hidden only within ``|x| / 2^(bound + kappa)``.)
 An operand used twice in one round is masked and opened once: ``GL`` and ``GR`` in their squares, the
-comparison bit in the three selections: 16 masked operands for a candidate's 10 products (gains and its
-tournament comparison) instead of 20. Over a whole training (the gradients' Mults included) that cut
-C's hiding encryptions and S's decryptions by about 17% (``benchmarks/RESULTS.md``, twentieth session).
+comparison bit in the three selections. ``HL + L`` and ``HR + L``, in both rounds of the gains, are kept
+opened at S from the first round to the second (``keep``). That is 14 masked operands for a candidate's
+10 products (gains and its tournament comparison) instead of 20 (``benchmarks/RESULTS.md``, twentieth and
+twenty-first sessions, for what each step saved over a whole training).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def gain_fractions(c: ServerC, gl: CipherArray, hl: CipherArray, g_node: CipherA
     lam_c = c.encrypt_ints(pk, [lam] * n, int(gl.tag[5:]))
     gr, hr = bcp.sub(pk, g_node, gl), bcp.sub(pk, h_node, hl)
     hl_l, hr_l = bcp.add(pk, hl, lam_c), bcp.add(pk, hr, lam_c)
-    gl2, gr2, den = c.mult_many([(gl, gl), (gr, gr), (hl_l, hr_l)], [_capped(c, s, s)] * 3)
+    # S keeps hl_l and hr_l opened for the second round: they are masked and opened once
+    gl2, gr2, den = c.mult_many([(gl, gl), (gr, gr), (hl_l, hr_l)], [_capped(c, s, s)] * 3, keep=(hl_l, hr_l))
     a, b = c.mult_many([(gl2, hr_l), (gr2, hl_l)], [_capped(c, 2 * s, s)] * 2)
     return bcp.add(pk, a, b), den
 
