@@ -113,7 +113,7 @@ class ServerCRole(PartyActor, CostCounters):
         self.rows = RowSampler(self.config.row_subsample, self.config.seed).rows(self.n_rows, tree)
         x, y = bcp.take(self.margin, self.rows), bcp.take(self.label, self.rows)
         m = len(self.rows)
-        x2 = two.trunc(two.mult(x, x), f)
+        x2 = two.trunc(two.mult_many([(x, x)], keep=(x,))[0], f)  # S keeps x opened for x3's Mult
         x3 = two.trunc(two.mult(x2, x), f)
         lin = bcp.add(self.joint, two.exp(x, [plan.a1] * m, f), two.exp(x3, [plan.a3] * m, f))
         p = bcp.add(self.joint, two.trunc(lin, f), two.encrypt_ints(self.joint, [plan.one >> 1] * m, f))
