@@ -39,7 +39,7 @@ class PIVODLConfig(BoostConfig):
         noise and the one its holder keeps for prediction alike. ``None``: 1.0 for the logistic
         objective; squared error needs it given with ``epsilon`` (the scale of its leaf weights is
         the label's). A smaller ``C`` means less noise but caps how far the margins can move
-        (``n_trees * C`` from the base score; see ``benchmarks/RESULTS.md``, fifteenth session).
+        (``n_trees * C`` from the base score; see ``benchmarks/RESULTS.md``, "Why epsilon 1 scored below epsilon 0.1").
     dp_sensitivity : str
         How far one row's label can move a released leaf weight (:meth:`leaf_sensitivity`).
         ``"global"`` (the default): ``min(2C, eta * dg / lambda)``, the same bound for every leaf

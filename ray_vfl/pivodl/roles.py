@@ -299,7 +299,7 @@ class SplitRole:
         Why the kept weight is clipped too: the clients' margins move by the noisy weights, so every
         later tree's exact weights also correct that noise, and at small epsilon they reach hundreds
         (the noise saturates the margins, the hessians vanish). Prediction has no noise to correct:
-        unclipped, those weights decide it (``benchmarks/RESULTS.md``, fifteenth session)."""
+        unclipped, those weights decide it (``benchmarks/RESULTS.md``, "Why epsilon 1 scored below epsilon 0.1")."""
         if not leaves:
             return None
         cfg = self.config
