@@ -261,7 +261,7 @@ class ServerS:
         kept, self._kept = self._kept, {}
         if not all(type(t) is int and t in kept for t in reuse) or len(set(reuse)) != len(reuse):
             raise CryptoError("mult_step: reuse names an operand the previous Mult did not keep")
-        fresh = len(operands)
+        n_new = len(operands)
         operands = list(operands) + [kept[t][0] for t in reuse]
         m = len(operands)
         if not all(isinstance(k, (tuple, list)) and len(k) == 2 and all(type(v) is int for v in k) and 0 <= k[0] < m
@@ -277,7 +277,7 @@ class ServerS:
             x, y = operands[i], operands[j]
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
-        opened = self._open_many("mult", operands[:fresh])
+        opened = self._open_many("mult", operands[:n_new])
         if any(not lo < v < hi for vals in opened for v in vals):
             raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
                               "mask no longer hides it; refused")

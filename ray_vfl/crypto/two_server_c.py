@@ -193,8 +193,7 @@ class ServerC:
             raise CryptoError("Mult needs both arrays of a pair under the same key")
         kappa, bcp = self.config.kappa, self.bcp
         held, self._held = self._held, []  # kept by the previous call, for this one only
-        reused = {i: next(h for h in held if h[0] is arr) for i, arr in enumerate(operands)
-                  if any(h[0] is arr and h[3] >= bits[i] for h in held)}
+        reused = {i: h for i, arr in enumerate(operands) for h in held if h[0] is arr and h[3] >= bits[i]}
         fresh = [i for i in range(len(operands)) if i not in reused]
         r = [reused[i][2] if i in reused else _uniform(b + kappa, len(operands[i])) for i, b in enumerate(bits)]
         # every mask, every cross term and every r1 r2 of all products in one pooled call each
