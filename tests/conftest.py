@@ -7,6 +7,8 @@ dashboard never probes cloud metadata addresses.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -104,6 +106,16 @@ def unaligned_at_both(runtime):
     aligned = VerticalDataset.from_frames({"bank": bank, "shop": shop}, label="y", categorical=data.train.categorical,
                                           align="psi", runtime=runtime)
     return aligned, len(ids)
+
+
+@functools.cache
+def load_job(name: str):
+    """The job script ``jobs/<name>.py`` as a module (its ``__main__`` block does not run), loaded once per
+    session; a test that changes one of its names does so with ``monkeypatch``."""
+    spec = importlib.util.spec_from_file_location(f"job_{name}", REPO / "jobs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def data_file(name: str) -> Path:

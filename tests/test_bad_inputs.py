@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import load_job
 
 from ray_vfl import (
     BoostConfig,
@@ -337,7 +338,7 @@ def run_job(*args, env_extra=None, timeout=300):
 ])
 def test_train_job_checks_every_option_before_ray_starts(args, message, monkeypatch):
     """In this process, as ``python jobs/train.py`` runs it (its ``cli``), with a Runtime that fails if made."""
-    job = _load_job("train")
+    job = load_job("train")
 
     def no_ray(*a, **k):
         raise AssertionError("the job reached Ray before checking its options")
@@ -358,16 +359,6 @@ def test_train_job_exits_with_status_1_and_one_error_line():
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: unknown crypto backend 'rot13'"), done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Ray" not in done.stderr
     assert time.monotonic() - start < 60  # no Ray was started (that alone takes seconds)
-
-
-def _load_job(name: str):
-    """A job script under ``jobs/`` as a module (its ``__main__`` block does not run)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"job_{name}", REPO / "jobs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_train_job_with_party_files_categoricals_and_a_gradient_bound(tmp_path):

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import load_job
 
 from ray_vfl import PartyFailedError, Runtime, SecureBoostClassifier, TrainingCallback
 from ray_vfl.errors import ConfigError, DataError
@@ -159,12 +160,7 @@ def test_training_continues_from_a_saved_model(runtime, credit, tmp_path):
 
 
 def test_the_train_job_resumes_from_its_checkpoint_folder(ray_session, tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("train_job", Path(__file__).resolve().parents[1] / "jobs" / "train.py")
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
+    job = load_job("train")
     args = ["--backend", "plain", "--trees", "3", "--depth", "3", "--quiet", "--checkpoint-dir", str(tmp_path / "ckpt")]
     first = job.main(args)
     again = job.main(args)  # every tree is in the checkpoint: nothing to grow, the same model

@@ -1,7 +1,6 @@
 """The main job runs under `ray job submit` on a local Ray head bound to loopback."""
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import load_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,9 +86,7 @@ def test_pivodl_job_small(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(tmp_path / "runs.csv", newline="") as fh:
         runs = list(csv.DictReader(fh))
-    spec = importlib.util.spec_from_file_location("pivodl_job", REPO / "jobs" / "pivodl.py")
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
+    job = load_job("pivodl")
     RUN_COLUMNS, GUESS_COLUMNS = job.RUN_COLUMNS, job.GUESS_COLUMNS
     assert list(runs[0]) == RUN_COLUMNS
     # credit and energy x (clients 2; epsilon none, 4) x (plain, paillier)
