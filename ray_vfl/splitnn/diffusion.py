@@ -13,10 +13,22 @@ row, given the row's label ``y`` and its own representation ``h_L``. The state i
 - ancestral sampling from Gaussian noise, the condition part replaced by ``[y ; h_L]`` at every step.
 
 The schedule, the forward noising and the reverse step are ``diffusers``' :class:`DDPMScheduler`
-(linear betas, ``fixed_small`` variance, epsilon prediction, no clipping: embeddings are not images
-in [-1, 1]). The reverse step is elementwise, so stepping the ``h_N`` part and re-attaching the
-condition is the same as stepping the whole ``z`` and overwriting its condition part; the denoiser
-sees ``z`` with the condition replaced before every call (``on_step`` shows it, the tests check it).
+(linear betas, ``fixed_small`` variance, epsilon prediction). The reverse step is elementwise, so
+stepping the ``h_N`` part and re-attaching the condition is the same as stepping the whole ``z`` and
+overwriting its condition part; the denoiser sees ``z`` with the condition replaced before every call
+(``on_step`` shows it, the tests check it).
+
+Ranges (``DiffusionConfig.clip_sample``, on by default). DDPM clips its estimate of ``x_0`` to the data's
+range at every reverse step (Ho et al. 2020 clip images to [-1, 1]; ``diffusers``' ``clip_sample``).
+Embeddings are not images, so the range is each dimension's own, seen in the fitted rows: at every step
+the ``x_0`` implied by the predicted noise is clipped to it and the noise recomputed from the clipped
+``x_0`` before the scheduler steps. The condition is clamped to its fitted range too, so a row of the
+unaligned set whose ``h_L`` leaves that range is not extrapolated. Why it matters: a ReLU bottom's
+``h_N`` has many nearly constant dimensions (a spike at zero, rare excursions) and ``h_L`` many nearly
+dead ones; standardised, they turn into huge values. On the FedAds-like generator unclipped samples came
+out 5 times too large on average, and the top model's score of them spread 59 times as widely as that
+of the real ``h_N``; clipped, 1.3 and 1.4 times (benchmarks/RESULTS.md, "Diffu-AT's samples clipped to
+the fitted range"; ``benchmarks/unaligned_bounds.py --fidelity``).
 
 Speed: the denoiser's first layer is linear in ``[x_t ; c ; temb(t)]``, so the condition's share is
 computed once per sample and the timestep's once per step; each step then costs two small matrix
@@ -57,6 +69,9 @@ class DiffusionConfig(ValidatedConfig):
     time_dim : int
         Width of the sinusoidal timestep encoding (even).
     epochs, batch_size, learning_rate : training of the denoiser (Adam).
+    clip_sample : bool
+        Clip the ``x_0`` estimate of every reverse step to each dimension's fitted range, and the condition
+        to its fitted range (the module docstring says why). ``False``: the unclipped sampler.
     seed : int
         Seeds the denoiser's initialisation, its training batches and the sampling noise.
 
@@ -76,6 +91,7 @@ class DiffusionConfig(ValidatedConfig):
     epochs: int = 20
     batch_size: int = 256
     learning_rate: float = 2e-3
+    clip_sample: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -96,6 +112,8 @@ class DiffusionConfig(ValidatedConfig):
         check_int("epochs", self.epochs, 1, 100_000)
         check_int("batch_size", self.batch_size, 1, 1_000_000)
         check_float("learning_rate", self.learning_rate, 0.0, 10.0, lo_open=True)
+        if not isinstance(self.clip_sample, bool):
+            raise ConfigError(f"clip_sample must be True or False, got {self.clip_sample!r}")
         check_int("seed", self.seed, 0, 2**31 - 1)
 
     def betas(self) -> tuple[float, float]:
@@ -107,7 +125,8 @@ class DiffusionConfig(ValidatedConfig):
 
 
 def make_scheduler(config: DiffusionConfig) -> Any:
-    """``diffusers``' DDPM scheduler for ``config`` (linear betas, epsilon prediction, no clipping)."""
+    """``diffusers``' DDPM scheduler for ``config`` (linear betas, epsilon prediction; its clipping to one
+    scalar range is off: :class:`ConditionalDiffusion` clips per dimension)."""
     try:
         from diffusers import DDPMScheduler
     except ModuleNotFoundError as exc:
@@ -206,6 +225,8 @@ class ConditionalDiffusion:
         self.x_mean_, self.x_std_ = x.mean(0), x.std(0).clamp_min(1e-6)
         self.c_mean_, self.c_std_ = c.mean(0), c.std(0).clamp_min(1e-6)
         xs, cs = (x - self.x_mean_) / self.x_std_, (c - self.c_mean_) / self.c_std_
+        self.x_range_ = (xs.min(0).values, xs.max(0).values)  # standardised, as the sampler sees them
+        self.c_range_ = (cs.min(0).values, cs.max(0).values)
         self.scheduler_ = make_scheduler(cfg)
         gen = torch.Generator().manual_seed(cfg.seed)
         with torch.random.fork_rng(devices=[]):
@@ -256,6 +277,8 @@ class ConditionalDiffusion:
         """
         self._check_fitted()
         c = (_as_matrix("c (the condition)", c, self.denoiser_.cond_dim) - self.c_mean_) / self.c_std_
+        if self.config.clip_sample:
+            c = c.clamp(*self.c_range_)
         gen = torch.Generator().manual_seed(self.config.seed + 1 if seed is None else seed)
         out = []
         with torch.inference_mode():
@@ -272,8 +295,16 @@ class ConditionalDiffusion:
             if on_step is not None:
                 on_step(int(t), torch.cat([x, c], dim=1))
             eps = net.denoise(x, c_proj, net.project_time(t.reshape(1)))
+            if self.config.clip_sample:
+                eps = self._clipped_noise(x, eps, int(t))
             x = scheduler.step(eps, t, x, generator=gen).prev_sample
         return x
+
+    def _clipped_noise(self, x: torch.Tensor, eps: torch.Tensor, t: int) -> torch.Tensor:
+        """The noise that, at step ``t`` from ``x``, implies the ``x_0`` estimate clipped to the fitted range."""
+        abar = self.scheduler_.alphas_cumprod[t].to(x.dtype)
+        x0 = ((x - (1 - abar).sqrt() * eps) / abar.sqrt()).clamp(*self.x_range_)
+        return (x - abar.sqrt() * x0) / (1 - abar).sqrt()
 
     def to_state(self) -> dict[str, Any]:
         """The fitted model as tensors and plain values (``torch.load(..., weights_only=True)`` reads it back)."""
@@ -282,6 +313,7 @@ class ConditionalDiffusion:
         return {"config": self.config.to_dict(), "x_dim": net.x_dim, "cond_dim": net.cond_dim,
                 "denoiser": {k: v.detach().clone() for k, v in net.state_dict().items()},
                 "x_mean": self.x_mean_, "x_std": self.x_std_, "c_mean": self.c_mean_, "c_std": self.c_std_,
+                "x_range": self.x_range_, "c_range": self.c_range_,
                 "losses": [float(v) for v in self.losses_]}
 
     @classmethod
@@ -292,6 +324,9 @@ class ConditionalDiffusion:
         model.denoiser_ = Denoiser(int(state["x_dim"]), int(state["cond_dim"]), cfg.hidden, cfg.time_dim)
         model.denoiser_.load_state_dict(state["denoiser"])
         model.x_mean_, model.x_std_, model.c_mean_, model.c_std_ = (state[k] for k in ("x_mean", "x_std", "c_mean", "c_std"))
+        unbounded = lambda width: (torch.full((width,), -math.inf), torch.full((width,), math.inf))  # noqa: E731
+        model.x_range_ = tuple(state["x_range"]) if "x_range" in state else unbounded(int(state["x_dim"]))  # saved before ranges
+        model.c_range_ = tuple(state["c_range"]) if "c_range" in state else unbounded(int(state["cond_dim"]))
         model.scheduler_ = make_scheduler(cfg)
         model.losses_ = list(state["losses"])
         return model

@@ -42,9 +42,11 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
     (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
     ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
-    ``diffusion_steps`` is the diffusion model's ``T``. Models trained with ``unaligned`` save and load
-    as the others do (:meth:`save_model`, :meth:`load_model`): the label party's part also holds its
-    batch norm per branch and its fitted diffusion model (or JPL mapping, or FedCVT's keys and values).
+    ``diffusion_steps`` is the diffusion model's ``T``; ``branch_norm`` how real and synthetic ``h_N`` are
+    brought to one scale (:class:`~ray_vfl.splitnn.synthesis.UnalignedOptions`: ``"moments"``, the default,
+    ``"batchnorm"`` or ``"none"``). Models trained with ``unaligned`` save and load as the others do
+    (:meth:`save_model`, :meth:`load_model`): the label party's part also holds its batch norm per branch
+    (``branch_norm="batchnorm"``) and its fitted diffusion model (or JPL mapping, or FedCVT's keys and values).
 
     Example
     -------
@@ -86,6 +88,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         user_column: str | None = None,
         ssl_epochs: int = 5,
         ssl_guidance: float = 0.5,
+        branch_norm: str = "moments",
     ) -> None:
         self.embedding_dim = embedding_dim
         self.n_bins = n_bins
@@ -107,6 +110,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         self.user_column = user_column
         self.ssl_epochs = ssl_epochs
         self.ssl_guidance = ssl_guidance
+        self.branch_norm = branch_norm
 
     def _config(self) -> SplitNNConfig:
         return SplitNNConfig(
@@ -125,7 +129,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         return UnalignedOptions(method=self.unaligned, pretrain_epochs=self.pretrain_epochs,
                                 diffusion=DiffusionConfig(steps=self.diffusion_steps, seed=self.random_state),
                                 user_column=self.user_column, ssl_epochs=self.ssl_epochs,
-                                ssl_guidance=self.ssl_guidance)
+                                ssl_guidance=self.ssl_guidance, branch_norm=self.branch_norm)
 
     def fit(self, data: VerticalDataset, unaligned_rows: VerticalDataset | None = None) -> "SplitNNClassifier":
         """Train on the aligned rows of ``data`` (its ``label_party`` holds the labels), and with
@@ -177,7 +181,7 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
         if opts is not None:  # the saved config counts the pretraining epochs too; epochs= counts the alternating ones
             unaligned = dict(unaligned=opts.method, pretrain_epochs=opts.pretrain_epochs,
                              diffusion_steps=opts.diffusion.steps, user_column=opts.user_column,
-                             ssl_epochs=opts.ssl_epochs, ssl_guidance=opts.ssl_guidance)
+                             ssl_epochs=opts.ssl_epochs, ssl_guidance=opts.ssl_guidance, branch_norm=opts.branch_norm)
         est = cls(embedding_dim=cfg.embedding_dim, n_bins=cfg.n_bins, max_categories=cfg.max_categories,
                   nonlabel_hidden=cfg.nonlabel_hidden, label_hidden=cfg.label_hidden, top_hidden=cfg.top_hidden, batch_size=cfg.batch_size,
                   epochs=cfg.epochs - (opts.pretrain_epochs if opts else 0), learning_rate=cfg.learning_rate,

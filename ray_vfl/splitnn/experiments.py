@@ -169,17 +169,21 @@ def unaligned_row(runtime: Runtime, partial: SplitNNData, oracle: SplitNNData, c
 
 def unaligned_table(runtime: Runtime, full: SplitNNData, config: SplitNNConfig, options: UnalignedOptions,
                     aligned_fraction: float = 0.2, seed: int = 0, user_column: str | None = None,
-                    num_threads: int = 1) -> list[dict[str, Any]]:
+                    num_threads: int = 1, methods: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One seed of FedAds Table 3 with unaligned rows, from all-aligned data ``full``.
 
     Every method sees the same rows, test set and budget: ``options.pretrain_epochs + config.epochs``
     passes over its training rows (Diffu-AT, JPL and HeuristicVFL: that many over the aligned rows, of
     which ``config.epochs`` alternate with the unaligned rows). Local trains on all the label party's
     training rows; ORACLE on every training row aligned. ``seed`` draws the aligned rows and seeds
-    the models. HeuristicVFL runs only with ``user_column``.
+    the models. HeuristicVFL runs only with ``user_column``. ``methods``: keys of :data:`UNALIGNED_METHODS`
+    to run (default: all).
     """
+    unknown = sorted(set(methods or ()) - set(UNALIGNED_METHODS))
+    if unknown:
+        raise ConfigError(f"unknown methods {unknown}; choose from {list(UNALIGNED_METHODS)}")
     partial, oracle = split_aligned(full, aligned_fraction, seed)
-    methods = [m for m in UNALIGNED_METHODS if m != "heuristic" or user_column is not None]
+    methods = [m for m in (methods or UNALIGNED_METHODS) if m != "heuristic" or user_column is not None]
     return [unaligned_row(runtime, partial, oracle, config, options, m, seed, user_column, num_threads)[0]
             for m in methods]
 

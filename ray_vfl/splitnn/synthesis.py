@@ -56,6 +56,7 @@ __all__ = ["UnalignedOptions", "METHODS", "SELF_SUPERVISED", "branch_sequence", 
 
 METHODS = ("diffu-at", "heuristic", "jpl", "fedcvt", "ss-vfl", "fedhssl")
 SELF_SUPERVISED = ("ss-vfl", "fedhssl")  # methods that pretrain self-supervised instead of synthesising
+BRANCH_NORMS = ("moments", "batchnorm", "none")
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class UnalignedOptions(ValidatedConfig):
         messages. Without it the synthetic ``h_N`` stay those of the pretrained bottom while the real
         one keeps training. ``None`` (default): on for ``diffu-at``, off for ``heuristic`` and ``jpl``,
         what measured best for each on the FedAds-like generator (benchmarks/RESULTS.md, "Diffu-AT",
-        2026-12-02: Diffu-AT 0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944);
+        2026-12-02, with the batch norms per branch and the unclipped sampler of then: Diffu-AT
+        0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944);
         on for ``fedcvt``, which re-estimates with the current representations as FedCVT does.
     local_weight : float
         Weight of the local branch's loss (1: as the federated branch's).
@@ -105,6 +107,18 @@ class UnalignedOptions(ValidatedConfig):
         ``fedhssl``: each a cross-party, a local and an aggregation round).
     ssl_mask_rate : float
         Fraction of a row's fields a SimSiam view masks (``ss-vfl``, ``fedhssl``; FedHSSL's CTR masking: 0.3).
+    branch_norm : str
+        How the federated branch's real ``h_N`` and the local branch's synthetic ``h_N`` are brought to one
+        scale (FedAds keeps separate batch norms for the two branches, for the same reason). ``"moments"``
+        (default): each synthesis is shifted and scaled per dimension to the mean and standard deviation of
+        the real ``h_N`` it was fitted on, and the federated branch is VanillaVFL's network unchanged (no
+        parameter is added). ``"batchnorm"``: one batch norm per branch over ``h_N`` before the top (the
+        local one starts as a copy of the federated one), the federated one serving predictions.
+        ``"none"``: the synthetic ``h_N`` as synthesised. On the FedAds-like generator a batch norm over
+        ``h_N`` costs VanillaVFL and ORACLE alike about 0.006 AUC and Diffu-AT 0.013; "moments" costs
+        nothing (benchmarks/RESULTS.md, "Diffu-AT's samples clipped to the fitted range"). SS-VFL and FedHSSL
+        synthesise nothing: "batchnorm" adds the federated batch norm to them, the others leave them as
+        VanillaVFL.
     ssl_guidance : float
         ``fedhssl``: weight ``g`` in [0, 1) of the pull of the local encoder towards the party's own
         cross-party one (the local loss is ``(1 - g) * SimSiam + g * guidance``; 0 is the authors' code's
@@ -130,6 +144,7 @@ class UnalignedOptions(ValidatedConfig):
     ssl_epochs: int = 5
     ssl_mask_rate: float = 0.3
     ssl_guidance: float = 0.5
+    branch_norm: str = "moments"
 
     def __post_init__(self) -> None:
         if isinstance(self.diffusion, dict):
@@ -158,6 +173,8 @@ class UnalignedOptions(ValidatedConfig):
         if self.ssl_guidance >= 1.0:
             raise ConfigError("ssl_guidance must be below 1 (at 1 the local encoder would learn nothing of its own "
                               "rows' views), got 1.0")
+        if self.branch_norm not in BRANCH_NORMS:
+            raise ConfigError(f"branch_norm must be one of {BRANCH_NORMS}, got {self.branch_norm!r}")
         if self.method in SELF_SUPERVISED and self.refresh:
             raise ConfigError(f"refresh=True has nothing to refit for method={self.method!r} (it synthesises no h_N); "
                               "leave refresh=None")
@@ -353,4 +370,23 @@ def synthesize(options: UnalignedOptions, h_n: np.ndarray, h_l: np.ndarray, y: n
         out = model.predict(h_l_u)
         report["imitation_mse"] = model.losses_[-1]
     out = np.asarray(out, dtype=np.float32)
+    if options.branch_norm == "moments":
+        out = match_moments(out, h_n)
+    report["branch_norm"] = options.branch_norm
     return (out, report, model) if return_model else (out, report)
+
+
+def match_moments(synthetic: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """``synthetic`` shifted and scaled per dimension (the last axis) to ``real``'s mean and standard deviation.
+
+    A dimension the synthesis left constant takes ``real``'s mean. Example:
+
+    >>> out = match_moments(np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[10.0, 1.0], [14.0, 3.0]]))
+    >>> out.tolist()
+    [[10.0, 2.0], [14.0, 2.0]]
+    """
+    synthetic, real = np.asarray(synthetic, dtype=np.float64), np.asarray(real, dtype=np.float64)
+    axes = tuple(range(synthetic.ndim - 1))
+    mean, std = synthetic.mean(axis=axes), synthetic.std(axis=axes)
+    scale = np.divide(real.std(0), std, out=np.zeros_like(std), where=std > 0)
+    return ((synthetic - mean) * scale + real.mean(0)).astype(np.float32)

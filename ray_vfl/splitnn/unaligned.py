@@ -70,7 +70,7 @@ from .protocol import SplitNNModel, _check_input
 from .synthesis import UnalignedOptions
 from .unaligned_party import UnalignedLabelParty
 
-__all__ = ["train_unaligned", "unaligned_rows_of", "own_unaligned_rows", "split_aligned"]
+__all__ = ["train_unaligned", "unaligned_rows_of", "own_unaligned_rows", "split_aligned", "aligned_mask"]
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,22 @@ def _windows(runtime: Runtime, party: str, method, n_steps: int, phase: str, con
             on_window(phase, stop)
 
 
+def aligned_mask(n_rows: int, aligned_fraction: float, seed: int):
+    """Which of ``n_rows`` training rows :func:`split_aligned` keeps aligned (a boolean array; at least 2).
+
+    Example
+    -------
+    >>> m = aligned_mask(1_000, 0.2, seed=0)
+    >>> int(m.sum()), bool((m == aligned_mask(1_000, 0.2, seed=0)).all())
+    (200, True)
+    """
+    import numpy as np
+
+    aligned = np.zeros(n_rows, dtype=bool)
+    aligned[np.random.default_rng([seed, 31]).choice(n_rows, max(2, int(round(aligned_fraction * n_rows))), replace=False)] = True
+    return aligned
+
+
 def split_aligned(full: SplitNNData, aligned_fraction: float = 0.2, seed: int = 0) -> tuple[SplitNNData, SplitNNData]:
     """FedAds Table 3's setting from all-aligned data: ``(partial, oracle)``.
 
@@ -274,8 +290,7 @@ def split_aligned(full: SplitNNData, aligned_fraction: float = 0.2, seed: int = 
     if not 0.0 < aligned_fraction < 1.0:
         raise DataError(f"aligned_fraction must be in (0, 1), got {aligned_fraction!r}")
     n = full.train.n_rows
-    aligned = np.zeros(n, dtype=bool)
-    aligned[np.random.default_rng([seed, 31]).choice(n, max(2, int(round(aligned_fraction * n))), replace=False)] = True
+    aligned = aligned_mask(n, aligned_fraction, seed)
     if aligned.all():
         raise DataError(f"aligned_fraction={aligned_fraction} of {n} rows leaves no unaligned row")
     rest = full.train.take(np.flatnonzero(~aligned))

@@ -1,10 +1,12 @@
 """The label party of Diffu-AT and its baselines: aligned rows with the non-label parties, unaligned rows alone.
 
 :class:`UnalignedLabelParty` is a :class:`~ray_vfl.splitnn.parties.LabelParty` that also holds its
-unaligned rows (features and labels it has, with no federated embedding). It adds one batch norm
-per branch on the ``h_N`` part of the top model's input (FedAds: the branches share the label party's
-bottom model and top, with separate batch norms; see :meth:`UnalignedLabelParty._head`), and the three steps of :func:`ray_vfl.splitnn.unaligned.train_unaligned`
-after the VanillaVFL pretraining:
+unaligned rows (features and labels it has, with no federated embedding). The two branches share the
+label party's bottom model and top; FedAds gives them separate batch norms so that real and synthetic
+``h_N`` meet the top on one scale. ``options.branch_norm`` says how: by default each synthesis is
+matched to the real ``h_N``'s per-dimension moments, or (``"batchnorm"``) one batch norm per branch
+over ``h_N`` (see :meth:`UnalignedLabelParty._head`). It adds the three steps of
+:func:`ray_vfl.splitnn.unaligned.train_unaligned` after the VanillaVFL pretraining:
 
 1. :meth:`prepare_unaligned`: each non-label party sends the trained embeddings ``h_N`` of the aligned
    training rows (through its metered mailbox); this party computes ``h_L`` for every row and
@@ -16,10 +18,10 @@ after the VanillaVFL pretraining:
    the ``h_N`` it received, and at the start of every alternating epoch after the first the
    synthesiser is refitted on the previous epoch's ``h_N`` (with the current ``h_L``) and the unaligned
    rows' ``h_N`` resynthesised (:meth:`_refresh`; no message).
-3. Prediction uses the federated branch only (its batch norm, in evaluation mode).
+3. Prediction uses the federated branch only (with ``"batchnorm"``, its batch norm in evaluation mode).
 
 Its saved part (:meth:`save_part`, through :meth:`~ray_vfl.splitnn.SplitNNModel.save`) holds the bottom,
-the top and both branch batch norms, and the fitted synthesiser (the last diffusion model or JPL
+the top and the branch batch norms if any, and the fitted synthesiser (the last diffusion model or JPL
 mapping) with the synthesis report; constructed with ``table=None`` it waits for :meth:`load_part`.
 """
 
@@ -114,7 +116,9 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
     def _build(self) -> None:
         super()._build()
         width = len(self.nonlabel) * self.nonlabel_width  # h_N of every non-label party
-        self.bn = nn.ModuleDict({"fed": nn.BatchNorm1d(width), "local": nn.BatchNorm1d(width)}).to(self.dtype)
+        # options.branch_norm="batchnorm": one batch norm per branch over h_N; otherwise none (empty)
+        self.bn = nn.ModuleDict({"fed": nn.BatchNorm1d(width), "local": nn.BatchNorm1d(width)}
+                                if self.options.branch_norm == "batchnorm" else {}).to(self.dtype)
         params = list(self.bottom.parameters()) + list(self.top.parameters()) + list(self.bn.parameters())
         self.optimizer = make_optimizer(params, self.config)
 
@@ -122,14 +126,16 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
         return nn.ModuleDict({"label_bottom": self.bottom, "top": self.top, "bn": self.bn})
 
     def _head(self, parts: Sequence[torch.Tensor], branch: str) -> torch.Tensor:
-        """Logits from ``[h_L, h_N...]``, the ``h_N`` part through the branch's own batch norm.
+        """Logits from ``[h_L, h_N...]``; with ``options.branch_norm="batchnorm"`` the ``h_N`` part goes
+        through the branch's own batch norm first.
 
-        Real and synthetic ``h_N`` differ in distribution; each branch normalises its own. ``h_L`` comes
-        from the one shared bottom model and is left as it is: a batch norm over the whole top input
-        cost 0.06 AUC on the FedAds-like generator even with no local step, while one over ``h_N`` alone
-        cost nothing beyond the seed-to-seed spread (benchmarks/RESULTS.md, "Diffu-AT"; why the wider
-        one hurts was not established).
+        ``h_L`` comes from the one shared bottom model and is left as it is: a batch norm over the whole
+        top input cost 0.06 AUC on the FedAds-like generator even with no local step (benchmarks/RESULTS.md,
+        "Diffu-AT"). The default, ``"moments"``, matches the synthetic ``h_N`` to the real ones when they
+        are synthesised (:func:`~ray_vfl.splitnn.synthesis.match_moments`) and adds no layer here.
         """
+        if not self.bn:
+            return self.top(list(parts))
         bn = self.bn[branch]
         h_n = torch.cat(list(parts[1:]), dim=1)
         if bn.training and len(h_n) < 2:  # batch statistics need two rows: a last batch of one uses the running ones
@@ -190,8 +196,8 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
                          "width": self.nonlabel_width}, senders=(p,))), dtype=self.dtype)
                          for p, m in zip(self.nonlabel, messages)], dim=1)
         self._synthesize(h_n, 0)
-        # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
-        self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
+        if self.bn:  # FedAds initialises the branches alike: the local branch's batch norm starts as the federated one
+            self.bn["local"].load_state_dict(self.bn["fed"].state_dict())
         self.plan = self._plan()
         self.report.update(steps=len(self.plan), federated_steps=sum(b == "fed" for b, _ in self.plan), refreshes=0)
         self.fresh_h_n = torch.zeros_like(h_n) if self.options.refreshes else None
