@@ -127,8 +127,8 @@ class SplitNNModel:
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.pt``, its own part only, plus ``federation.json`` (roles, config).
 
-        A model trained with unaligned rows saves the same way: the label party's part also holds both
-        branch batch norms and its fitted synthesiser (diffusion model or JPL mapping); ``federation.json``
+        A model trained with unaligned rows saves the same way: the label party's part also holds its
+        branch batch norms (``branch_norm="batchnorm"``) and its fitted synthesiser (diffusion model or JPL mapping); ``federation.json``
         names the method and its options.
 
         Example
@@ -157,7 +157,7 @@ class SplitNNModel:
         runtime.connect([label_name] + nonlabel)
         if options is None:
             label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
-        else:  # its label party: both branch batch norms and the synthesiser
+        else:  # its label party: the branch batch norms if any, and the synthesiser
             from .unaligned_party import UnalignedLabelParty
 
             label = runtime.spawn(label_name, UnalignedLabelParty, label_name, None, None, [], config, nonlabel,

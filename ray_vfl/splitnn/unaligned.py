@@ -7,8 +7,9 @@ labels and the label party's features but no federated embedding. Diffu-AT
 2. has the label party learn ``p(h_N | y, h_L)`` with a conditional diffusion model from what it holds
    (:mod:`ray_vfl.splitnn.diffusion`) and synthesise ``h_N`` for its unaligned rows;
 3. trains alternately a federated branch (aligned rows, both parties) and a local branch (unaligned
-   rows with synthetic ``h_N``): shared label-party bottom model and top, one batch norm per branch,
-   each step's branch drawn with probability proportional to its row count; only the federated
+   rows with synthetic ``h_N``): shared label-party bottom model and top, the synthetic ``h_N``
+   brought to the real ones' scale (``UnalignedOptions.branch_norm``: their per-dimension moments by
+   default, or one batch norm per branch), each step's branch drawn with probability proportional to its row count; only the federated
    branch serves predictions. By default (``UnalignedOptions.refresh``) Diffu-AT refits its
    diffusion model and resynthesises the unaligned rows' ``h_N`` at the start of every alternating
    epoch after the first, from the ``h_N`` the label party received in the previous epoch's federated
