@@ -330,6 +330,16 @@ def test_unaligned_models_save_and_load(runtime, small_split, tmp_path, method, 
     again = loaded.save_model(str(tmp_path / "again"))
     _assert_same(label_part, _part(again[LABEL]))
     _assert_same(other_part, _part(again[OTHER]))
+    if with_bn:  # a federation file written before branch_norm existed: those models had the batch norms
+        import json
+
+        meta_path = tmp_path / "again" / "federation.json"
+        meta = json.loads(meta_path.read_text())
+        del meta["unaligned"]["options"]["branch_norm"]
+        meta_path.write_text(json.dumps(meta))
+        old = SplitNNClassifier.load_model(str(tmp_path / "again"), runtime=runtime)
+        assert old.get_params()["branch_norm"] == "batchnorm"
+        np.testing.assert_array_equal(old.predict_proba(small_split.test), proba)
 
 
 def test_a_part_of_the_wrong_kind_is_refused(runtime, small_split, tmp_path):

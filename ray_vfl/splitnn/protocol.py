@@ -150,7 +150,8 @@ class SplitNNModel:
             config = SplitNNConfig.from_dict(meta["config"])
             label_name, nonlabel = meta["label_party"], list(meta["nonlabel"])
             defense = DEFENSES[meta["defense"]["name"]](**meta["defense"]["params"])
-            options = None if meta.get("unaligned") is None else UnalignedOptions.from_dict(meta["unaligned"]["options"])
+            options = None if meta.get("unaligned") is None else UnalignedOptions.from_dict(
+                {"branch_norm": "batchnorm", **meta["unaligned"]["options"]})  # saved before branch_norm: batch norms
         except (KeyError, TypeError, ConfigError) as exc:
             raise DataError(f"{directory!r} holds no split-NN federation file ({type(exc).__name__}: {exc})") from exc
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
