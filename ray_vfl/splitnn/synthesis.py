@@ -115,7 +115,7 @@ class UnalignedOptions(ValidatedConfig):
         parameter is added). ``"batchnorm"``: one batch norm per branch over ``h_N`` before the top (the
         local one starts as a copy of the federated one), the federated one serving predictions.
         ``"none"``: the synthetic ``h_N`` as synthesised. On the FedAds-like generator a batch norm over
-        ``h_N`` costs VanillaVFL and ORACLE alike about 0.006 AUC and Diffu-AT 0.013; "moments" costs
+        ``h_N`` costs VanillaVFL and ORACLE alike about 0.006 AUC and Diffu-AT 0.012-0.015; "moments" costs
         nothing (benchmarks/RESULTS.md, "Diffu-AT's samples clipped to the fitted range"). SS-VFL and FedHSSL
         synthesise nothing: "batchnorm" adds the federated batch norm to them, the others leave them as
         VanillaVFL.

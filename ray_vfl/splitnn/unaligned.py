@@ -9,8 +9,8 @@ labels and the label party's features but no federated embedding. Diffu-AT
 3. trains alternately a federated branch (aligned rows, both parties) and a local branch (unaligned
    rows with synthetic ``h_N``): shared label-party bottom model and top, the synthetic ``h_N``
    brought to the real ones' scale (``UnalignedOptions.branch_norm``: their per-dimension moments by
-   default, or one batch norm per branch), each step's branch drawn with probability proportional to its row count; only the federated
-   branch serves predictions. By default (``UnalignedOptions.refresh``) Diffu-AT refits its
+   default, or one batch norm per branch), each step's branch drawn with probability proportional to
+   its row count; only the federated branch serves predictions. By default (``UnalignedOptions.refresh``) Diffu-AT refits its
    diffusion model and resynthesises the unaligned rows' ``h_N`` at the start of every alternating
    epoch after the first, from the ``h_N`` the label party received in the previous epoch's federated
    steps and the current ``h_L``: the synthetic embeddings follow the non-label bottom model as it
