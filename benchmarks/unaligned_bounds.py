@@ -73,19 +73,25 @@ def _schedule(mode: str, aligned: np.ndarray, cfg: SplitNNConfig) -> list[np.nda
     return plan
 
 
+def _network(data, cfg: SplitNNConfig):
+    """The federation's network for ``data`` (label party first) and a function encoding a dataset's
+    features per party, as the parties' encoders fitted on ``data`` do."""
+    order = [data.label_party] + [p for p in data.party_names if p != data.label_party]
+    enc = {p: FeatureEncoder(cfg.n_bins, cfg.max_categories).fit(data.features[p], data.categorical.get(p, []), party=p)
+           for p in order}
+    ids = lambda d: [torch.from_numpy(enc[p].transform(d.features[p], party=p)) for p in order]  # noqa: E731
+    return SplitNet(enc[order[0]].vocab_sizes, [enc[p].vocab_sizes for p in order[1:]], cfg), ids
+
+
 def run(full, mode: str, seed: int) -> dict:
     cfg = SplitNNConfig(batch_size=128, epochs=3, learning_rate=2e-3, seed=seed)
     torch.set_num_threads(1)
-    data, label = full.train, full.label_party
-    other = next(p for p in data.party_names if p != label)
+    data = full.train
     aligned = aligned_mask(data.n_rows, 0.2, seed)  # the rows split_aligned keeps aligned
     if mode.startswith("vanilla"):  # the aligned rows alone, as split_aligned hands them to VanillaVFL
         data, aligned = data.take(np.flatnonzero(aligned)), np.ones(int(aligned.sum()), dtype=bool)
-    enc = {p: FeatureEncoder(cfg.n_bins, cfg.max_categories).fit(data.features[p], data.categorical.get(p, []), party=p)
-           for p in (label, other)}
-    ids = lambda d: [torch.from_numpy(enc[p].transform(d.features[p], party=p)) for p in (label, other)]  # noqa: E731
+    net, ids = _network(data, cfg)
     x, y = ids(data), torch.as_tensor(data.label, dtype=torch.float32)
-    net = SplitNet(enc[label].vocab_sizes, [enc[other].vocab_sizes], cfg)
     width = net.nonlabel_bottoms[0].out_width
     bn = torch.nn.ModuleDict({"fed": torch.nn.BatchNorm1d(width), "local": torch.nn.BatchNorm1d(width)})
     use_bn = mode.endswith("-bn")
@@ -116,15 +122,11 @@ def fidelity(full) -> list[dict]:
 
     cfg = SplitNNConfig(batch_size=128, epochs=1, learning_rate=2e-3, seed=0)
     torch.set_num_threads(1)
-    data, label = full.train, full.label_party
-    other = next(p for p in data.party_names if p != label)
+    data = full.train
     aligned = aligned_mask(data.n_rows, 0.2, 0)
     ia, iu = np.flatnonzero(aligned), np.flatnonzero(~aligned)
-    enc = {p: FeatureEncoder(cfg.n_bins, cfg.max_categories).fit(data.features[p], data.categorical.get(p, []), party=p)
-           for p in (label, other)}
-    x = [torch.from_numpy(enc[p].transform(data.features[p], party=p)) for p in (label, other)]
-    y = torch.as_tensor(data.label, dtype=torch.float32)
-    net = SplitNet(enc[label].vocab_sizes, [enc[other].vocab_sizes], cfg)
+    net, ids = _network(data, cfg)
+    x, y = ids(data), torch.as_tensor(data.label, dtype=torch.float32)
     optimizer = make_optimizer(net.parameters(), cfg)
     for b in batch_schedule(len(ia), cfg.batch_size, 1, 0):
         loss = F.binary_cross_entropy_with_logits(net(x[0][ia[b]], [x[1][ia[b]]]), y[ia[b]])
