@@ -41,6 +41,7 @@ from ray_vfl.metrics import auc, logloss
 from ray_vfl.splitnn import SplitNNConfig, make_fedads_like
 from ray_vfl.splitnn.encoding import FeatureEncoder
 from ray_vfl.splitnn.models import SplitNet, batch_schedule, make_optimizer
+from ray_vfl.splitnn.synthesis import branch_sequence
 from ray_vfl.splitnn.unaligned import aligned_mask
 
 MODES = ("vanilla", "oracle", "oracle-stopped", "alternating-true", "alternating-true-bn", "vanilla-bn", "oracle-bn")
@@ -68,7 +69,7 @@ def _schedule(mode: str, aligned: np.ndarray, cfg: SplitNNConfig) -> list[np.nda
     for epoch in range(1, cfg.epochs):
         fed = [ia[b] for b in batch_schedule(len(ia), cfg.batch_size, 1, cfg.seed * 100 + epoch)]
         local = [iu[b] for b in batch_schedule(len(iu), cfg.batch_size, 1, cfg.seed * 100 + 50 + epoch)]
-        for is_fed in rng.permutation(np.r_[np.ones(len(fed), bool), np.zeros(len(local), bool)]):
+        for is_fed in branch_sequence(len(fed), len(local), rng):  # Diffu-AT's own interleaving
             plan.append(fed.pop() if is_fed else local.pop())
     return plan
 

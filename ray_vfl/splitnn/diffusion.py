@@ -324,9 +324,10 @@ class ConditionalDiffusion:
         model.denoiser_ = Denoiser(int(state["x_dim"]), int(state["cond_dim"]), cfg.hidden, cfg.time_dim)
         model.denoiser_.load_state_dict(state["denoiser"])
         model.x_mean_, model.x_std_, model.c_mean_, model.c_std_ = (state[k] for k in ("x_mean", "x_std", "c_mean", "c_std"))
-        unbounded = lambda width: (torch.full((width,), -math.inf), torch.full((width,), math.inf))  # noqa: E731
-        model.x_range_ = tuple(state["x_range"]) if "x_range" in state else unbounded(int(state["x_dim"]))  # saved before ranges
-        model.c_range_ = tuple(state["c_range"]) if "c_range" in state else unbounded(int(state["cond_dim"]))
+        for name, dim in (("x_range", "x_dim"), ("c_range", "cond_dim")):  # a state saved before ranges: unbounded
+            width = int(state[dim])
+            setattr(model, f"{name}_", tuple(state[name]) if name in state
+                    else (torch.full((width,), -math.inf), torch.full((width,), math.inf)))
         model.scheduler_ = make_scheduler(cfg)
         model.losses_ = list(state["losses"])
         return model
