@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from unaligned_credit import report  # noqa: E402  (this folder's benchmark: the same table and JSON)
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+DATA_DIR = None  # $VFL_DATA_DIR if set, then the data shipped in ray_vfl/data/files
 
 
 def _no_pretraining(runtime, label_name, label, nonlabel, *args, **kwargs):

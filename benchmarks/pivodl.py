@@ -317,7 +317,7 @@ def parse_args(argv=None):
                    help="table (d): PIVODLConfig.dp_sensitivity values to compare")
     p.add_argument("--guess-rows", type=int, default=None, help="table (d): subsample credit to this many rows")
     p.add_argument("--data-dir", default=DATA_DIR, help="folder holding bank and energy (default: $VFL_DATA_DIR, then "
-                   "../shared/data)")
+                   "the shipped ray_vfl/data/files)")
     p.add_argument("--out", default=None, help="write every table's rows as JSON here")
     args = p.parse_args(argv)
     try:

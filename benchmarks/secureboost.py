@@ -36,7 +36,7 @@ from ray_vfl.trees.callbacks import TreeTimer
 from ray_vfl.trees.config import BoostConfig
 from ray_vfl.trees.reference import fit_reference
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+DATA_DIR = None  # $VFL_DATA_DIR if set, then the data shipped in ray_vfl/data/files
 
 
 _COSTS: dict[tuple[str, int, int], dict[str, float]] = {}

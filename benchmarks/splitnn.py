@@ -30,7 +30,7 @@ from ray_vfl import Runtime
 from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig, make_fedads_like, train
 from ray_vfl.splitnn.experiments import privacy_table
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+DATA_DIR = None  # $VFL_DATA_DIR if set, then the data shipped in ray_vfl/data/files
 ATTACKS = ("norm", "direction", "cluster")
 
 

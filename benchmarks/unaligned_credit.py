@@ -20,7 +20,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+DATA_DIR = None  # $VFL_DATA_DIR if set, then the data shipped in ray_vfl/data/files
 
 
 def parse_args(argv=None) -> argparse.Namespace:

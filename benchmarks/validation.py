@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+DATA_DIR = None  # $VFL_DATA_DIR if set, then the data shipped in ray_vfl/data/files
 
 
 class Local:

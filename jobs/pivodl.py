@@ -34,7 +34,7 @@ import numpy as np
 
 from ray_vfl.errors import VFLError
 
-# None: ray_vfl.data.bundled.data_dirs() -- $VFL_DATA_DIR, then ../shared/data beside the working folder and the checkout
+# None: ray_vfl.data.bundled.data_dirs() -- $VFL_DATA_DIR, then the shipped ray_vfl/data/files
 DATA_DIR = None
 DATASETS = ("credit", "bank", "energy")
 STUDIES = ("clients", "depth", "trees", "epsilon")
@@ -205,7 +205,7 @@ def parse_args(argv=None):
     p.add_argument("--guess-dataset", default="credit", choices=list(DATASETS[:2]) + ["none"],
                    help="dataset of the label-guess table (none: skip it)")
     p.add_argument("--data-dir", default=DATA_DIR,
-                   help="folder holding bank and energy (default: $VFL_DATA_DIR, then ../shared/data)")
+                   help="folder holding bank and energy (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
     p.add_argument("--small", action="store_true",
                    help="a tiny version (about a minute): 1,500 rows, 2-3 clients, depth 2-3, 2-3 trees, "
                         "1 repeat, 1024-bit keys; explicit flags still apply on top")

@@ -1,6 +1,6 @@
 """Split-NN (FedAds) tables on Ray: effectiveness (Table 3-like) and utility/privacy (Table 4-like).
 
-Runs on the FedAds-like generator and on one real dataset from ../shared/data, and writes every
+Runs on the FedAds-like generator and on one real dataset shipped in ray_vfl/data/files, and writes every
 table as CSV and JSON::
 
     python jobs/splitnn.py                                   # generator (200k rows) + iPinYou
@@ -22,7 +22,6 @@ import time
 
 from ray_vfl.errors import VFLError
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 # real dataset -> its loader in ray_vfl.splitnn (imported in main: torch is needed only to run)
 REAL = {"ipinyou": "load_ipinyou", "credit": "load_credit_vfl", "open_bandit": "load_open_bandit"}
 TORCH_MISSING = "jobs/splitnn.py needs torch: pip install torch==2.13.0 (the CPU build; an unpinned torch pulls CUDA)"
@@ -32,7 +31,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rows", type=int, default=200_000, help="rows of the FedAds-like generator (20 %% aligned)")
     p.add_argument("--real", default="ipinyou", choices=sorted(REAL) + ["none"], help="real dataset for the second set of tables (none: generator only)")
-    p.add_argument("--data-dir", default=DATA_DIR, help="folder holding the real datasets (or set VFL_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="folder holding your own copies of the real datasets (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the aligned training rows")
     p.add_argument("--batch-size", type=int, default=256, help="rows per split-NN step")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate of both parties")

@@ -1,7 +1,7 @@
 """SSXGB on Ray: accuracy per round next to centralized xgboost, and running time against participants.
 
 Iris (scikit-learn's bundled copy; 4 participants, one feature each; setosa vs rest, balanced with 50
-synthetic setosa rows as in the paper; depth 4) and MNIST (``../shared/data/mnist_test_10k.csv.gz``; 16
+synthetic setosa rows as in the paper; depth 4) and MNIST (``mnist_test_10k.csv.gz``, shipped in ray_vfl/data/files; 16
 participants, 49 pixels each; digits 0-4 vs 5-9; depth 6); learning rate 0.08. Writes CSV, JSON and PNG::
 
     python jobs/ssxgb.py --dataset iris --rounds 10 --key-bits 1024 --allow-weak-keys
@@ -21,7 +21,6 @@ import time
 import numpy as np
 import pandas as pd
 
-DATA_DIR = os.environ.get("VFL_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
 def parse_args(argv=None):
@@ -165,7 +164,9 @@ def main(argv=None) -> int:
         if args.dataset == "iris":
             frame, columns = load_iris_balanced(args.seed)
         else:
-            frame, columns = load_mnist(os.path.join(DATA_DIR, "mnist_test_10k.csv.gz"), args.rows, args.seed)
+            from ray_vfl.data.bundled import data_path
+
+            frame, columns = load_mnist(data_path("mnist_test_10k.csv.gz"), args.rows, args.seed)
         depth = args.depth or (4 if args.dataset == "iris" else 6)
         rows = run_dataset(args, args.dataset, frame, columns, depth)
         for r in rows:

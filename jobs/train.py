@@ -50,7 +50,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="credit", help=f"one of {sorted(NAMED_DATASETS)} or a CSV/Parquet path")
     p.add_argument("--data-dir", default=None,
-                   help="folder holding the non-bundled named datasets (default: $VFL_DATA_DIR, then ../shared/data)")
+                   help="folder holding the non-bundled named datasets (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
     p.add_argument("--label", default=None, help="label column when --dataset is a path, or of the --party-files tables")
     p.add_argument("--objective", default="binary:logistic", choices=["binary:logistic", "reg:squarederror"],
                    help="objective when --dataset is a path or with --party-files")

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("VFL_DATA_DIR", REPO.parent / "shared" / "data"))
 TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop", "server_c", "server_s"]
 
 _SCRATCH = tempfile.mkdtemp(prefix="vflh")
@@ -119,7 +118,7 @@ def load_job(name: str):
 
 
 def data_file(name: str) -> Path:
-    path = DATA_DIR / name
-    if not path.exists():
-        pytest.fail(f"test data {path} is missing; put ../shared/data beside the repository or set VFL_DATA_DIR")
-    return path
+    """A data file the package ships (ray_vfl/data/files): the tests read nothing outside the repository."""
+    from ray_vfl.data.bundled import BUNDLED_DIR
+
+    return Path(BUNDLED_DIR) / name

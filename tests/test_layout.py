@@ -58,3 +58,19 @@ def test_top_level_modules_import_no_layer():
 def test_no_flat_protocol_modules_left():
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert flat == ["__init__.py", "config.py", "errors.py", "metrics.py"], flat
+
+
+def test_nothing_reads_data_outside_the_repository():
+    """A fresh clone has nothing beside it: no code, job, notebook or config names a folder outside the
+    repository's data (the data sets ship in ray_vfl/data/files)."""
+    repo = PACKAGE.parent
+    needles = ["shared/data", '"shared", "data"', "'shared', 'data'", '"shared" / "data"']
+    hits = []
+    for path in repo.rglob("*"):
+        if path.suffix not in {".py", ".ipynb", ".yaml", ".toml", ".cfg"} and path.name != "run":
+            continue
+        if ".git" in path.parts or not path.is_file() or path == Path(__file__).resolve():
+            continue
+        text = path.read_text(errors="replace")
+        hits += [f"{path.relative_to(repo)}: {n}" for n in needles if n in text]
+    assert not hits, "\n".join(hits)

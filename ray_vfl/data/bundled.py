@@ -1,15 +1,17 @@
 """Bundled and named datasets.
 
-The UCI "default of credit card clients" table (Yeh & Lien 2009, CC BY 4.0;
-30,000 rows, 23 features, label ``default.payment.next.month``) ships inside
-the package so the default demo runs anywhere without downloads.
+Every data set the jobs, tests, notebooks and benchmarks use ships inside the package
+(``ray_vfl/data/files/``, about 8 MB; its README gives each file's source and licence), so a fresh
+clone runs anywhere without downloads: the UCI "default of credit card clients" table (Yeh & Lien 2009,
+CC BY 4.0; 30,000 rows, 23 features, label ``default.payment.next.month``), FATE's vertical split of it,
+UCI bank marketing and appliances energy, 10,000 MNIST test digits and the click logs of the split-network
+studies. ``$VFL_DATA_DIR``, when set, names a folder searched first (a user's own copies).
 """
 
 from __future__ import annotations
 
 import os
 from importlib import resources
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -18,14 +20,17 @@ import pandas as pd
 from ..errors import DataError
 from .sources import read_table
 
-__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "synthetic", "iris_balanced", "NAMED_DATASETS"]
+__all__ = ["load_credit", "credit_path", "load_named", "data_dirs", "data_path", "BUNDLED_DIR", "synthetic", "iris_balanced", "NAMED_DATASETS"]
 
 CREDIT_LABEL = "default.payment.next.month"
 
 
+BUNDLED_DIR = str(resources.files("ray_vfl").joinpath("data", "files"))
+
+
 def credit_path() -> str:
     """Path of the bundled credit-card default CSV (gzip)."""
-    return str(resources.files("ray_vfl").joinpath("data", "uci_default_credit_card.csv.gz"))
+    return os.path.join(BUNDLED_DIR, "uci_default_credit_card.csv.gz")
 
 
 def load_credit() -> pd.DataFrame:
@@ -106,9 +111,9 @@ def _energy(path: str) -> tuple[pd.DataFrame, str, list[str], str]:
 
 NAMED_DATASETS = {
     "credit": "bundled UCI default of credit card clients (binary)",
-    "bank": "UCI bank marketing, bank-full (binary); reads uci_bank_marketing_full.csv.gz from the data folder",
-    "energy": "UCI appliances energy (regression); reads uci_appliances_energy.csv.gz from the data folder",
-    "mnist": "MNIST test set, digits 0-4 vs 5-9 (binary, 784 pixels); reads mnist_test_10k.csv.gz from the data folder",
+    "bank": "UCI bank marketing, bank-full (binary); uci_bank_marketing_full.csv.gz",
+    "energy": "UCI appliances energy (regression); uci_appliances_energy.csv.gz",
+    "mnist": "MNIST test set, digits 0-4 vs 5-9 (binary, 784 pixels); mnist_test_10k.csv.gz",
     "iris": "Iris, setosa vs rest, plus 50 synthetic setosa rows (200 rows, 4 features; as SSXGB's paper); bundled with scikit-learn",
     "synthetic": "synthetic binary table, 20 normal columns, as many rows as asked (rows=, default 10,000)",
 }
@@ -118,28 +123,46 @@ _TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".txt", ".parquet", ".pq")
 
 
 def data_dirs() -> list[str]:
-    """Folders searched for the non-bundled named datasets, in order: ``$VFL_DATA_DIR`` if set,
-    then ``../shared/data`` beside the working folder and beside a source checkout of ray_vfl.
+    """Folders searched for the named datasets' files, in order: ``$VFL_DATA_DIR`` if set, then the
+    package's own ``data/files`` folder (every shipped data set is there).
 
     Example
     -------
-    >>> all(os.path.isabs(d) for d in data_dirs())
+    >>> data_dirs()[-1] == BUNDLED_DIR
     True
     """
     found = [os.environ["VFL_DATA_DIR"]] if os.environ.get("VFL_DATA_DIR") else []
-    found += [os.path.join(os.getcwd(), "..", "shared", "data"), str(Path(__file__).resolve().parents[2].parent / "shared" / "data")]
     out: list[str] = []
-    for folder in map(os.path.abspath, found):
+    for folder in map(os.path.abspath, found + [BUNDLED_DIR]):
         if folder not in out:
             out.append(folder)
     return out
 
 
+def data_path(filename: str, data_dir: str | os.PathLike | Sequence[str] | None = None) -> str:
+    """The path of a data file: the first of ``data_dir`` (a folder, or folders tried in order; by default
+    :func:`data_dirs`) that holds it. A missing file names every folder tried.
+
+    Example
+    -------
+    >>> os.path.basename(data_path("uci_bank_marketing_full.csv.gz"))
+    'uci_bank_marketing_full.csv.gz'
+    """
+    folders = [os.fspath(data_dir)] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir or data_dirs())
+    for folder in folders:
+        if os.path.isfile(os.path.join(folder, filename)):
+            return os.path.join(folder, filename)
+    looked = ", ".join(repr(os.path.abspath(f)) for f in folders) or "no folder"
+    raise DataError(f"data file {filename!r} is in none of the folders tried ({looked}): name the folder that holds "
+                    "it with data_dir= (Python), --data-dir (jobs/train.py) or the VFL_DATA_DIR environment variable")
+
+
 def load_named(name: str, data_dir: str | Sequence[str] | None = None) -> tuple[pd.DataFrame, str, list[str], str]:
     """Load a named dataset: ``(frame, label column, categorical columns, objective)``.
 
-    ``credit`` is bundled; the others are read from ``data_dir`` (a folder, or folders tried in
-    order), by default the folders of :func:`data_dirs`. A missing file names every folder tried.
+    ``credit`` and the files of ``bank``, ``energy`` and ``mnist`` ship with the package; ``data_dir`` (a
+    folder, or folders tried in order) overrides where the files are read, by default the folders of
+    :func:`data_dirs`. A missing file names every folder tried.
 
     Example
     -------
@@ -164,12 +187,9 @@ def load_named(name: str, data_dir: str | Sequence[str] | None = None) -> tuple[
                                 "name its label column (jobs/train.py: --dataset PATH --label COLUMN)")
             raise DataError(f"data file {name!r} does not exist (relative paths start at {os.getcwd()!r})")
         raise DataError(f"unknown dataset {name!r}; choose one of {sorted(NAMED_DATASETS)} or pass a CSV/Parquet path")
-    folders = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir or data_dirs())
     fname, loader = _FILES[name]
-    for folder in folders:
-        if os.path.isfile(os.path.join(folder, fname)):
-            return loader(os.path.join(folder, fname))
-    looked = ", ".join(repr(os.path.abspath(f)) for f in folders) or "no folder"
-    raise DataError(f"dataset {name!r} is not bundled and {fname!r} is in none of the folders tried ({looked}): "
-                    "name the folder that holds it with data_dir= (Python), --data-dir (jobs/train.py) or the "
-                    "VFL_DATA_DIR environment variable")
+    try:
+        path = data_path(fname, data_dir)
+    except DataError as exc:
+        raise DataError(f"dataset {name!r}: {exc}") from None
+    return loader(path)

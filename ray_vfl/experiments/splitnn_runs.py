@@ -17,7 +17,7 @@ Besides ``method``, ``defense``, ``aligned_fraction`` and ``epsilon``, a sweep m
 ``embedding_dim`` (the models' capacity; every row records it).
 
 Datasets: ``fedads_like`` (the FedAds-like generator, ``rows`` rows generated, default 50,000; users
-for HeuristicVFL), ``credit``, ``ipinyou``, ``open_bandit`` (from the shared data folder; ``rows``:
+for HeuristicVFL), ``credit``, ``ipinyou``, ``open_bandit`` (shipped in ray_vfl/data/files; ``rows``:
 a seeded random subset of that many training rows and proportionally many test rows). Needs torch.
 dLeakAUC (against the ``none`` row) is a difference of two rows' columns, left to the reader of the table.
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.bundled import data_dirs
+from ..data.bundled import data_path
 from ..errors import ConfigError
 from .config import ExperimentConfig
 
@@ -50,7 +50,7 @@ __all__ = ["run_splitnn", "RUN_PARAMS", "DATA_FILES"]
 RUN_PARAMS = ("method", "defense", "aligned_fraction", "epsilon", "defense_params", "pretrain_epochs",
               "diffusion_steps", "imitation_epochs", "ssl_epochs", "ssl_guidance", "positive_rate", "n_users", "nonlabel_strength")
 _GENERATOR = ("positive_rate", "n_users", "nonlabel_strength")
-# dataset -> (its file in the shared data folder, its loader in ray_vfl.splitnn)
+# dataset -> (its shipped data file, its loader in ray_vfl.splitnn)
 DATA_FILES = {"credit": ("fate_default_credit_hetero_guest.csv.gz", "load_credit_vfl"),
               "ipinyou": ("ipinyou_2997_click_sample.csv.gz", "load_ipinyou"),
               "open_bandit": ("obd_zozotown_click_all.csv.gz", "load_open_bandit")}
@@ -87,7 +87,7 @@ def load_data(cfg: ExperimentConfig, run: dict[str, Any]):
         kwargs.setdefault("n_users", max(1, n // 20))
         return splitnn.make_fedads_like(n, aligned_fraction=1.0, seed=cfg.seed, **kwargs), "user_id"
     filename, loader = DATA_FILES[name]
-    folder = next((d for d in data_dirs() if os.path.exists(os.path.join(d, filename))), data_dirs()[0])
+    folder = os.path.dirname(data_path(filename))
     extra = {"test_size": cfg.test_size, "seed": cfg.seed} if name == "credit" else {}
     return _subset(getattr(splitnn, loader)(folder, **extra), rows, cfg.test_size, cfg.seed), None
 

@@ -10,7 +10,7 @@ training rows (the unaligned part FedAds keeps for semi-supervised work).
   test, 20 % aligned / 80 % label-party-only rows), with signal on both sides
   so that VanillaVFL beats Local.
 - :func:`load_credit_vfl`, :func:`load_ipinyou`, :func:`load_open_bandit`: real
-  data from ``../shared/data`` (see its README).
+  data shipped in ``ray_vfl/data/files`` (see its README).
 - :func:`load_fedads`: the real FedAds files, for users who have them.
 """
 
@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..data.bundled import data_path
 from ..data.dataset import VerticalDataset
 from ..errors import DataError
 
@@ -198,12 +199,9 @@ def make_fedads_like(
 
 
 # ---------------------------------------------------------------------------
-# real data from ../shared/data
-def _path(data_dir: str | os.PathLike, name: str) -> str:
-    path = os.path.join(os.fspath(data_dir), name)
-    if not os.path.exists(path):
-        raise DataError(f"{name!r} not found in {os.fspath(data_dir)!r}; pass the folder that holds the shared data files")
-    return path
+# real data: the files ship with the package (ray_vfl/data/files; $VFL_DATA_DIR or data_dir= overrides)
+def _path(data_dir: str | os.PathLike | None, name: str) -> str:
+    return data_path(name, data_dir)
 
 
 def _time_or_random_split(n: int, test_size: float, seed: int, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +212,7 @@ def _time_or_random_split(n: int, test_size: float, seed: int, order: np.ndarray
     return np.sort(idx[:cut]), np.sort(idx[cut:])
 
 
-def load_credit_vfl(data_dir: str | os.PathLike, label_party: str = "party0", nonlabel_party: str = "party1",
+def load_credit_vfl(data_dir: str | os.PathLike | None = None, label_party: str = "party0", nonlabel_party: str = "party1",
                     test_size: float = 0.2, seed: int = 0) -> SplitNNData:
     """FATE's vertical split of UCI credit default: guest (label, 13 features) and host (10).
 
@@ -239,7 +237,7 @@ IPINYOU_LABEL_FIELDS = ["adexchange", "domain", "slotid", "slotwidth", "slotheig
 IPINYOU_NONLABEL_FIELDS = ["weekday", "hour", "useragent", "IP", "region", "city"]
 
 
-def load_ipinyou(data_dir: str | os.PathLike, label_party: str = "party0", nonlabel_party: str = "party1") -> SplitNNData:
+def load_ipinyou(data_dir: str | os.PathLike | None = None, label_party: str = "party0", nonlabel_party: str = "party1") -> SplitNNData:
     """iPinYou campaign 2997 click sample (0.64 % clicks), its own train/test split.
 
     The label party (the advertiser's side, which observes clicks) holds the
@@ -256,7 +254,7 @@ def load_ipinyou(data_dir: str | os.PathLike, label_party: str = "party0", nonla
                        _split(frame, columns, y, label_party, cats, np.flatnonzero(split == "test"), ids))
 
 
-def load_open_bandit(data_dir: str | os.PathLike, campaign: str = "all", label_party: str = "party0",
+def load_open_bandit(data_dir: str | os.PathLike | None = None, campaign: str = "all", label_party: str = "party0",
                      nonlabel_party: str = "party1", test_size: float = 0.2) -> SplitNNData:
     """Open Bandit (ZOZOTOWN) click log of one campaign; last ``test_size`` of time as test.
 
