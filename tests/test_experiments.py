@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,12 +158,7 @@ def test_jobs_report_bad_input_in_one_line(tmp_path):
     assert run.returncode == 1 and "run jobs/experiment.py first" in run.stderr
 
 
-def test_an_ssxgb_sweep_runs(runtime, tmp_path):
-    cfg = ExperimentConfig.from_dict({"name": "ssxgb_tiny", "protocol": "ssxgb", "rows": 120, "sweep": {"clients": [2]},
-                                      "params": {"key_bits": 1024, "n_trees": 2, "max_depth": 1, "max_bin": 4}})
-    table = run_sweep(cfg, str(tmp_path), runtime, progress=False)
-    assert len(table) == 1 and table["backend"].tolist() == ["bcp"] and table["mb"].iloc[0] > 0
-    assert 0 < table["crypto_s"].iloc[0] <= table["train_s"].iloc[0] + 0.05  # BCP operations are measured as crypto
+def test_ssxgb_sweeps_take_one_cryptosystem():
     with pytest.raises(ConfigError, match="one cryptosystem"):
         ExperimentConfig.from_dict({"name": "x", "protocol": "ssxgb", "sweep": {"backend": ["ou"]}})
 
@@ -178,28 +174,46 @@ def test_crypto_time_is_measured_where_it_runs(runtime, tmp_path):
 
 
 SMALL_CONFIGS = sorted((REPO / "jobs" / "configs").glob("*_small.yaml"))
+# The small sweeps a notebook draws run whole here (tests/test_notebooks.py then resumes them from the
+# session's folder); every other small sweep runs its first point only: the sweep mechanism itself (one row
+# per run, resuming, max_runs) is tested once above, and a config adds only its protocol, data and figures.
+NOTEBOOK_CONFIGS = {name for nb in (REPO / "notebooks").glob("*.ipynb")
+                    for name in re.findall(r"configs/([A-Za-z0-9_]+_small)\.yaml", nb.read_text())}
+NOTEBOOK_CONFIGS |= {name for nb in (REPO / "notebooks").glob("*.ipynb")
+                     for name in re.findall(r"sweep\('([A-Za-z0-9_]+_small)'\)", nb.read_text())}
 
 
 @pytest.mark.parametrize("path", SMALL_CONFIGS, ids=[p.stem for p in SMALL_CONFIGS])
 def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_out, runtime):
-    """Each shipped small sweep, as ``jobs/experiment.py`` and ``jobs/plot.py --config`` run it. A config
-    with fresh_actors gets a Runtime of its own (it kills that runtime's actors, not the session's); the
-    others reuse the session's actors, as one sweep reuses them from run to run."""
+    """Each shipped small sweep, as ``jobs/experiment.py`` and ``jobs/plot.py --config`` run it (whole if a
+    notebook draws it, else its first run). A config with fresh_actors gets a Runtime of its own (it kills
+    that runtime's actors, not the session's); the others reuse the session's actors, as one sweep reuses
+    them from run to run."""
     cfg = ExperimentConfig.from_yaml(str(path))
     if cfg.protocol == "splitnn":
         pytest.importorskip("torch")
     from ray_vfl.experiments.plots import plot_figures
     from ray_vfl.runtime.actors import Runtime
 
+    whole = cfg.name in NOTEBOOK_CONFIGS
     own = Runtime() if cfg.fresh_actors else None
     try:
-        table = run_sweep(cfg, str(sweep_out), own or runtime, progress=False)
+        table = run_sweep(cfg, str(sweep_out), own or runtime, progress=False, max_runs=None if whole else 1)
     finally:
         if own is not None:
             own.kill_all()
-    assert len(table) == len(cfg.runs()) and set(table["run_id"]) == {r["run_id"] for r in cfg.runs()}
+    runs = cfg.runs() if whole else cfg.runs()[:1]
+    assert len(table) == len(runs) and set(table["run_id"]) == {r["run_id"] for r in runs}
+    assert (table["train_s"] > 0).all() and (table["mb"] > 0).all()
+    if cfg.protocol == "ssxgb":  # BCP operations are measured as crypto, inside the training window
+        assert (table["backend"] == "bcp").all()
+        assert ((table["crypto_s"] > 0) & (table["crypto_s"] <= table["train_s"] + 0.05)).all()
     for png in plot_figures(cfg, table, str(sweep_out / cfg.name)):
         assert Path(png).stat().st_size > 1000
+
+
+def test_the_notebooks_draw_shipped_small_sweeps():
+    assert len(NOTEBOOK_CONFIGS) >= 6 and NOTEBOOK_CONFIGS <= {p.stem for p in SMALL_CONFIGS}, NOTEBOOK_CONFIGS
 
 
 def test_an_interrupted_run_resumes_from_its_last_checkpoint(runtime, tmp_path, monkeypatch):
