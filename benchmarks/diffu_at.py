@@ -1,6 +1,7 @@
 """Diffu-AT (FedAds): synthesis speed and FedAds Table 3 with unaligned rows on the generator.
 
-Two measurements, printed as the Markdown of the "Diffu-AT" section of benchmarks/RESULTS.md::
+Two measurements, printed as the Markdown of the "Diffu-AT at 60,000 rows (benchmarks/diffu_at.py)" section of
+benchmarks/RESULTS.md::
 
     python benchmarks/diffu_at.py                        # speed + generator table, 3 seeds
     python benchmarks/diffu_at.py --speed-only

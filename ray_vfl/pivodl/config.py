@@ -48,7 +48,8 @@ class PIVODLConfig(BoostConfig):
         with the leaf's own hessian sum ``H`` -- still label-DP (``H`` does not depend on the labels
         given the margins) and far less noise in big leaves; but then the released weights keep
         telling every client the label *mean* of each big leaf, which the paper's label-guess attack
-        exploits (see ``benchmarks/RESULTS.md``).
+        exploits (see ``benchmarks/RESULTS.md``, "PIVODL Table III: label guess under partial DP
+        (pivodl_table3_label_guess)").
 
     Example
     -------

@@ -71,7 +71,8 @@ threshold), nor the trees' structure. The partitions (step 5) reach every client
 every client's labels, so a client that holds labels reads the other clients' label rates off its own
 labels in each leaf: on credit that guess ranks the others' rows with two-sided AUC about 0.77 at every
 epsilon from 0.1 to 64, against 0.79 without DP (:mod:`ray_vfl.pivodl.attack`, ``partition``; measured
-in ``benchmarks/RESULTS.md``). The holders keep the clipped
+in ``benchmarks/RESULTS.md``, "PIVODL Table III: label guess under partial DP
+(pivodl_table3_label_guess)"). The holders keep the clipped
 weights without noise for prediction, so DP costs accuracy through the training margins and the clip
 (the exact weights of later trees would correct noise that prediction never sees: see ``_release``).
 """

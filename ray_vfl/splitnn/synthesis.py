@@ -87,9 +87,9 @@ class UnalignedOptions(ValidatedConfig):
         current ``h_L``. Nothing new crosses parties: those embeddings are the federated branch's own
         messages. Without it the synthetic ``h_N`` stay those of the pretrained bottom while the real
         one keeps training. ``None`` (default): on for ``diffu-at``, off for ``heuristic`` and ``jpl``,
-        what measured best for each on the FedAds-like generator (benchmarks/RESULTS.md, "Diffu-AT",
-        2026-12-02, with the batch norms per branch and the unclipped sampler of then: Diffu-AT
-        0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944);
+        what measured best for each on the FedAds-like generator (benchmarks/RESULTS.md, "Diffu-AT variants
+        measured with the earlier batch norms", with the batch norms per branch and the unclipped sampler
+        of then: Diffu-AT 0.7890 -> 0.7941 AUC, JPL 0.7936 -> 0.7891, HeuristicVFL 0.7934 -> 0.7944);
         on for ``fedcvt``, which re-estimates with the current representations as FedCVT does.
     local_weight : float
         Weight of the local branch's loss (1: as the federated branch's).

@@ -131,8 +131,9 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
 
         ``h_L`` comes from the one shared bottom model and is left as it is: a batch norm over the whole
         top input cost 0.06 AUC on the FedAds-like generator even with no local step (benchmarks/RESULTS.md,
-        "Diffu-AT"). The default, ``"moments"``, matches the synthetic ``h_N`` to the real ones when they
-        are synthesised (:func:`~ray_vfl.splitnn.synthesis.match_moments`) and adds no layer here.
+        "Diffu-AT variants measured with the earlier batch norms"). The default, ``"moments"``, matches
+        the synthetic ``h_N`` to the real ones when they are synthesised
+        (:func:`~ray_vfl.splitnn.synthesis.match_moments`) and adds no layer here.
         """
         if not self.bn:
             return self.top(list(parts))

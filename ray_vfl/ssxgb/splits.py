@@ -26,8 +26,8 @@ operand beyond its bound would still multiply correctly, hidden only within ``|x
 An operand used twice in one round is masked and opened once: ``GL`` and ``GR`` in their squares, the
 comparison bit in the three selections. ``HL + L`` and ``HR + L``, in both rounds of the gains, are kept
 opened at S from the first round to the second (``keep``). That is 14 masked operands for a candidate's
-10 products (gains and its tournament comparison) instead of 20 (``benchmarks/RESULTS.md`` has what each
-step saved over a whole training).
+10 products (gains and its tournament comparison) instead of 20 (``benchmarks/RESULTS.md``, "SSXGB
+against its crypto floor (benchmarks/ssxgb.py)", has what each step saved over a whole training).
 """
 
 from __future__ import annotations
