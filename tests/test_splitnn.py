@@ -12,7 +12,7 @@ from ray_vfl.data.store import InlineRows
 torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, DataError, PartyFailedError, ProtocolError  # noqa: E402
-from ray_vfl.crypto.gaussian_dp import GaussianNoise  # noqa: E402
+from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise  # noqa: E402
 from ray_vfl.runtime.comm import Mailbox  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,

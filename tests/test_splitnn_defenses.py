@@ -16,7 +16,7 @@ from ray_vfl.data.store import InlineRows
 torch = pytest.importorskip("torch")
 
 from ray_vfl import vertical_split  # noqa: E402
-from ray_vfl.crypto.gaussian_dp import GaussianNoise  # noqa: E402
+from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,
     LabelParty,

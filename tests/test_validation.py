@@ -21,8 +21,8 @@ import pytest
 import ray
 
 from ray_vfl import BoostConfig, ProtocolError, Runtime
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.plain import PlainPublicKey
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.he.plain import PlainPublicKey
 from ray_vfl.data.store import InlineRows, PartyStore
 from ray_vfl.psi.party import PsiParty
 from ray_vfl.runtime.task_pool import TaskPool

@@ -299,7 +299,7 @@ class Packed(Spec):
 class Ciphers(Spec):
     """Field ``path`` holds gradient-pair ciphertexts under the receiver's key (a list of them with
     ``each``): the receiver's ``backend`` checks their layout and that every ciphertext lies below
-    its modulus (:meth:`~ray_vfl.crypto.base.Backend.peer_problem`); ``entries`` is the number of
+    its modulus (:meth:`~ray_vfl.crypto.he.base.Backend.peer_problem`); ``entries`` is the number of
     entries each holds (a reference; with ``each``, one per item); ``compressed=False`` refuses
     compressed arrays."""
 

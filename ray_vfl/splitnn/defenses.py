@@ -6,7 +6,7 @@ sends and to nothing else: its own bottom and top models always train on the
 true gradients. The protocol has no ``if defense:`` branch; "no defense" is
 :class:`NoDefense`, the identity.
 
-``noise`` is a :class:`~ray_vfl.crypto.gaussian_dp.GaussianNoise` the label
+``noise`` is a :class:`~ray_vfl.crypto.privacy.gaussian_dp.GaussianNoise` the label
 party builds inside its own actor, seeded from the operating system's entropy:
 every random draw of every defense (DP's and Marvell's Gaussian noise, MixPro's
 pairs and mixing weights) comes from it, never from ``SplitNNConfig.seed``, which
@@ -40,7 +40,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..crypto.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
+from ..crypto.privacy.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
 from ..errors import ConfigError
 
 __all__ = ["Defense", "NoDefense", "GaussianDP", "Marvell", "MixPro", "analytic_gaussian_sigma", "marvell_covariances",
@@ -103,7 +103,7 @@ class GaussianDP(Defense):
     each non-label party gets the gradient of its own embedding), set by
     :func:`~ray_vfl.splitnn.protocol.train` through :meth:`for_releases`. Sigma
     is ``noise_multiplier(epsilon, delta, releases) * sensitivity``
-    (:func:`ray_vfl.crypto.gaussian_dp.noise_multiplier`: exact Gaussian
+    (:func:`ray_vfl.crypto.privacy.gaussian_dp.noise_multiplier`: exact Gaussian
     composition, no slack), and :meth:`accounting` reports the epsilon that
     ``dp-accounting``'s PLD accountant gives for those releases.
 

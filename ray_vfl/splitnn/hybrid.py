@@ -20,7 +20,7 @@ supervised VFL training. Each pretraining epoch:
    ``UnalignedOptions.ssl_guidance``. No message.
 3. **Partial model aggregation**: the local encoders' upper part and the local projector and predictor
    (the same shapes at every party, initialised alike) are replaced by their mean over the parties,
-   computed by secure aggregation (:mod:`ray_vfl.crypto.secure_sum`, pairwise masks) with the label
+   computed by secure aggregation (:mod:`ray_vfl.crypto.privacy.secure_sum`, pairwise masks) with the label
    party as aggregator.
 
 Fine-tuning is then VanillaVFL on the aligned rows (:func:`ray_vfl.splitnn.unaligned.train_unaligned`),
@@ -89,7 +89,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..crypto.secure_sum import NONCE_BYTES, PUBLIC_KEY_BYTES, PairwiseMasker, combine
+from ..crypto.privacy.secure_sum import NONCE_BYTES, PUBLIC_KEY_BYTES, PairwiseMasker, combine
 from ..runtime.actors import Runtime, gather
 from ..runtime.comm import Message
 from ..runtime.validation import Array, Rule, register

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..crypto.gaussian_dp import GaussianNoise
+from ..crypto.privacy.gaussian_dp import GaussianNoise
 from ..data.binning import check_encodable
 from ..errors import DataError
 from ..metrics import auc, logloss

@@ -57,10 +57,10 @@ from typing import ClassVar
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.ciphertexts import PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.gmp import FixedBase, MaskPowers, parallel_powmod, random_prime
-from ray_vfl.crypto.modular import ModularBackend
-from ray_vfl.crypto.paillier import short_exponent_bits
+from ray_vfl.crypto.he.ciphertexts import PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.he.gmp import FixedBase, MaskPowers, parallel_powmod, random_prime
+from ray_vfl.crypto.he.modular import ModularBackend
+from ray_vfl.crypto.he.paillier import short_exponent_bits
 from ray_vfl.errors import CryptoError
 
 __all__ = ["OUBackend", "OUPublicKey", "OUPrivateKey", "generate_ou_keypair"]

@@ -1,13 +1,13 @@
 """Vectorised BCP on arrays: :class:`BCP` encrypts, decrypts and computes on :class:`CipherArray` values.
 
-A BCP ciphertext array is a :class:`~ray_vfl.crypto.base.CipherArray` whose ``data`` is a ``uint8``
+A BCP ciphertext array is a :class:`~ray_vfl.crypto.he.base.CipherArray` whose ``data`` is a ``uint8``
 matrix ``(n, 2 w)``: row ``j`` holds ``A_j`` then ``B_j``, each ``w = bytes(N^2)`` big-endian bytes
 (512 at 2048 bits). Its ``key_id`` is the fingerprint of ``(N, g, h)``; its tag ``"bcp:f<k>"`` says
 that the plaintext integer is a fixed-point value scaled by ``2^k`` (``k = 0``: an integer). Such an
 array pickles as the byte matrix, key id and tag only, and travels zero-copy through Ray.
 
 Plaintexts are signed integers in the centred range of ``Z_N``: ``|m| <= N // 3`` on encryption and
-on decryption (the middle third is the overflow band of :func:`~ray_vfl.crypto.fixed_point.center`,
+on decryption (the middle third is the overflow band of :func:`~ray_vfl.crypto.he.fixed_point.center`,
 decoding there raises :class:`~ray_vfl.errors.OverflowEncodingError`). Laws (``tests/test_bcp.py``)::
 
     dec(add(enc(a), enc(b))) == a + b        dec(mul_const(enc(a), k)) == k a
@@ -24,7 +24,7 @@ Example
 -------
 >>> import warnings; warnings.simplefilter("ignore")
 >>> import numpy as np
->>> from ray_vfl.crypto.bcp import setup, keygen
+>>> from ray_vfl.crypto.two_server.bcp import setup, keygen
 >>> params, mk = setup(1024, allow_weak=True)
 >>> pk, sk = keygen(params)
 >>> bcp = BCP()
@@ -43,18 +43,18 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from ray_vfl.crypto.arrays import as_int_list
-from ray_vfl.crypto.ciphertexts import CipherArray
+from ray_vfl.crypto.he.arrays import as_int_list
+from ray_vfl.crypto.he.ciphertexts import CipherArray
 from ray_vfl.runtime.timeline import timed
-from ray_vfl.crypto.bcp import (
+from ray_vfl.crypto.two_server.bcp import (
     BCPMasterKey,
     BCPPublicKey,
     BCPSecretKey,
     raw_decrypt,
     raw_encrypt,
 )
-from ray_vfl.crypto.bcp_master import master_context
-from ray_vfl.crypto.fixed_point import FixedPoint, center
+from ray_vfl.crypto.two_server.bcp_master import master_context
+from ray_vfl.crypto.he.fixed_point import FixedPoint, center
 from ray_vfl.errors import CryptoError
 
 __all__ = ["BCP", "bcp_tag", "check", "int_list", "key_logs", "op_counts", "tag_frac_bits"]

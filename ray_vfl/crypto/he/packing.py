@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from ray_vfl.crypto.fixed_point import FixedPoint, as_float_vector
+from ray_vfl.crypto.he.fixed_point import FixedPoint, as_float_vector
 from ray_vfl.errors import ConfigError, DataError, OverflowEncodingError
 
 __all__ = ["GHPacking"]

@@ -55,11 +55,11 @@ exponent has ``|N| + HIDING_BITS`` bits (``HIDING_BITS = 128``; ``raw_encrypt(..
 statistically uniform modulo ``N``, which makes ``r mod N`` independent of everything else.
 
 Speed: ``g`` and each ``h`` get fixed-base windowed tables per exponent length
-(:class:`~ray_vfl.crypto.gmp.MaskPowers`: 8-bit windows, 12-bit once a process has made 8,192
+(:class:`~ray_vfl.crypto.he.gmp.MaskPowers`: 8-bit windows, 12-bit once a process has made 8,192
 encryptions under the key), so a short-exponent encryption costs ``2 * 28`` (then ``2 * 19``) modular
 multiplications at 2048 bits instead of two exponentiations; a hiding one ``2 * 272`` (its 12-bit
 tables would take ~380 MB per base, so it stays on 8-bit windows). Decryption and mDec use threaded
-``powmod_base_list`` (:func:`~ray_vfl.crypto.gmp.parallel_powmod`), one exponent per batch; mDec
+``powmod_base_list`` (:func:`~ray_vfl.crypto.he.gmp.parallel_powmod`), one exponent per batch; mDec
 costs about twice a Paillier CRT decryption (four half-size exponentiations instead of two).
 """
 
@@ -73,9 +73,9 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from ray_vfl.crypto.ciphertexts import fingerprint
-from ray_vfl.crypto.gmp import MaskPowers, parallel_powmod
-from ray_vfl.crypto.key_policy import check_key_bits, security_level
+from ray_vfl.crypto.he.ciphertexts import fingerprint
+from ray_vfl.crypto.he.gmp import MaskPowers, parallel_powmod
+from ray_vfl.crypto.he.key_policy import check_key_bits, security_level
 from ray_vfl.errors import ConfigError, CryptoError
 
 __all__ = [
@@ -273,7 +273,7 @@ def setup(key_bits: int = 2048, allow_weak: bool = False) -> tuple[BCPParams, BC
     Parameters
     ----------
     key_bits : int, default 2048
-        Bits of ``N``; the key policy of :mod:`ray_vfl.crypto.key_policy` (1024 only with
+        Bits of ``N``; the key policy of :mod:`ray_vfl.crypto.he.key_policy` (1024 only with
         ``allow_weak=True``, with a :class:`~ray_vfl.errors.SecurityWarning`).
 
     Example

@@ -10,13 +10,13 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from ray_vfl.crypto.arrays import as_int_list, incidences
-from ray_vfl.crypto.base import Backend
-from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey
-from ray_vfl.crypto.fixed_point import center
-from ray_vfl.crypto.gmp import parallel_powmod
-from ray_vfl.crypto.lazy_ints import LazyInts, shared_lazy_ints
-from ray_vfl.crypto.tags import compressed_layout, compressed_tag
+from ray_vfl.crypto.he.arrays import as_int_list, incidences
+from ray_vfl.crypto.he.base import Backend
+from ray_vfl.crypto.he.ciphertexts import CipherArray, PrivateKey
+from ray_vfl.crypto.he.fixed_point import center
+from ray_vfl.crypto.he.gmp import parallel_powmod
+from ray_vfl.crypto.he.lazy_ints import LazyInts, shared_lazy_ints
+from ray_vfl.crypto.he.tags import compressed_layout, compressed_tag
 from ray_vfl.errors import CryptoError
 
 __all__ = ["ModularBackend", "MASK_TAG"]
@@ -211,7 +211,7 @@ class ModularBackend(Backend):
         is 0, so OU's table of ``G^-1`` is built if ever needed); with ``encrypt=False`` only the
         masks' table (OU's message tables take as long again, and a passive party never uses them).
         The key owner, which encrypts every row, gets the masks' 12-bit tables at once; a public-key
-        holder starts on 8-bit ones (:class:`~ray_vfl.crypto.gmp.MaskPowers`)."""
+        holder starts on 8-bit ones (:class:`~ray_vfl.crypto.he.gmp.MaskPowers`)."""
         if isinstance(key, PrivateKey):
             self._expect_many_masks(key.public_key)
         if not encrypt:

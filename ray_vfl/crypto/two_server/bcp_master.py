@@ -1,7 +1,7 @@
 """The master-key holder's side of BCP: mDec's CRT constants and the per-key discrete logs it derives.
 
 ``mDec`` opens a ciphertext under any user key of the Setup: with ``ell_p`` the p-adic logarithm
-(:func:`~ray_vfl.crypto.bcp._ell`), ``m q = a_p ell_p(A) - ell_p(B) (mod p)`` and likewise mod ``q``, where
+(:func:`~ray_vfl.crypto.two_server.bcp._ell`), ``m q = a_p ell_p(A) - ell_p(B) (mod p)`` and likewise mod ``q``, where
 ``a_p = a mod p`` comes from the public key ``h = g^a`` once (:meth:`_Master.key_logs`). Four half-size
 exponentiations per ciphertext, or two when the plaintext is known to be below ``p / 2``
 (:meth:`_Master.decrypt_small`).
@@ -14,8 +14,8 @@ from functools import lru_cache
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.bcp import BCPMasterKey, _ell
-from ray_vfl.crypto.gmp import crt_pair, parallel_powmod
+from ray_vfl.crypto.two_server.bcp import BCPMasterKey, _ell
+from ray_vfl.crypto.he.gmp import crt_pair, parallel_powmod
 from ray_vfl.errors import CryptoError
 
 __all__ = ["master_context"]

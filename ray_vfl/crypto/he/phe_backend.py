@@ -3,7 +3,7 @@
 The backend does every homomorphic operation with python-paillier's own
 ``EncryptedNumber`` objects (its encryption, obfuscation, ``+``, ``*`` and
 decryption), and only stores the resulting integers in the common
-:class:`~ray_vfl.crypto.base.CipherArray` byte layout. It shares key classes,
+:class:`~ray_vfl.crypto.he.base.CipherArray` byte layout. It shares key classes,
 fixed-point encoding and byte layout with the fast ``paillier`` backend, so a
 ciphertext from one decrypts with the other.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.modular import ModularBackend
-from ray_vfl.crypto.paillier import PaillierPrivateKey, PaillierPublicKey
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.he.modular import ModularBackend
+from ray_vfl.crypto.he.paillier import PaillierPrivateKey, PaillierPublicKey
 from ray_vfl.errors import ConfigError, CryptoError
 
 try:
@@ -61,7 +61,7 @@ def to_phe_keypair(pk: PaillierPublicKey, sk: PaillierPrivateKey | None = None):
 
     Example
     -------
-    >>> from ray_vfl.crypto.paillier import generate_paillier_keypair
+    >>> from ray_vfl.crypto.he.paillier import generate_paillier_keypair
     >>> pk, sk = generate_paillier_keypair(1024)
     >>> phe_pk, phe_sk = to_phe_keypair(pk, sk)
     >>> phe_pk.n == pk.n

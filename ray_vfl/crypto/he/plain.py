@@ -21,10 +21,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ray_vfl.crypto.arrays import as_int_list
-from ray_vfl.crypto.base import Backend
-from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.fixed_point import as_float_vector
+from ray_vfl.crypto.he.arrays import as_int_list
+from ray_vfl.crypto.he.base import Backend
+from ray_vfl.crypto.he.ciphertexts import CipherArray, PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.he.fixed_point import as_float_vector
 from ray_vfl.errors import DataError
 
 try:  # compiled y += A @ x for CSC matrices; a private module, hence the feature detection

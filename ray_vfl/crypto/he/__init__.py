@@ -23,8 +23,8 @@ composite residuosity assumption, its plaintext space is ``Z_n``; OU
 (``n = p^2 q``, ``|p| = |n| / 3``) is one-way iff factoring ``n`` is hard,
 semantically secure under the ``p``-subgroup assumption, its plaintext space
 is ``Z_p`` with ``p`` secret (682 bits at 2048) and its ciphertexts are half
-as long. Details and references: :mod:`ray_vfl.crypto.paillier`,
-:mod:`ray_vfl.crypto.ou`.
+as long. Details and references: :mod:`ray_vfl.crypto.he.paillier`,
+:mod:`ray_vfl.crypto.he.ou`.
 
 Gradient pairs: ``encrypt_gh`` packs ``(g, h)`` into one plaintext;
 ``compress_gh`` then packs several of those into one ciphertext
@@ -41,10 +41,10 @@ import importlib
 import logging
 from typing import Callable
 
-from ray_vfl.crypto.base import Backend
-from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey, PublicKey
-from ray_vfl.crypto.fixed_point import FixedPoint
-from ray_vfl.crypto.packing import GHPacking
+from ray_vfl.crypto.he.base import Backend
+from ray_vfl.crypto.he.ciphertexts import CipherArray, PrivateKey, PublicKey
+from ray_vfl.crypto.he.fixed_point import FixedPoint
+from ray_vfl.crypto.he.packing import GHPacking
 from ray_vfl.errors import ConfigError
 
 __all__ = [
@@ -63,10 +63,10 @@ logger = logging.getLogger(__name__)
 
 # name -> (module, class name, pip requirement that module needs)
 _BUILTIN: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "plain": ("ray_vfl.crypto.plain", "PlainBackend", ()),
-    "phe": ("ray_vfl.crypto.phe_backend", "PheBackend", ("phe", "gmpy2")),
-    "paillier": ("ray_vfl.crypto.paillier", "PaillierBackend", ("gmpy2",)),
-    "ou": ("ray_vfl.crypto.ou", "OUBackend", ("gmpy2",)),
+    "plain": ("ray_vfl.crypto.he.plain", "PlainBackend", ()),
+    "phe": ("ray_vfl.crypto.he.phe_backend", "PheBackend", ("phe", "gmpy2")),
+    "paillier": ("ray_vfl.crypto.he.paillier", "PaillierBackend", ("gmpy2",)),
+    "ou": ("ray_vfl.crypto.he.ou", "OUBackend", ("gmpy2",)),
 }
 _CUSTOM: dict[str, Callable[..., Backend]] = {}
 
@@ -81,7 +81,7 @@ def register_backend(name: str, factory: Callable[..., Backend]) -> None:
 
     Example
     -------
-    >>> from ray_vfl.crypto.plain import PlainBackend
+    >>> from ray_vfl.crypto.he.plain import PlainBackend
     >>> register_backend("my_plain", PlainBackend)
     >>> get_backend("my_plain").name
     'plain'

@@ -31,7 +31,7 @@ that ``B^alpha`` with short ``alpha`` is indistinguishable from a random
 
 Ciphertexts use the same integers, encoding and key material as
 python-paillier, so keys and ciphertexts interoperate with it (see
-:mod:`ray_vfl.crypto.phe_backend`).
+:mod:`ray_vfl.crypto.he.phe_backend`).
 """
 
 from __future__ import annotations
@@ -45,16 +45,16 @@ from typing import ClassVar
 import gmpy2
 from gmpy2 import mpz
 
-from ray_vfl.crypto.ciphertexts import PrivateKey, PublicKey, fingerprint
-from ray_vfl.crypto.gmp import (
+from ray_vfl.crypto.he.ciphertexts import PrivateKey, PublicKey, fingerprint
+from ray_vfl.crypto.he.gmp import (
     FixedBase,
     MaskPowers,
     crt_pair,
     parallel_powmod,
     random_prime,
 )
-from ray_vfl.crypto.key_policy import security_level
-from ray_vfl.crypto.modular import ModularBackend
+from ray_vfl.crypto.he.key_policy import security_level
+from ray_vfl.crypto.he.modular import ModularBackend
 from ray_vfl.errors import CryptoError
 
 __all__ = [

@@ -19,7 +19,7 @@ encrypts with the Chinese remainder theorem (half-size moduli ``p^2`` and
 ``q^2``); the ciphertexts are identical in distribution to those made with
 the public key. Backends without such a fast path use the public key.
 
-Key sizes follow :mod:`ray_vfl.crypto.key_policy` (2048 bits by default; 1024 only on request).
+Key sizes follow :mod:`ray_vfl.crypto.he.key_policy` (2048 bits by default; 1024 only on request).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ray_vfl.crypto.ciphertexts import CipherArray, PrivateKey, PublicKey
-from ray_vfl.crypto.fixed_point import FixedPoint
-from ray_vfl.crypto.key_policy import DEFAULT_KEY_BITS, check_key_bits
-from ray_vfl.crypto.lazy_ints import LazyInts
-from ray_vfl.crypto.packing import GHPacking
-from ray_vfl.crypto.tags import compressed_layout, compressed_tag, take_compressed_tag
+from ray_vfl.crypto.he.ciphertexts import CipherArray, PrivateKey, PublicKey
+from ray_vfl.crypto.he.fixed_point import FixedPoint
+from ray_vfl.crypto.he.key_policy import DEFAULT_KEY_BITS, check_key_bits
+from ray_vfl.crypto.he.lazy_ints import LazyInts
+from ray_vfl.crypto.he.packing import GHPacking
+from ray_vfl.crypto.he.tags import compressed_layout, compressed_tag, take_compressed_tag
 from ray_vfl.errors import ConfigError, CryptoError, DataError
 
 __all__ = ["Backend"]
@@ -55,7 +55,7 @@ class Backend(ABC):
         Largest ``|g|``, ``|h|`` accepted by :meth:`encrypt_gh`.
     guard_bits : int, default 8
         Bits per packed slot above the sum bound, where an overflow is detected (see
-        :class:`~ray_vfl.crypto.packing.GHPacking`).
+        :class:`~ray_vfl.crypto.he.packing.GHPacking`).
 
     Notes
     -----
@@ -172,7 +172,7 @@ class Backend(ABC):
     reuses_message_powers: ClassVar[bool] = False
 
     def make_masks(self, key: PublicKey | PrivateKey, count: int) -> CipherArray:
-        """Encryption randomness made ahead of time (see :class:`~ray_vfl.crypto.modular.ModularBackend`)."""
+        """Encryption randomness made ahead of time (see :class:`~ray_vfl.crypto.he.modular.ModularBackend`)."""
         raise CryptoError(f"backend {self.name!r} cannot make encryption randomness ahead of time")
 
     @abstractmethod

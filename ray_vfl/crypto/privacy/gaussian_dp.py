@@ -31,7 +31,7 @@ import secrets
 import numpy as np
 from scipy.stats import norm
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 __all__ = ["analytic_gaussian_sigma", "noise_multiplier", "accounted_epsilon", "GaussianNoise", "check_budget"]
 

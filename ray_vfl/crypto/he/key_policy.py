@@ -1,7 +1,7 @@
 """The key-size policy of every backend.
 
 2048 bits by default and at least; 1024-bit keys (about 80 bits of security, NIST SP 800-57) only
-when the caller opts in (``allow_weak=True`` to :meth:`~ray_vfl.crypto.base.Backend.generate_keys`,
+when the caller opts in (``allow_weak=True`` to :meth:`~ray_vfl.crypto.he.base.Backend.generate_keys`,
 ``allow_weak_keys=True`` in :class:`~ray_vfl.trees.config.BoostConfig`), with a
 :class:`~ray_vfl.errors.SecurityWarning` that names the level; never below 1024.
 """

@@ -2,14 +2,14 @@
 
 The two-server protocols handle a few arrays per round trip (Mult: two operands per product, several
 products); each pooled call costs a scheduling round (tasks, shared arguments), so the arrays under
-one key are concatenated, processed in one :class:`~ray_vfl.crypto.bcp_arrays.BCP` call (cut over
+one key are concatenated, processed in one :class:`~ray_vfl.crypto.two_server.bcp_arrays.BCP` call (cut over
 the pool when large) and split again, in the order given. Results carry scale 0; callers relabel them
-(:meth:`~ray_vfl.crypto.bcp_arrays.BCP.with_scale`), since a ciphertext's scale is only its tag.
+(:meth:`~ray_vfl.crypto.two_server.bcp_arrays.BCP.with_scale`), since a ciphertext's scale is only its tag.
 
 Example
 -------
 >>> import warnings; warnings.simplefilter("ignore")
->>> from ray_vfl.crypto.bcp import setup, keygen
+>>> from ray_vfl.crypto.two_server.bcp import setup, keygen
 >>> params, mk = setup(1024, allow_weak=True)
 >>> pk, sk = keygen(params)
 >>> bcp = BCP()
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ray_vfl.crypto.bcp import BCPMasterKey, BCPPublicKey
-from ray_vfl.crypto.bcp_arrays import BCP
-from ray_vfl.crypto.ciphertexts import CipherArray
+from ray_vfl.crypto.two_server.bcp import BCPMasterKey, BCPPublicKey
+from ray_vfl.crypto.two_server.bcp_arrays import BCP
+from ray_vfl.crypto.he.ciphertexts import CipherArray
 
 __all__ = ["encrypt_many", "mdecrypt_small_many", "mul_const_many"]
 
@@ -76,7 +76,7 @@ def mul_const_many(bcp: BCP, jobs: Sequence[tuple[BCPPublicKey, CipherArray, lis
 
 def mdecrypt_small_many(bcp: BCP, mk: BCPMasterKey, jobs: Sequence[tuple[BCPPublicKey, CipherArray]],
                         bound_bits: int, pool: Any = None) -> list[list[int]]:
-    """:meth:`~ray_vfl.crypto.bcp_arrays.BCP.mdecrypt_small` of each job's array, one call per key."""
+    """:meth:`~ray_vfl.crypto.two_server.bcp_arrays.BCP.mdecrypt_small` of each job's array, one call per key."""
     keys = [pk for pk, _ in jobs]
 
     def run(pk: BCPPublicKey, pos: list[int]) -> list[int]:

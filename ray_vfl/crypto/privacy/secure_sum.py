@@ -47,7 +47,7 @@ PRG
 
 Ring and exactness
     A value ``x`` is ``v = round(x * 2**frac_bits)`` (half to even, as
-    :class:`~ray_vfl.crypto.fixed_point.FixedPoint`), stored as uint64 with
+    :class:`~ray_vfl.crypto.he.fixed_point.FixedPoint`), stored as uint64 with
     wrap-around. Each party refuses ``|v| > (2**63 - 1) // K``, i.e. roughly
     ``|x| <= 2**(63 - frac_bits) / K`` (``2**29`` for ``K = 4`` and the
     default 32 fractional bits), so the integer total fits a signed int64 and

@@ -4,7 +4,7 @@ Two non-colluding, honest-but-curious servers: **C** holds the public parameters
 the ciphertexts, and does all homomorphic work; **S** holds the BCP master key (mDec) and only ever
 decrypts values that C has masked. Every protocol is vectorised: one C -> S request and one reply per
 whole array (or list of arrays), never one per value. ``ServerC`` and ``ServerS`` are plain classes;
-C (:class:`~ray_vfl.crypto.two_server_c.ServerC`) reaches S through a *link* with one method,
+C (:class:`~ray_vfl.crypto.two_server.server_c.ServerC`) reaches S through a *link* with one method,
 ``ask(step, *payload)`` (``step`` a ``ServerS`` method):
 :class:`LocalLink` runs it in-process, pickling every payload and reply so that only plain values
 (``CipherArray`` byte matrices, key ids, ints) cross, and counts round trips and bytes. A Ray wrapper
@@ -50,7 +50,7 @@ S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` 
 
 Randomness: S can compute the encryption exponent ``r mod N`` of any ciphertext with the master key,
 so the mask encryption C adds to every ciphertext it sends to S has a fresh exponent of ``|N| + 128`` bits
-(:data:`~ray_vfl.crypto.bcp.HIDING_BITS`), statistically uniform modulo ``N``: the exponent S could
+(:data:`~ray_vfl.crypto.two_server.bcp.HIDING_BITS`), statistically uniform modulo ``N``: the exponent S could
 compute is then independent of C's secret multipliers (LGT's ``s r``, Mult's ``r1``, ``r2`` through the
 cross terms of earlier products).
 
@@ -87,7 +87,7 @@ blinding over the integers hides ``d`` less than an additive mask: S learns ``d 
 
 Decryption at S. Every value S opens in Mult, LGT, Trunc and Reciprocal is below ``2^(l + kappa + 2)``
 in absolute value when C follows the protocol, far below ``p / 2`` (``p`` has ``|N| / 2`` bits), so S
-decrypts those modulo ``p`` alone (:meth:`~ray_vfl.crypto.bcp_arrays.BCP.mdecrypt_small`: two of mDec's
+decrypts those modulo ``p`` alone (:meth:`~ray_vfl.crypto.two_server.bcp_arrays.BCP.mdecrypt_small`: two of mDec's
 four half-size exponentiations); when ``l + kappa + 2`` reaches ``|N| / 2 - 2`` it uses the full mDec.
 A value outside the range would come out reduced modulo ``p`` and is then refused by the range checks
 above with probability about ``1 - 2^(l + kappa + 3 - |N| / 2)``. KeyProd and TransDec open values
@@ -100,11 +100,11 @@ ciphertexts per value each way.
 Example
 -------
 >>> import warnings; warnings.simplefilter("ignore")
->>> from ray_vfl.crypto.bcp import setup, keygen
+>>> from ray_vfl.crypto.two_server.bcp import setup, keygen
 >>> params, mk = setup(1024, allow_weak=True)
 >>> users = [keygen(params) for _ in range(2)]
 >>> s = ServerS(mk)
->>> from ray_vfl.crypto.two_server_c import ServerC
+>>> from ray_vfl.crypto.two_server.server_c import ServerC
 >>> c = ServerC(params, LocalLink(s))
 >>> jpk = c.register([pk for pk, _ in users])
 >>> x, y = c.encrypt_ints(jpk, [3, -4, 5]), c.encrypt_ints(jpk, [2, -4, 6])
@@ -124,10 +124,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.bcp import BCPMasterKey, BCPPublicKey
-from ray_vfl.crypto.bcp_arrays import BCP, key_logs, tag_frac_bits
-from ray_vfl.crypto.bcp_batches import encrypt_many, mdecrypt_small_many
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.two_server.bcp import BCPMasterKey, BCPPublicKey
+from ray_vfl.crypto.two_server.bcp_arrays import BCP, key_logs, tag_frac_bits
+from ray_vfl.crypto.two_server.bcp_batches import encrypt_many, mdecrypt_small_many
 from ray_vfl.errors import ConfigError, CryptoError
 
 __all__ = ["LocalLink", "ServerS", "TwoServerConfig"]
@@ -221,7 +221,7 @@ class ServerS:
         return vals
 
     def _open_many(self, step: str, arrays: list[CipherArray]) -> list[list[int]]:
-        """:meth:`_open` (signed) of several arrays in one mDec call per key (:mod:`~ray_vfl.crypto.bcp_batches`)."""
+        """:meth:`_open` (signed) of several arrays in one mDec call per key (:mod:`~ray_vfl.crypto.two_server.bcp_batches`)."""
         jobs = [(self._key(c.key_id), c) for c in arrays]
         opened = mdecrypt_small_many(self.bcp, self._mk, jobs, self.config.value_bits + self.config.kappa + 2,
                                      self.pool)

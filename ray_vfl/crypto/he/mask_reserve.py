@@ -92,7 +92,7 @@ class MaskReserve:
         self.backend.prepare(key, encrypt=False)
 
     def make(self, count: int, epoch: int = 0):
-        """``count`` fresh masks (a :class:`~ray_vfl.crypto.base.CipherArray` tagged ``"mask"``), or
+        """``count`` fresh masks (a :class:`~ray_vfl.crypto.he.base.CipherArray` tagged ``"mask"``), or
         ``None`` when the order's ``epoch`` was dropped."""
         if epoch < self.dropped_below:
             return None

@@ -1,6 +1,6 @@
 """Server C of the two-server sub-protocols: every homomorphic step, and each interactive one's masks.
 
-The protocols, their rounds and what S learns are described in :mod:`ray_vfl.crypto.two_server`,
+The protocols, their rounds and what S learns are described in :mod:`ray_vfl.crypto.two_server.server_s`,
 which holds server S, the configuration and the in-process link.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.bcp import BCPParams, BCPPublicKey, joint_key
-from ray_vfl.crypto.bcp_arrays import BCP, check, tag_frac_bits
-from ray_vfl.crypto.bcp_batches import encrypt_many, mul_const_many
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.two_server.bcp import BCPParams, BCPPublicKey, joint_key
+from ray_vfl.crypto.two_server.bcp_arrays import BCP, check, tag_frac_bits
+from ray_vfl.crypto.two_server.bcp_batches import encrypt_many, mul_const_many
 from ray_vfl.errors import ConfigError, CryptoError
 
-from ray_vfl.crypto.two_server import ServerS, TwoServerConfig
+from ray_vfl.crypto.two_server.server_s import ServerS, TwoServerConfig
 
 __all__ = ["ServerC"]
 
@@ -39,7 +39,7 @@ class ServerC:
         The same as S's.
     frac_bits : int, default 40
         Scale of :meth:`encrypt` (floats).
-    pool : optional task pool for large encryptions (see :mod:`ray_vfl.crypto.bcp_arrays`)
+    pool : optional task pool for large encryptions (see :mod:`ray_vfl.crypto.two_server.bcp_arrays`)
     """
 
     def __init__(self, params: BCPParams, link: Any, config: TwoServerConfig = TwoServerConfig(),
