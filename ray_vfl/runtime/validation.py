@@ -12,7 +12,7 @@ to index, allocate or decrypt before it has been checked.
 
 Where the schemas live: :mod:`ray_vfl.secureboost.messages` (SecureBoost),
 :mod:`ray_vfl.psi.party` (ECDH-PSI), :mod:`ray_vfl.data.store` (``split_rows``),
-:mod:`ray_vfl.splitnn.parties` (split learning).
+:mod:`ray_vfl.splitnn.network.parties` (split learning).
 
 A size, bound or set in a field spec is a *reference*: an ``int``/``float``,
 a ``str`` naming a value of the receiver's context, or a :class:`Ref`

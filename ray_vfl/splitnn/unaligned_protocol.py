@@ -5,7 +5,7 @@ labels and the label party's features but no federated embedding. Diffu-AT
 
 1. pretrains VanillaVFL on the aligned rows (:func:`ray_vfl.splitnn.train`'s rounds);
 2. has the label party learn ``p(h_N | y, h_L)`` with a conditional diffusion model from what it holds
-   (:mod:`ray_vfl.splitnn.diffusion`) and synthesise ``h_N`` for its unaligned rows;
+   (:mod:`ray_vfl.splitnn.unaligned.diffusion`) and synthesise ``h_N`` for its unaligned rows;
 3. trains alternately a federated branch (aligned rows, both parties) and a local branch (unaligned
    rows with synthetic ``h_N``): shared label-party bottom model and top, the synthetic ``h_N``
    brought to the real ones' scale (``UnalignedOptions.branch_norm``: their per-dimension moments by
@@ -16,14 +16,14 @@ labels and the label party's features but no federated embedding. Diffu-AT
    steps and the current ``h_L``: the synthetic embeddings follow the non-label bottom model as it
    keeps training, instead of staying those of the pretrained one.
 
-The baselines HeuristicVFL, JPL and FedCVT replace step 2 (:mod:`ray_vfl.splitnn.synthesis`). SS-VFL
+The baselines HeuristicVFL, JPL and FedCVT replace step 2 (:mod:`ray_vfl.splitnn.unaligned.synthesis`). SS-VFL
 replaces steps 2 and 3: before step 1 every party pretrains its bottom model alone with SimSiam on all
-the rows it holds (:mod:`ray_vfl.splitnn.selfsupervised`; the label party's unaligned rows without their
+the rows it holds (:mod:`ray_vfl.splitnn.network.selfsupervised`; the label party's unaligned rows without their
 labels, a non-label party's rows PSI left out if it kept them), then VanillaVFL runs every epoch.
-FedHSSL replaces them the same way, its pretraining between the parties (:mod:`ray_vfl.splitnn.hybrid`:
+FedHSSL replaces them the same way, its pretraining between the parties (:mod:`ray_vfl.splitnn.unaligned.hybrid`:
 a cross-party SimSiam over the aligned rows, a local SimSiam guided by it, a secure average of the local
 encoders' upper layers). Local, VanillaVFL and the all-aligned ORACLE are
-:class:`~ray_vfl.splitnn.baselines.InProcessSplitNet` and :func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
+:class:`~ray_vfl.splitnn.network.baselines.InProcessSplitNet` and :func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
 
 Rounds (``P`` non-label parties, ``n_a`` aligned and ``n_u`` unaligned training rows):
 
@@ -61,15 +61,15 @@ from ..data.dataset import VerticalDataset
 from ..errors import DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
-from .config import SplitNNConfig
+from .network.config import SplitNNConfig
 from .data import SplitNNData
-from .defenses import Defense, NoDefense
-from .models import batch_schedule
-from .hybrid import HybridNonLabelParty, hybrid_pretrain
-from .parties import NonLabelParty
+from .privacy.defenses import Defense, NoDefense
+from .network.models import batch_schedule
+from .unaligned.hybrid import HybridNonLabelParty, hybrid_pretrain
+from .network.parties import NonLabelParty
 from .protocol import SplitNNModel, _check_input
-from .synthesis import UnalignedOptions
-from .unaligned_party import UnalignedLabelParty
+from .unaligned.synthesis import UnalignedOptions
+from .unaligned.label_party import UnalignedLabelParty
 
 __all__ = ["train_unaligned", "unaligned_rows_of", "own_unaligned_rows", "split_aligned", "aligned_mask"]
 

@@ -23,7 +23,7 @@ supervised VFL training. Each pretraining epoch:
    computed by secure aggregation (:mod:`ray_vfl.crypto.privacy.secure_sum`, pairwise masks) with the label
    party as aggregator.
 
-Fine-tuning is then VanillaVFL on the aligned rows (:func:`ray_vfl.splitnn.unaligned.train_unaligned`),
+Fine-tuning is then VanillaVFL on the aligned rows (:func:`ray_vfl.splitnn.unaligned_protocol.train_unaligned`),
 with each party's bottom model its two encoders side by side (:class:`HybridEncoder`; the repo's
 ``pool='concat'``): the embedding a non-label party sends is twice as wide as VanillaVFL's.
 
@@ -89,14 +89,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..crypto.privacy.secure_sum import NONCE_BYTES, PUBLIC_KEY_BYTES, PairwiseMasker, combine
-from ..runtime.actors import Runtime, gather
-from ..runtime.comm import Message
-from ..runtime.validation import Array, Rule, register
-from .config import SplitNNConfig
-from .models import batch_schedule, build_bottom, make_optimizer, nonlabel_seed, seeded, torch_dtype
-from .parties import NonLabelParty
-from .selfsupervised import SimSiamHead, mask_fields, negative_cosine, output_spread
+from ...crypto.privacy.secure_sum import NONCE_BYTES, PUBLIC_KEY_BYTES, PairwiseMasker, combine
+from ...runtime.actors import Runtime, gather
+from ...runtime.comm import Message
+from ...runtime.validation import Array, Rule, register
+from ..network.config import SplitNNConfig
+from ..network.models import batch_schedule, build_bottom, make_optimizer, nonlabel_seed, seeded, torch_dtype
+from ..network.parties import NonLabelParty
+from ..network.selfsupervised import SimSiamHead, mask_fields, negative_cosine, output_spread
 
 __all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain"]
 
@@ -325,7 +325,7 @@ class HybridSSL:
     def hssl_end(self) -> dict[str, Any]:
         """Drop the heads and their optimisers (fine-tuning uses the encoders alone); returns the report:
         rows of the local step, the cross-party and local losses per epoch, the collapse check of
-        :func:`~ray_vfl.splitnn.selfsupervised.simsiam_pretrain` on the local encoder, the seconds spent,
+        :func:`~ray_vfl.splitnn.network.selfsupervised.simsiam_pretrain` on the local encoder, the seconds spent,
         and a SHA-256 of the aggregated tensors (the same at every party once the mean is loaded)."""
         spread = output_spread(self.bottom.local, self.hssl_local_head, self.hssl_local_rows, self.hssl_rng)
         report = {"hssl_rows": len(self.hssl_local_rows), "hssl_cross_loss": list(self.hssl_losses["cross"]),

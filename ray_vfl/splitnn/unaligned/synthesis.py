@@ -7,7 +7,7 @@ the aligned training rows, its own representation ``h_L`` of every row, and its 
 method          synthetic ``h_N`` of an unaligned row
 ==============  ================================================================================
 ``diffu-at``    a sample of the conditional diffusion model ``p(h_N | y, h_L)``
-                (FedAds, :mod:`ray_vfl.splitnn.diffusion`)
+                (FedAds, :mod:`ray_vfl.splitnn.unaligned.diffusion`)
 ``heuristic``   HeuristicVFL: the mean ``h_N`` of the aligned rows of the same user (a label-party
                 column naming the user); the mean of all aligned rows for a user never aligned
 ``jpl``         JPL (Li et al., "Vertical Semi-Federated Learning for Efficient Online Advertising",
@@ -30,9 +30,9 @@ re-estimates per iteration), trained through the same alternating branches as ev
 pseudo-labelling and the non-label party's estimation have nothing to act on, and are left out.
 
 SS-VFL and FedHSSL synthesise no ``h_N``: each party pretrains its bottom model self-supervised on all
-its rows (SS-VFL: :mod:`ray_vfl.splitnn.selfsupervised`, ``method="ss-vfl"``), FedHSSL with a second,
+its rows (SS-VFL: :mod:`ray_vfl.splitnn.network.selfsupervised`, ``method="ss-vfl"``), FedHSSL with a second,
 cross-party SimSiam between the parties over the aligned rows and a secure average of the local
-encoders' upper layers (:mod:`ray_vfl.splitnn.hybrid`, ``method="fedhssl"``). Left out: VFL-MPD, which
+encoders' upper layers (:mod:`ray_vfl.splitnn.unaligned.hybrid`, ``method="fedhssl"``). Left out: VFL-MPD, which
 no source we could read here describes precisely enough to build it faithfully (see the README's
 split-NN section).
 """
@@ -47,8 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ValidatedConfig, check_float, check_int
-from ..errors import ConfigError, DataError
+from ...config import ValidatedConfig, check_float, check_int
+from ...errors import ConfigError, DataError
 from .diffusion import ConditionalDiffusion, DiffusionConfig
 
 __all__ = ["UnalignedOptions", "METHODS", "SELF_SUPERVISED", "branch_sequence", "synthesize", "heuristic_embeddings",
@@ -68,9 +68,9 @@ class UnalignedOptions(ValidatedConfig):
     method : str
         ``"diffu-at"`` (default), ``"heuristic"`` (needs ``user_column``), ``"jpl"``, ``"fedcvt"`` or
         ``"ss-vfl"`` (no synthesis: each party pretrains its bottom model self-supervised on all its rows,
-        :mod:`ray_vfl.splitnn.selfsupervised`, then VanillaVFL trains on the aligned rows) or ``"fedhssl"``
+        :mod:`ray_vfl.splitnn.network.selfsupervised`, then VanillaVFL trains on the aligned rows) or ``"fedhssl"``
         (no synthesis: every party pretrains two encoders, one with the other parties over the aligned rows
-        and one on all its rows, :mod:`ray_vfl.splitnn.hybrid`, then VanillaVFL).
+        and one on all its rows, :mod:`ray_vfl.splitnn.unaligned.hybrid`, then VanillaVFL).
     pretrain_epochs : int
         VanillaVFL epochs on the aligned rows before the synthesis (the split-NN config's ``epochs``
         counts these plus the alternating ones).

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ValidatedConfig, check_float, check_int
-from ..errors import ConfigError
+from ...config import ValidatedConfig, check_float, check_int
+from ...errors import ConfigError
 
 __all__ = ["SplitNNConfig", "OPTIMIZERS", "DTYPES"]
 
@@ -56,7 +56,7 @@ class SplitNNConfig(ValidatedConfig):
         Hidden ReLU layers of the top model before its logistic output; empty
         (the default) is FedAds' single logistic layer. With it every row of
         an embedding gradient is a multiple of one vector, which is what makes
-        MixPro's projection leak (see :class:`~ray_vfl.splitnn.defenses.MixPro`).
+        MixPro's projection leak (see :class:`~ray_vfl.splitnn.privacy.defenses.MixPro`).
     batch_size : int
         Rows per mini-batch, in [1, 10**6].
     epochs : int

@@ -1,12 +1,12 @@
 """The label party of Diffu-AT and its baselines: aligned rows with the non-label parties, unaligned rows alone.
 
-:class:`UnalignedLabelParty` is a :class:`~ray_vfl.splitnn.parties.LabelParty` that also holds its
+:class:`UnalignedLabelParty` is a :class:`~ray_vfl.splitnn.network.parties.LabelParty` that also holds its
 unaligned rows (features and labels it has, with no federated embedding). The two branches share the
 label party's bottom model and top; FedAds gives them separate batch norms so that real and synthetic
 ``h_N`` meet the top on one scale. ``options.branch_norm`` says how: by default each synthesis is
 matched to the real ``h_N``'s per-dimension moments, or (``"batchnorm"``) one batch norm per branch
 over ``h_N`` (see :meth:`UnalignedLabelParty._head`). It adds the three steps of
-:func:`ray_vfl.splitnn.unaligned.train_unaligned` after the VanillaVFL pretraining:
+:func:`ray_vfl.splitnn.unaligned_protocol.train_unaligned` after the VanillaVFL pretraining:
 
 1. :meth:`prepare_unaligned`: each non-label party sends the trained embeddings ``h_N`` of the aligned
    training rows (through its metered mailbox); this party computes ``h_L`` for every row and
@@ -35,16 +35,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import DataError
-from ..runtime.actors import gather
-from ..runtime.party import resolve_rows
-from .config import SplitNNConfig
-from .defenses import Defense
+from ...errors import DataError
+from ...runtime.actors import gather
+from ...runtime.party import resolve_rows
+from ..network.config import SplitNNConfig
+from ..privacy.defenses import Defense
 from .diffusion import ConditionalDiffusion
-from .encoding import FeatureEncoder
+from ..network.encoding import FeatureEncoder
 from .hybrid import HybridEncoder, HybridSSL
-from .models import LABEL_BOTTOM_SEED, make_optimizer
-from .parties import LabelParty, check_binary_labels
+from ..network.models import LABEL_BOTTOM_SEED, make_optimizer
+from ..network.parties import LabelParty, check_binary_labels
 from .synthesis import SELF_SUPERVISED, AttentionEstimate, ImitationMap, UnalignedOptions, branch_sequence, synthesize
 
 __all__ = ["UnalignedLabelParty"]
@@ -104,7 +104,7 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
         self._build()
 
     def _new_bottom(self) -> nn.Module:
-        if self.options.method == "fedhssl":  # its cross-party and local encoders (ray_vfl.splitnn.hybrid)
+        if self.options.method == "fedhssl":  # its cross-party and local encoders (ray_vfl.splitnn.unaligned.hybrid)
             return HybridEncoder(self.encoder.vocab_sizes, self.config.label_hidden, self.config, LABEL_BOTTOM_SEED)
         return super()._new_bottom()
 
@@ -132,7 +132,7 @@ class UnalignedLabelParty(HybridSSL, LabelParty):
         ``h_L`` comes from the one shared bottom model and is left as it is: a batch norm over the whole
         top input cost 0.06 AUC on the FedAds-like generator even with no local step (benchmarks/RESULTS.md,
         "Diffu-AT"). The default, ``"moments"``, matches the synthetic ``h_N`` to the real ones when they
-        are synthesised (:func:`~ray_vfl.splitnn.synthesis.match_moments`) and adds no layer here.
+        are synthesised (:func:`~ray_vfl.splitnn.unaligned.synthesis.match_moments`) and adds no layer here.
         """
         if not self.bn:
             return self.top(list(parts))

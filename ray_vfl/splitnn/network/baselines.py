@@ -1,7 +1,7 @@
 """The same network trained in one process: the Local and centralized baselines.
 
 :class:`InProcessSplitNet` encodes each party's columns with that party's own
-encoder, builds :class:`~ray_vfl.splitnn.models.SplitNet` from the same seeds
+encoder, builds :class:`~ray_vfl.splitnn.network.models.SplitNet` from the same seeds
 as the federated parties and trains it on the same batch schedule, so with
 every party it is the single-process twin of :func:`ray_vfl.splitnn.train`
 (the centralized upper bound), and with the label party alone it is the
@@ -17,9 +17,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.dataset import VerticalDataset
-from ..errors import DataError, NotFittedError
-from ..metrics import auc, logloss
+from ...data.dataset import VerticalDataset
+from ...errors import DataError, NotFittedError
+from ...metrics import auc, logloss
 from .config import SplitNNConfig
 from .encoding import FeatureEncoder
 from .models import SplitNet, batch_schedule, make_optimizer

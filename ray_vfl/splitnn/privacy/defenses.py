@@ -40,8 +40,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..crypto.privacy.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
-from ..errors import ConfigError
+from ...crypto.privacy.gaussian_dp import GaussianNoise, accounted_epsilon, analytic_gaussian_sigma, noise_multiplier
+from ...errors import ConfigError
 
 __all__ = ["Defense", "NoDefense", "GaussianDP", "Marvell", "MixPro", "analytic_gaussian_sigma", "marvell_covariances",
            "marvell_bound", "DEFENSES"]

@@ -47,8 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ValidatedConfig, check_float, check_int
-from ..errors import ConfigError, DataError, NotFittedError
+from ...config import ValidatedConfig, check_float, check_int
+from ...errors import ConfigError, DataError, NotFittedError
 
 __all__ = ["DiffusionConfig", "ConditionalDiffusion", "Denoiser", "timestep_encoding", "make_scheduler"]
 

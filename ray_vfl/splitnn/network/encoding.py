@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..data.binning import check_encodable
-from ..errors import ConfigError, DataError
+from ...data.binning import check_encodable
+from ...errors import ConfigError, DataError
 
 __all__ = ["FeatureEncoder"]
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DataError
-from ..metrics import auc
+from ...errors import DataError
+from ...metrics import auc
 
 __all__ = ["NonLabelView", "norm_attack", "direction_attack", "cluster_attack", "latest_rows", "leak_auc", "leak_aucs",
            "two_sided_chance", "d_leak_auc", "ATTACKS"]

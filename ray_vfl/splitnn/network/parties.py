@@ -1,7 +1,7 @@
 """The two split-NN roles as plain classes; :meth:`Runtime.spawn` makes them actors.
 
 Both roles hold one party's feature block, encoded on its own (see
-:class:`~ray_vfl.splitnn.encoding.FeatureEncoder`), a bottom model, an
+:class:`~ray_vfl.splitnn.network.encoding.FeatureEncoder`), a bottom model, an
 optimizer and a :class:`~ray_vfl.runtime.comm.Mailbox`. The label party adds the labels,
 the top model, the loss and the defense that wraps what it sends. Batches are
 named by their number in the shared schedule (both sides derive it from the
@@ -17,17 +17,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..crypto.privacy.gaussian_dp import GaussianNoise
-from ..data.binning import check_encodable
-from ..errors import DataError
-from ..metrics import auc, logloss
-from ..runtime.actors import gather
-from ..runtime.comm import Message
-from ..runtime.party import PartyActor, resolve_rows, write_atomically
-from ..runtime.validation import Array, register
-from .attacks import NonLabelView
+from ...crypto.privacy.gaussian_dp import GaussianNoise
+from ...data.binning import check_encodable
+from ...errors import DataError
+from ...metrics import auc, logloss
+from ...runtime.actors import gather
+from ...runtime.comm import Message
+from ...runtime.party import PartyActor, resolve_rows, write_atomically
+from ...runtime.validation import Array, register
+from ..privacy.attacks import NonLabelView
 from .config import SplitNNConfig
-from .defenses import Defense, NoDefense
+from ..privacy.defenses import Defense, NoDefense
 from .encoding import FeatureEncoder
 from .models import (
     LABEL_BOTTOM_SEED,
@@ -106,9 +106,9 @@ class _SplitParty(PartyActor):
         """SS-VFL's local step: pretrain this party's bottom model with SimSiam on every row it holds.
 
         The rows: its training rows, its unaligned rows if it keeps them (the label party of
-        :mod:`~ray_vfl.splitnn.unaligned_party`), and ``other_rows``, a reference to more of its own rows
+        :mod:`~ray_vfl.splitnn.unaligned.label_party`), and ``other_rows``, a reference to more of its own rows
         (a non-label party's rows PSI left out), encoded with its training encoder. Labels are not used;
-        nothing is sent. Returns :func:`~ray_vfl.splitnn.selfsupervised.simsiam_pretrain`'s report.
+        nothing is sent. Returns :func:`~ray_vfl.splitnn.network.selfsupervised.simsiam_pretrain`'s report.
         """
         return simsiam_pretrain(self.bottom, self.own_rows(other_rows), epochs, self.config.batch_size,
                                 self.config.learning_rate, self.config.seed * 1009 + 97, mask_rate)

@@ -12,7 +12,7 @@ SimSiam on a party's rows: two views of a batch go through the bottom model ``f`
 ``g`` (``z = g(f(x))``) and a predictor ``h`` (``p = h(z)``); the loss is the symmetrised negative
 cosine ``-(cos(p1, sg(z2)) + cos(p2, sg(z1))) / 2`` with a stop-gradient ``sg`` on the targets. The
 projector and predictor are thrown away afterwards. For the tables here (every field an integer ID,
-:mod:`~ray_vfl.splitnn.encoding`) a view masks a random ``mask_rate`` of the row's fields to ID 0,
+:mod:`~ray_vfl.splitnn.network.encoding`) a view masks a random ``mask_rate`` of the row's fields to ID 0,
 the encoder's reserved missing/unseen ID, as FedHSSL's CTR augmentation masks fields to a reserved
 token (its ``CtrDataTransform``: the row and one masked view, 30 % of the fields); we mask both views
 independently, SimSiam's two augmentations. Collapse (every row mapped to one point, SimSiam's
@@ -24,7 +24,7 @@ a generator seeded by the configuration, which makes the pretraining reproducibl
 
 Example
 -------
->>> from ray_vfl.splitnn.models import BottomModel
+>>> from ray_vfl.splitnn.network.models import BottomModel
 >>> _ = torch.manual_seed(0)
 >>> bottom = BottomModel([5, 5, 5], embedding_dim=4, hidden=[16])
 >>> ids = torch.randint(1, 5, (512, 3))
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import DataError
+from ...errors import DataError
 
 __all__ = ["SimSiamHead", "mask_fields", "negative_cosine", "output_spread", "simsiam_pretrain"]
 
