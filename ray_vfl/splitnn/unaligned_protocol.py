@@ -116,7 +116,7 @@ def own_unaligned_rows(data: Any, runtime: Runtime, party: str) -> Any:
     """A reference to ``party``'s own rows outside the aligned set, which only its actor resolves, or None.
 
     SS-VFL's non-label parties pretrain on them too: the rows PSI left out of a party-held dataset
-    (``align="psi"``) or of an :class:`~ray_vfl.data.alignment.AlignedDataset`; other datasets keep none.
+    (``align="psi"``) or of an :class:`~ray_vfl.data.dataset.AlignedDataset`; other datasets keep none.
     """
     if hasattr(data, "unaligned_table"):
         return data.unaligned_table(party) if party in getattr(data, "unaligned_keys", {}) else None
