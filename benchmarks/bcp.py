@@ -44,11 +44,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_vfl.crypto import get_backend
-from ray_vfl.crypto.bcp import keygen, set_exponents, setup
-from ray_vfl.crypto.bcp_arrays import BCP
-from ray_vfl.crypto.gmp import set_threads
-from ray_vfl.crypto.two_server import LocalLink, ServerS, TwoServerConfig
-from ray_vfl.crypto.two_server_c import ServerC
+from ray_vfl.crypto.two_server.bcp import keygen, set_exponents, setup
+from ray_vfl.crypto.two_server.bcp_arrays import BCP
+from ray_vfl.crypto.he.gmp import set_threads
+from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
+from ray_vfl.crypto.two_server.server_c import ServerC
 
 
 def per_value(fn, count: int, repeats: int = 2) -> float:

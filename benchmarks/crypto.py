@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_vfl.crypto import get_backend  # noqa: E402
-from ray_vfl.crypto.phe_backend import to_phe_keypair  # noqa: E402
+from ray_vfl.crypto.he.phe_backend import to_phe_keypair  # noqa: E402
 
 OPS = ("encrypt", "decrypt", "add", "add (cold)", "mul_plain", "bucket_sum")
 N_FEATURES, N_BINS = 4, 33
@@ -213,8 +213,8 @@ HEU_RANDOM_BITS = {1024: 80, 2048: 110, 3072: 128}
 def mask_costs(keys, n: int) -> tuple[int, float, int, float]:
     """Microseconds per ``H^r`` with our OU fixed-base table, for ``r`` of HEU's length (rounded up
     to whole bytes) and of ours: ``(heu bits, heu us, our bits, our us)``."""
-    from ray_vfl.crypto.gmp import FixedBase
-    from ray_vfl.crypto.paillier import short_exponent_bits
+    from ray_vfl.crypto.he.gmp import FixedBase
+    from ray_vfl.crypto.he.paillier import short_exponent_bits
 
     pk = keys[0]
     out = []
@@ -227,7 +227,7 @@ def mask_costs(keys, n: int) -> tuple[int, float, int, float]:
 
 def print_heu(sizes, all_keys, n_fast: int, n_rows: int) -> None:
     """Table 5: sf-heu's OU against ours, when sf-heu is installed."""
-    from ray_vfl.crypto.gmp import set_threads
+    from ray_vfl.crypto.he.gmp import set_threads
 
     rows = []
     threads = set_threads(1)  # our decryption and compression also on one thread, as HEU's here

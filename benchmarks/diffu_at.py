@@ -27,9 +27,9 @@ import torch
 
 from ray_vfl import Runtime
 from ray_vfl.splitnn import SplitNNConfig, make_fedads_like
-from ray_vfl.splitnn.diffusion import ConditionalDiffusion, DiffusionConfig
+from ray_vfl.splitnn.unaligned.diffusion import ConditionalDiffusion, DiffusionConfig
 from ray_vfl.splitnn.experiments import summarize_seeds, unaligned_table
-from ray_vfl.splitnn.synthesis import UnalignedOptions
+from ray_vfl.splitnn.unaligned.synthesis import UnalignedOptions
 
 
 def parse_args(argv=None):

@@ -1,6 +1,6 @@
 """Diagnostic: FedHSSL's fine-tuned architecture with its pretraining switched off.
 
-FedHSSL fine-tunes VanillaVFL on each party's two encoders side by side (``ray_vfl.splitnn.hybrid``).
+FedHSSL fine-tunes VanillaVFL on each party's two encoders side by side (``ray_vfl.splitnn.unaligned.hybrid``).
 To separate what the pretraining adds from what the wider bottom models add, this script runs
 ``unaligned="fedhssl"`` with ``hybrid_pretrain`` replaced by a no-op (a monkeypatch of the driver's
 function, for this diagnostic only): the same architecture, initial weights, data and budget, no
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import ray_vfl.splitnn as splitnn
-    import ray_vfl.splitnn.unaligned as unaligned
+    import ray_vfl.splitnn.unaligned_protocol as unaligned
     from ray_vfl import Runtime
     from ray_vfl.splitnn.experiments import unaligned_row
 

@@ -45,7 +45,7 @@ from jobs.pivodl import (
 )
 from ray_vfl import Runtime
 from ray_vfl.crypto import get_backend
-from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.crypto.he.gmp import set_threads
 from ray_vfl.trees.encoding import backend_options
 
 # The paper's figures (Zhu et al., IEEE TAI 2021), as issue 19 quotes them.

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # jobs/pivodl.py
 
 from jobs.pivodl import load_split, pivodl_config  # noqa: E402
-from ray_vfl.crypto.gaussian_dp import GaussianNoise  # noqa: E402
+from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise  # noqa: E402
 from ray_vfl.data.binning import PartyBinner  # noqa: E402
 from ray_vfl.metrics import auc  # noqa: E402
 from ray_vfl.trees.kernels import base_margin  # noqa: E402

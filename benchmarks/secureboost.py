@@ -27,7 +27,7 @@ import numpy as np
 
 from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
 from ray_vfl.crypto import CipherArray, get_backend
-from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.crypto.he.gmp import set_threads
 from ray_vfl.data.binning import PartyBinner, encode_party_frame
 from ray_vfl.data.bundled import load_named
 from ray_vfl.metrics import auc

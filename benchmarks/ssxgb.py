@@ -15,7 +15,7 @@ BCP's own per-operation table (Setup .. LGT next to Paillier) is ``benchmarks/bc
 
 The crypto floor: every role counts the BCP operations it asked for (encryptions with short and with
 hiding exponents, user decryptions, mDec in full and modulo ``p``, Exp by exponent bits, additions,
-inversions; :func:`ray_vfl.crypto.bcp_arrays.op_counts`); this script times each operation on one core
+inversions; :func:`ray_vfl.crypto.two_server.bcp_arrays.op_counts`); this script times each operation on one core
 in the same run and divides the summed cost by the machine's cores: no schedule could train faster
 with these operations on this machine. The table gives the training's wall time over that floor.
 ``--workers-per-server 1`` runs both servers without task pools (each server on one core).
@@ -36,10 +36,10 @@ import ray
 
 from ray_vfl import Runtime, vertical_split
 from ray_vfl.ssxgb import SSXGBConfig, train
-from ray_vfl.crypto.bcp import keygen, setup
-from ray_vfl.crypto.bcp_arrays import BCP
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.gmp import set_threads
+from ray_vfl.crypto.two_server.bcp import keygen, setup
+from ray_vfl.crypto.two_server.bcp_arrays import BCP
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.he.gmp import set_threads
 from ray_vfl.ssxgb.protocol import SERVER_C, SERVER_S
 from ray_vfl.trees.callbacks import TrainingCallback
 

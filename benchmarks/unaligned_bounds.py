@@ -2,7 +2,7 @@
 
 FedAds Table 3's setting on the FedAds-like generator (as ``benchmarks/diffu_at.py``: 60,000 rows, 3,000
 users, 20 % of the training rows aligned, batch 128, Adam 2e-3, 3 passes), trained in one process with
-the federation's models and seeds (:class:`~ray_vfl.splitnn.models.SplitNet`; VanillaVFL and ORACLE
+the federation's models and seeds (:class:`~ray_vfl.splitnn.network.models.SplitNet`; VanillaVFL and ORACLE
 reproduce the federated runs' AUC). Rows:
 
 - ``vanilla`` / ``oracle``: the aligned rows / every training row, 3 epochs.
@@ -39,10 +39,10 @@ import torch.nn.functional as F
 
 from ray_vfl.metrics import auc, logloss
 from ray_vfl.splitnn import SplitNNConfig, make_fedads_like
-from ray_vfl.splitnn.encoding import FeatureEncoder
-from ray_vfl.splitnn.models import SplitNet, batch_schedule, make_optimizer
-from ray_vfl.splitnn.synthesis import branch_sequence
-from ray_vfl.splitnn.unaligned import aligned_mask
+from ray_vfl.splitnn.network.encoding import FeatureEncoder
+from ray_vfl.splitnn.network.models import SplitNet, batch_schedule, make_optimizer
+from ray_vfl.splitnn.unaligned.synthesis import branch_sequence
+from ray_vfl.splitnn.unaligned_protocol import aligned_mask
 
 MODES = ("vanilla", "oracle", "oracle-stopped", "alternating-true", "alternating-true-bn", "vanilla-bn", "oracle-bn")
 
@@ -119,7 +119,7 @@ def run(full, mode: str, seed: int) -> dict:
 
 def fidelity(full) -> list[dict]:
     """The diffusion model's samples of the unaligned rows' ``h_N`` against their true values (seed 0)."""
-    from ray_vfl.splitnn.diffusion import ConditionalDiffusion, DiffusionConfig
+    from ray_vfl.splitnn.unaligned.diffusion import ConditionalDiffusion, DiffusionConfig
 
     cfg = SplitNNConfig(batch_size=128, epochs=1, learning_rate=2e-3, seed=0)
     torch.set_num_threads(1)

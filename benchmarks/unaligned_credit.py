@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     import ray_vfl.splitnn as splitnn
     from ray_vfl import Runtime
     from ray_vfl.splitnn.experiments import unaligned_row
-    from ray_vfl.splitnn.unaligned import split_aligned
+    from ray_vfl.splitnn.unaligned_protocol import split_aligned
 
     data = splitnn.load_credit_vfl(args.data_dir)
     config = splitnn.SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)

@@ -46,7 +46,7 @@ _EXPORTS = {
     "VFLWarning": ".errors", "SecurityWarning": ".errors", "DataWarning": ".errors",
     "Runtime": ".runtime.actors", "CommStats": ".runtime.comm",
     "VerticalDataset": ".data.dataset", "read_table": ".data.sources", "PartySource": ".data.sources", "vertical_split": ".data.splitting",
-    "AlignedDataset": ".data.alignment", "load_credit": ".data.bundled",
+    "AlignedDataset": ".data.dataset", "load_credit": ".data.bundled",
     "PsiResult": ".psi.protocol", "private_set_intersection": ".psi.protocol",
     "BoostConfig": ".trees.config",
     "EarlyStopping": ".trees.callbacks", "EvaluationLogger": ".trees.callbacks", "ProgressBar": ".trees.callbacks",

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_vfl.crypto import CipherArray
-from ray_vfl.crypto.bcp import BCPMasterKey, joint_key, keygen, random_safe_prime, setup
-from ray_vfl.crypto.bcp_arrays import BCP
+from ray_vfl.crypto.two_server.bcp import BCPMasterKey, joint_key, keygen, random_safe_prime, setup
+from ray_vfl.crypto.two_server.bcp_arrays import BCP
 from ray_vfl.errors import (
     ConfigError,
     CryptoError,
@@ -76,7 +76,7 @@ def test_mdec_decrypts_every_user_key_and_the_joint_key(world, m):
 
 def test_joint_key_decrypts_with_the_sum_of_secrets(world):
     _, _, users, _, _ = world
-    from ray_vfl.crypto.bcp import BCPSecretKey
+    from ray_vfl.crypto.two_server.bcp import BCPSecretKey
     jpk = joint_key([u[0] for u in users])
     jsk = BCPSecretKey(jpk, sum(u[1].a for u in users))
     assert bcp.decrypt_ints(jsk, bcp.encrypt_ints(jpk, [7, -7])) == [7, -7]
@@ -160,7 +160,7 @@ class _ListPool:
 
 
 def test_pool_paths_agree(world, monkeypatch):
-    import ray_vfl.crypto.bcp_arrays as arrays
+    import ray_vfl.crypto.two_server.bcp_arrays as arrays
     monkeypatch.setattr(arrays, "min_chunk", lambda pk: 4)  # small arrays take the pool path too
     _, mk, users, _, _ = world
     pk, sk = users[0]
@@ -178,7 +178,7 @@ def test_pool_paths_agree(world, monkeypatch):
 def test_small_mdec_reads_bounded_values_mod_p_and_says_when_it_cannot(world):
     """mDec mod p alone equals the full mDec on values below the stated bound; a bound near |p| falls
     back to the full mDec; a value beyond the bound comes out reduced (callers range-check)."""
-    from ray_vfl.crypto.bcp_master import master_context
+    from ray_vfl.crypto.two_server.bcp_master import master_context
     _, mk, users, _, _ = world
     pk, _ = users[1]
     top = master_context(mk).small_bound_bits()
@@ -193,7 +193,7 @@ def test_small_mdec_reads_bounded_values_mod_p_and_says_when_it_cannot(world):
 def test_batched_calls_keep_each_jobs_key_and_order(world):
     """bcp_batches: jobs under two keys, interleaved, come back in the order given, each under its own
     key, in one BCP call per key."""
-    from ray_vfl.crypto.bcp_batches import encrypt_many, mdecrypt_small_many, mul_const_many
+    from ray_vfl.crypto.two_server.bcp_batches import encrypt_many, mdecrypt_small_many, mul_const_many
     _, mk, users, _, _ = world
     (pa, sa), (pb, sb) = users[0], users[1]
     jobs = [(pa, [1, -2]), (pb, [3]), (pa, [4, 5, -6]), (pb, [])]

@@ -232,7 +232,7 @@ def test_precomputed_masks_encrypt_and_rerandomize_exactly(name, case):
 def test_lazily_read_rows_are_decoded_once_and_sum_the_same(name):
     """A lazily read array decodes each row once, on first read, whichever pieces are taken; its sums
     are the eager array's, bit for bit; arrays shared by (slot, version) are reused until the version changes."""
-    from ray_vfl.crypto.lazy_ints import LazyInts
+    from ray_vfl.crypto.he.lazy_ints import LazyInts
 
     be = get_backend(name)
     pk, sk = keys(name)
@@ -263,7 +263,7 @@ def test_prepare_for_masks_only_then_rerandomize(name):
     """A party that never encrypts builds only the masks' tables; re-randomising still works."""
     be = get_backend(name)
     if name == "ou":  # a key no other test has encrypted with: its message tables must stay unbuilt
-        from ray_vfl.crypto.ou import _public_context
+        from ray_vfl.crypto.he.ou import _public_context
 
         pk, sk = be.generate_keys(KEY_BITS, allow_weak=True)
         be.prepare(pk, encrypt=False)
@@ -482,7 +482,7 @@ def test_plain_bucket_sum_fast_path_is_bincount_bit_for_bit():
 # -- OU keys ---------------------------------------------------------------------------------------------
 @pytest.mark.skipif("ou" not in BACKENDS, reason="gmpy2 needed")
 def test_ou_key_structure():
-    from ray_vfl.crypto.ou import OUPrivateKey
+    from ray_vfl.crypto.he.ou import OUPrivateKey
 
     pk, sk = keys("ou")
     assert pk.n == sk.p**2 * sk.q and pk.key_bits == KEY_BITS and (sk.p - 1) % sk.t == 0
@@ -501,7 +501,7 @@ needs_phe = pytest.mark.skipif(not {"phe", "paillier"} <= set(BACKENDS), reason=
 def test_phe_and_fast_paillier_interoperate(a):
     from phe import paillier as phe_paillier
 
-    from ray_vfl.crypto.phe_backend import (
+    from ray_vfl.crypto.he.phe_backend import (
         from_phe_ciphertexts,
         from_phe_keypair,
         to_phe_ciphertexts,
@@ -560,7 +560,7 @@ def test_gh_packing_is_linear(g, data):
 def test_mask_powers_switch_to_the_large_table_once_it_pays(monkeypatch):
     """Masks come from 8-bit windows until a process has made enough of them, then from 12-bit ones;
     either way they are ``base^e`` for the exponents drawn."""
-    from ray_vfl.crypto.gmp import MaskPowers
+    from ray_vfl.crypto.he.gmp import MaskPowers
 
     monkeypatch.setattr(MaskPowers, "MANY", 5)
     modulus = (1 << 127) - 1

@@ -11,9 +11,9 @@ pytest.importorskip("diffusers")
 
 from ray_vfl import ConfigError, DataError, VerticalDataset  # noqa: E402
 from ray_vfl.splitnn import SplitNNClassifier, SplitNNConfig, make_fedads_like, train  # noqa: E402
-from ray_vfl.splitnn.diffusion import ConditionalDiffusion, DiffusionConfig  # noqa: E402
-from ray_vfl.splitnn.synthesis import UnalignedOptions, branch_sequence, heuristic_embeddings, synthesize  # noqa: E402
-from ray_vfl.splitnn.unaligned import split_aligned, train_unaligned  # noqa: E402
+from ray_vfl.splitnn.unaligned.diffusion import ConditionalDiffusion, DiffusionConfig  # noqa: E402
+from ray_vfl.splitnn.unaligned.synthesis import UnalignedOptions, branch_sequence, heuristic_embeddings, synthesize  # noqa: E402
+from ray_vfl.splitnn.unaligned_protocol import split_aligned, train_unaligned  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
 CFG = SplitNNConfig(batch_size=128, epochs=2, learning_rate=2e-3)
@@ -277,7 +277,7 @@ def _assert_same(a, b, where: str = "") -> None:
 def test_fedcvt_estimate_is_attention_over_the_aligned_rows():
     """softmax(q K^T / sqrt(d)) V, in chunks: each estimate is a convex combination of the aligned rows'
     h_N, weighted by the h_L similarities, the same whatever the chunk size."""
-    from ray_vfl.splitnn.synthesis import AttentionEstimate
+    from ray_vfl.splitnn.unaligned.synthesis import AttentionEstimate
 
     rng = np.random.default_rng(3)
     h_l, h_n, q = rng.normal(size=(300, 8)), rng.normal(size=(300, 4)), rng.normal(size=(70, 8))

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, VerticalDataset  # noqa: E402
 from ray_vfl.splitnn import SplitNNClassifier, make_fedads_like  # noqa: E402
-from ray_vfl.splitnn.synthesis import UnalignedOptions  # noqa: E402
+from ray_vfl.splitnn.unaligned.synthesis import UnalignedOptions  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
 EPOCHS, BATCH = 3, 128

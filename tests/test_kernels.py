@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_vfl.crypto.fixed_point import FixedPoint
+from ray_vfl.crypto.he.fixed_point import FixedPoint
 from ray_vfl.trees.config import BoostConfig
 from ray_vfl.trees.kernels import (
     GRADIENT_FRAC_BITS,

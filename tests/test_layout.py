@@ -1,4 +1,7 @@
-"""The package's layers, as the folder names show them: each imports only the layers below it."""
+"""The package's layers, as the folder names show them: each imports only the layers below it.
+
+The same holds one level down, inside ``crypto/`` and ``splitnn/`` (their sub-packages), and no module of
+the package takes part in an import cycle."""
 
 from __future__ import annotations
 
@@ -11,6 +14,19 @@ LAYERS = ["<top>", "runtime", "crypto", "psi", "data", "trees", "secureboost", "
           "experiments"]
 # Protocol families are side by side: none imports another.
 PEERS = {"secureboost", "pivodl", "ssxgb", "splitnn"}
+# Inside a layer, its sub-packages, lowest first; "<top>" is the layer's own modules (its __init__, and for
+# splitnn the drivers, the estimator, the data loaders and the tables), which sit above every sub-package.
+SUBLAYERS = {
+    "crypto": ["he", "two_server", "privacy", "<top>"],
+    "splitnn": ["privacy", "network", "unaligned", "<top>"],
+}
+# Sub-packages side by side: neither imports the other (BCP needs HE's helpers, DP and secure sums need neither).
+SUBPEERS = {"crypto": {"two_server", "privacy"}, "splitnn": set()}
+# The modules a layer keeps at its top; everything else lives in one of its sub-packages.
+SUBTOP = {
+    "crypto": ["__init__.py"],
+    "splitnn": ["__init__.py", "data.py", "estimator.py", "experiments.py", "protocol.py", "unaligned_protocol.py"],
+}
 
 
 def layer_of(module: str) -> str:
@@ -48,6 +64,108 @@ def test_every_module_imports_only_lower_layers():
             if LAYERS.index(theirs) > LAYERS.index(mine) or (theirs in PEERS and mine in PEERS):
                 wrong.append(f"{path.relative_to(PACKAGE)} ({mine}) imports {module} ({theirs})")
     assert not wrong, "\n".join(wrong)
+
+
+def sublayer_of(module: str) -> str:
+    """``ray_vfl.crypto.he.base`` -> ``he``; a layer's own modules (``ray_vfl.splitnn.protocol``) -> ``<top>``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in SUBLAYERS[parts[1]] else "<top>"
+
+
+def test_sub_packages_import_only_lower_sub_packages():
+    wrong = []
+    for layer, order in SUBLAYERS.items():
+        for path in (PACKAGE / layer).rglob("*.py"):
+            module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+            mine = sublayer_of(module)
+            for other in imported_modules(path):
+                if layer_of(other) != layer:
+                    continue
+                theirs = sublayer_of(other)
+                if theirs == mine:
+                    continue
+                if order.index(theirs) > order.index(mine) or {mine, theirs} <= SUBPEERS[layer]:
+                    wrong.append(f"{path.relative_to(PACKAGE)} ({layer}/{mine}) imports {other} ({layer}/{theirs})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_layers_keep_their_modules_in_sub_packages():
+    for layer, order in SUBLAYERS.items():
+        folder = PACKAGE / layer
+        assert sorted(p.name for p in folder.glob("*.py")) == sorted(SUBTOP[layer]), layer
+        subs = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__")
+        assert subs == sorted(s for s in order if s != "<top>"), layer
+        assert all((folder / s / "__init__.py").is_file() for s in subs), layer
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, from every import statement in it (at the top, in a
+    function, under ``if TYPE_CHECKING``): an import deferred into a function still closes a cycle, it only
+    runs later. ``from pkg import name`` imports the module ``pkg.name`` when there is one, else ``pkg``.
+    Left out: the parent packages Python runs implicitly before a module (a package's ``__init__`` that
+    re-exports its own modules is no cycle), and names the lazy exports load by string on first use."""
+    def name_of(path: Path) -> str:
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    paths = {name_of(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                source = ".".join(base + ([node.module] if node.module else []))
+                if source.split(".")[0] != "ray_vfl":
+                    continue
+                subs = {f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in paths}
+                found |= subs | ({source} if len(subs) < len(node.names) else set())
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[module] = {m for m in found if m in paths}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm: the strongly connected components with more than one module (or a self-import)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1 or v in graph[v]:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_strongly_connected_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert sorted(strongly_connected(graph)) == [["a", "b", "c"], ["e"]]
+
+
+def test_no_import_cycle_between_modules():
+    graph = import_graph()
+    assert {"ray_vfl.crypto.he", "ray_vfl.data.alignment"} <= graph.keys()
+    assert "ray_vfl.data.alignment" in graph["ray_vfl.data.dataset"]  # a deferred import counts
+    cycles = strongly_connected(graph)
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_top_level_modules_import_no_layer():

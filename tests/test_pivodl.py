@@ -158,7 +158,7 @@ def test_views_match_the_table(runtime, credit_frame):
 def test_dp_noise_has_the_configured_deviation():
     """The leaf-weight mechanism alone: its noise has the standard deviation z * sensitivity
     (a chi-square test on the sample variance, false-alarm rate 1e-4)."""
-    from ray_vfl.crypto.gaussian_dp import GaussianNoise
+    from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise
 
     config = PIVODLConfig(epsilon=1.0, n_trees=5, backend="plain", learning_rate=0.3, reg_lambda=1.0)
     H = 20.0

@@ -28,7 +28,7 @@ from ray_vfl import (
     VerticalDataset,
     VFLError,
 )
-from ray_vfl.data.alignment import AlignedDataset
+from ray_vfl.data.dataset import AlignedDataset
 from ray_vfl.data.bundled import load_named
 from ray_vfl.psi.party import (
     DIGEST_BYTES,

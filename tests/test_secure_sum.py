@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from ray_vfl.crypto.secure_sum import (
+from ray_vfl.crypto.privacy.secure_sum import (
     NONCE_BYTES,
     PairwiseMasker,
     combine,
@@ -83,7 +83,7 @@ def test_encode_then_decode_rounds_to_the_grid(x, frac_bits):
 
 
 def test_rounding_is_half_to_even_like_fixed_point():
-    from ray_vfl.crypto.fixed_point import FixedPoint
+    from ray_vfl.crypto.he.fixed_point import FixedPoint
 
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5]) * 2.0**-FRAC
     np.testing.assert_array_equal(decode_ring(encode_ring(x)), FixedPoint(FRAC).rounded(x))

@@ -465,7 +465,7 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     import ray
 
     from ray_vfl.crypto import get_backend
-    from ray_vfl.crypto.mask_reserve import MaskReserve, MaskSupply
+    from ray_vfl.crypto.he.mask_reserve import MaskReserve, MaskSupply
 
     be = get_backend("paillier")
     pk, sk = be.generate_keys(1024, allow_weak=True)

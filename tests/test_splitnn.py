@@ -12,7 +12,7 @@ from ray_vfl.data.store import InlineRows
 torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, DataError, PartyFailedError, ProtocolError  # noqa: E402
-from ray_vfl.crypto.gaussian_dp import GaussianNoise  # noqa: E402
+from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise  # noqa: E402
 from ray_vfl.runtime.comm import Mailbox  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,
@@ -30,9 +30,9 @@ from ray_vfl.splitnn import (  # noqa: E402
     norm_attack,
     train,
 )
-from ray_vfl.splitnn.attacks import two_sided_chance  # noqa: E402
-from ray_vfl.splitnn.defenses import marvell_bound, marvell_covariances  # noqa: E402
-from ray_vfl.splitnn.models import SplitNet  # noqa: E402
+from ray_vfl.splitnn.privacy.attacks import two_sided_chance  # noqa: E402
+from ray_vfl.splitnn.privacy.defenses import marvell_bound, marvell_covariances  # noqa: E402
+from ray_vfl.splitnn.network.models import SplitNet  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
 FAST = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=2)

@@ -16,7 +16,7 @@ from ray_vfl.data.store import InlineRows
 torch = pytest.importorskip("torch")
 
 from ray_vfl import vertical_split  # noqa: E402
-from ray_vfl.crypto.gaussian_dp import GaussianNoise  # noqa: E402
+from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise  # noqa: E402
 from ray_vfl.splitnn import (  # noqa: E402
     GaussianDP,
     LabelParty,
@@ -31,7 +31,7 @@ from ray_vfl.splitnn import (  # noqa: E402
     train,
     two_sided_chance,
 )
-from ray_vfl.splitnn.attacks import NonLabelView  # noqa: E402
+from ray_vfl.splitnn.privacy.attacks import NonLabelView  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
 CONFIG = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=2, nonlabel_hidden=(32, 16), label_hidden=(32,))

@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 
 from ray_vfl import ConfigError, DataError  # noqa: E402
 from ray_vfl.splitnn import SplitNNClassifier  # noqa: E402
-from ray_vfl.splitnn.models import BottomModel  # noqa: E402
-from ray_vfl.splitnn.selfsupervised import mask_fields, simsiam_pretrain  # noqa: E402
-from ray_vfl.splitnn.synthesis import UnalignedOptions  # noqa: E402
+from ray_vfl.splitnn.network.models import BottomModel  # noqa: E402
+from ray_vfl.splitnn.network.selfsupervised import mask_fields, simsiam_pretrain  # noqa: E402
+from ray_vfl.splitnn.unaligned.synthesis import UnalignedOptions  # noqa: E402
 
 LABEL, OTHER = "bank", "shop"
 

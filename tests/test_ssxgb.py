@@ -16,8 +16,8 @@ import pytest
 import ray
 
 from ray_vfl import vertical_split
-from ray_vfl.crypto.bcp import keygen, setup
-from ray_vfl.crypto.bcp_arrays import BCP
+from ray_vfl.crypto.two_server.bcp import keygen, setup
+from ray_vfl.crypto.two_server.bcp_arrays import BCP
 from ray_vfl.data.binning import PartyBinner
 from ray_vfl.errors import ConfigError, DataError, PartyFailedError, ProtocolError
 from ray_vfl.metrics import auc, logloss

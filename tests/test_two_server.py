@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from ray_vfl.crypto import CipherArray
-from ray_vfl.crypto.bcp import BCPPublicKey, keygen, setup
-from ray_vfl.crypto.two_server import LocalLink, ServerS, TwoServerConfig
-from ray_vfl.crypto.two_server_c import ServerC
+from ray_vfl.crypto.two_server.bcp import BCPPublicKey, keygen, setup
+from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
+from ray_vfl.crypto.two_server.server_c import ServerC
 from ray_vfl.errors import ConfigError, CryptoError
 
 KEY_BITS = 1024
@@ -281,9 +281,9 @@ def test_payloads_are_plain_values(world):
 def test_randomness_s_can_compute_is_uniform(world):
     """S can compute the encryption exponent r mod p of anything it receives (ell_p(A) / ell_p(g));
     for LGT and Mult requests it must be uniform, not a function of C's secret sign and masks."""
-    from ray_vfl.crypto.bcp import _ell
-    from ray_vfl.crypto.bcp_master import master_context
-    from ray_vfl.crypto.bcp_arrays import unwrap
+    from ray_vfl.crypto.two_server.bcp import _ell
+    from ray_vfl.crypto.two_server.bcp_master import master_context
+    from ray_vfl.crypto.two_server.bcp_arrays import unwrap
     _, mk, _, s, c, jpk = world
     ctx = master_context(mk)
     p, p2 = ctx.p, ctx.p2

@@ -21,8 +21,8 @@ import pytest
 import ray
 
 from ray_vfl import BoostConfig, ProtocolError, Runtime
-from ray_vfl.crypto.ciphertexts import CipherArray
-from ray_vfl.crypto.plain import PlainPublicKey
+from ray_vfl.crypto.he.ciphertexts import CipherArray
+from ray_vfl.crypto.he.plain import PlainPublicKey
 from ray_vfl.data.store import InlineRows, PartyStore
 from ray_vfl.psi.party import PsiParty
 from ray_vfl.runtime.task_pool import TaskPool
@@ -44,7 +44,7 @@ def test_every_kind_sent_or_opened_has_a_schema():
     import ray_vfl.ssxgb.messages
     import ray_vfl.psi.party
     import ray_vfl.secureboost.messages
-    import ray_vfl.splitnn.parties  # noqa: F401 - registers the split-NN schemas
+    import ray_vfl.splitnn.network.parties  # noqa: F401 - registers the split-NN schemas
 
     lines = [line for p in (REPO / "ray_vfl").rglob("*.py") for line in p.read_text().splitlines()]
     source = "\n".join(line for line in lines if ">>>" not in line)  # doctest examples send ad-hoc kinds
@@ -265,7 +265,7 @@ def test_split_rows_are_checked(test, words):
 def splitnn_pair():
     pytest.importorskip("torch")
     from ray_vfl.splitnn import LabelParty, SplitNNConfig, make_fedads_like
-    from ray_vfl.splitnn.parties import NonLabelParty
+    from ray_vfl.splitnn.network.parties import NonLabelParty
 
     data = make_fedads_like(1_000, seed=3, label_party="bank", nonlabel_party="shop").train.take(np.arange(128))
     cfg = SplitNNConfig(batch_size=32, epochs=1)

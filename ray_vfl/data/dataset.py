@@ -30,9 +30,10 @@ from ..errors import ConfigError, DataError
 from .sources import read_table
 from .store import check_labels, split_table
 
-__all__ = ["VerticalDataset", "read_table"]
+__all__ = ["AlignedDataset", "VerticalDataset", "align_frames", "read_table"]
 
 if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
+    from ..psi.protocol import PsiResult
     from ..runtime.actors import Runtime
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class VerticalDataset:
         order. With ``align="psi"`` the tables may hold different IDs in any
         order: the parties intersect them by private set intersection on Ray
         actors (``runtime``, or a fresh :class:`~ray_vfl.runtime.actors.Runtime`) and
-        the result is a :class:`~ray_vfl.data.alignment.AlignedDataset` over the common
+        the result is an :class:`AlignedDataset` over the common
         IDs in ascending order, whose ``unaligned[party]`` keeps each party's
         other rows. ``label`` names the label column; the party whose table
         holds it is the label owner (and leads the PSI).
@@ -223,8 +224,6 @@ class VerticalDataset:
         if align is not None:
             if align != "psi":
                 raise ConfigError(f"align must be None or 'psi', got {align!r}")
-            from .alignment import align_frames  # alignment builds on this module
-
             return align_frames(frames, id_column, label, label_party, categorical, runtime=runtime)
         owners = [p for p, f in frames.items() if label is not None and label in f.columns]
         if label is not None and not owners:
@@ -390,3 +389,53 @@ class VerticalDataset:
                 except DataError as exc:
                     raise DataError(f"party {party!r}: {exc}") from None
         check_labels(self.label, objective)
+
+
+@dataclass(frozen=True)
+class AlignedDataset(VerticalDataset):
+    """A :class:`VerticalDataset` whose rows were aligned by PSI.
+
+    Its rows are the intersection of the parties' IDs, in ascending ID order.
+    Nothing is dropped: ``unaligned[p]`` holds party ``p``'s other rows, with
+    all their columns (ID and label included), in their input order.
+
+    Attributes
+    ----------
+    unaligned : dict[str, pandas.DataFrame]
+        Per party, the rows of its input table outside the intersection.
+    psi : PsiResult or None
+        Row positions of the alignment and its communication statistics.
+    label_column : str or None
+        Name of the label column in the label party's unaligned rows.
+
+    Example
+    -------
+    >>> bank = pd.DataFrame({"id": [3, 1, 2], "income": [1.0, 2.0, 3.0], "y": [0, 1, 0]})
+    >>> shop = pd.DataFrame({"id": [2, 4, 3], "spend": [5.0, 6.0, 7.0]})
+    >>> data = VerticalDataset.from_frames({"bank": bank, "shop": shop}, label="y", align="psi")  # doctest: +SKIP
+    >>> data.ids.tolist(), data.unaligned["shop"]["id"].tolist()                                # doctest: +SKIP
+    ([2, 3], [4])
+    """
+
+    unaligned: dict[str, pd.DataFrame] = field(default_factory=dict)
+    psi: PsiResult | None = None
+    label_column: str | None = None  # the label's column in the label party's ``unaligned`` rows
+
+
+def align_frames(
+    frames: Mapping[str, pd.DataFrame],
+    id_column: str = "id",
+    label: str | None = None,
+    label_party: str | None = None,
+    categorical: Mapping[str, Sequence[str]] | None = None,
+    runtime: Runtime | None = None,
+    workers: int | None = None,
+) -> AlignedDataset:
+    """Align per-party tables whose ID sets differ by PSI; what ``from_frames(..., align="psi")`` runs
+    (the PSI step: :func:`ray_vfl.data.alignment.align_rows`)."""
+    from .alignment import align_rows  # PSI needs Ray, which building a dataset in-process does not
+
+    aligned, unaligned, result = align_rows(frames, id_column, label, label_party, runtime, workers)
+    base = VerticalDataset.from_frames(aligned, id_column, label, label_party, categorical)
+    return AlignedDataset(base.features, base.ids, base.label, base.label_party, base.categorical,
+                          base.label_owner, unaligned=unaligned, psi=result, label_column=label)

@@ -167,7 +167,7 @@ def run_splitnn(cfg: ExperimentConfig, run: dict[str, Any], runtime, progress: b
 def _run(cfg: ExperimentConfig, run: dict[str, Any], runtime, bar) -> dict[str, Any]:
     try:
         from ..splitnn.experiments import privacy_row, unaligned_row
-        from ..splitnn.unaligned import split_aligned
+        from ..splitnn.unaligned_protocol import split_aligned
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..crypto import get_backend
-from ..crypto.gaussian_dp import GaussianNoise
-from ..crypto.secure_sum import PairwiseMasker
+from ..crypto.privacy.gaussian_dp import GaussianNoise
+from ..crypto.privacy.secure_sum import PairwiseMasker
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.task_pool import TaskPool

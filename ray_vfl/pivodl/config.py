@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import check_float, check_int
-from ..crypto.gaussian_dp import check_budget, noise_multiplier
+from ..crypto.privacy.gaussian_dp import check_budget, noise_multiplier
 from ..errors import ConfigError
 from ..trees.config import BoostConfig
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import ray
 
-from ..crypto.secure_sum import PUBLIC_KEY_BYTES
+from ..crypto.privacy.secure_sum import PUBLIC_KEY_BYTES
 from ..runtime.comm import Message
 from ..runtime.validation import Array, Ciphers, Is, Packed, Ref, Rule, Size, length, not_in, register
 from ..trees.encoding import public_key_problem

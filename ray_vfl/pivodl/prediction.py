@@ -5,7 +5,7 @@ for the rows waiting at its own split nodes, from its private lookup table, and 
 (as in training, where partitions are public among clients). When every row has reached a leaf,
 each client sums the weights it *kept* for the leaves it holds (exact, or clipped under partial DP;
 never the noisy released copies) over the rows in them, and sends the
-output client a share masked by pairwise masks (:mod:`ray_vfl.crypto.secure_sum`): one share alone
+output client a share masked by pairwise masks (:mod:`ray_vfl.crypto.privacy.secure_sum`): one share alone
 is uniformly distributed, the shares sum to the score. No client learns another's leaf values.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..crypto.secure_sum import combine
+from ..crypto.privacy.secure_sum import combine
 from ..trees.kernels import base_margin, goes_left
 from .messages import fetch
 

@@ -65,7 +65,7 @@ Departures from the paper, and why:
 
 What DP covers: with ``epsilon`` set, each released leaf weight is a Gaussian mechanism on the labels
 of the rows in the leaf, given the model so far (each row's label reaches one leaf per tree:
-``n_trees`` releases, accounted by :func:`ray_vfl.crypto.gaussian_dp.accounted_epsilon`). It does not
+``n_trees`` releases, accounted by :func:`ray_vfl.crypto.privacy.gaussian_dp.accounted_epsilon`). It does not
 cover the split clients' decrypted gradient sums (the paper's protection there is the instance
 threshold), nor the trees' structure. The partitions (step 5) reach every client and were chosen on
 every client's labels, so a client that holds labels reads the other clients' label rates off its own
@@ -83,7 +83,7 @@ import logging
 from collections import Counter
 from typing import Mapping, Sequence
 
-from ..crypto.gaussian_dp import accounted_epsilon
+from ..crypto.privacy.gaussian_dp import accounted_epsilon
 from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime

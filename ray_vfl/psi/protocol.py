@@ -42,7 +42,7 @@ so it is deterministic, and every party could check it on its own rows.
 The leader sorts once and the followers follow its positions.
 
 Each party's rows outside ``I`` are kept, not dropped: :class:`PsiResult`
-lists them, and :class:`ray_vfl.data.alignment.AlignedDataset` exposes them as frames (the label
+lists them, and :class:`ray_vfl.data.dataset.AlignedDataset` exposes them as frames (the label
 party's unaligned rows can still train a local or split model).
 """
 

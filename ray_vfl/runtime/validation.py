@@ -12,7 +12,7 @@ to index, allocate or decrypt before it has been checked.
 
 Where the schemas live: :mod:`ray_vfl.secureboost.messages` (SecureBoost),
 :mod:`ray_vfl.psi.party` (ECDH-PSI), :mod:`ray_vfl.data.store` (``split_rows``),
-:mod:`ray_vfl.splitnn.parties` (split learning).
+:mod:`ray_vfl.splitnn.network.parties` (split learning).
 
 A size, bound or set in a field spec is a *reference*: an ``int``/``float``,
 a ``str`` naming a value of the receiver's context, or a :class:`Ref`
@@ -299,7 +299,7 @@ class Packed(Spec):
 class Ciphers(Spec):
     """Field ``path`` holds gradient-pair ciphertexts under the receiver's key (a list of them with
     ``each``): the receiver's ``backend`` checks their layout and that every ciphertext lies below
-    its modulus (:meth:`~ray_vfl.crypto.base.Backend.peer_problem`); ``entries`` is the number of
+    its modulus (:meth:`~ray_vfl.crypto.he.base.Backend.peer_problem`); ``entries`` is the number of
     entries each holds (a reference; with ``each``, one per item); ``compressed=False`` refuses
     compressed arrays."""
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..crypto import get_backend
-from ..crypto.mask_reserve import MaskSupply
+from ..crypto.he.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
 from ..runtime.task_pool import TaskPool
@@ -100,7 +100,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             self.prepare_pool(self.backend_spec, self._secret_key)
 
     def set_mask_reserve(self, reserve) -> None:
-        """Hand the key to this party's :class:`~ray_vfl.crypto.mask_reserve.MaskReserve` and order the first tree's masks."""
+        """Hand the key to this party's :class:`~ray_vfl.crypto.he.mask_reserve.MaskReserve` and order the first tree's masks."""
         reserve.set_key.remote(self.backend_spec, self._secret_key)
         self.masks = MaskSupply(reserve)
         if self.y is not None:

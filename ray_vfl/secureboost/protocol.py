@@ -60,7 +60,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..crypto import get_backend
-from ..crypto.mask_reserve import MaskReserve
+from ..crypto.he.mask_reserve import MaskReserve
 from ..data.dataset import VerticalDataset
 from ..errors import ConfigError, DataError, DataWarning
 from ..runtime.actors import Runtime
@@ -76,8 +76,8 @@ from .passive import PassiveParty
 __all__ = ["train", "FederatedModel"]
 
 # What the parties' crypto tasks import; loaded while the label party generates its keys.
-_TASK_MODULES = ("ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passive", "ray_vfl.crypto.paillier",
-                 "ray_vfl.crypto.ou")
+_TASK_MODULES = ("ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passive", "ray_vfl.crypto.he.paillier",
+                 "ray_vfl.crypto.he.ou")
 
 log = logging.getLogger(__name__)
 

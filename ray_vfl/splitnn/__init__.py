@@ -2,6 +2,13 @@
 
 Needs torch (``pip install torch==2.13.0``, the CPU build; or the ``nn`` extra).
 
+Layout, each sub-package importing only those before it: :mod:`.privacy` (attacks and defenses),
+:mod:`.network` (config, models, encoding, the party actors, the in-process baselines),
+:mod:`.unaligned` (the label party's unaligned rows: diffusion, synthesisers, FedHSSL); above them
+the drivers :mod:`.protocol` (:func:`train`, :class:`SplitNNModel`) and :mod:`.unaligned_protocol`
+(:func:`train_unaligned`), the estimator, the data loaders (:mod:`.data`) and the FedAds tables
+(:mod:`.experiments`).
+
 Example
 -------
 >>> from ray_vfl import Runtime                                               # doctest: +SKIP
@@ -15,7 +22,7 @@ With the label party's unaligned rows (Diffu-AT, needs ``diffusers``):
 ``SplitNNClassifier(unaligned="diffu-at").fit(data.train, data.label_only)``.
 """
 
-from .attacks import (
+from .privacy.attacks import (
     NonLabelView,
     cluster_attack,
     d_leak_auc,
@@ -25,8 +32,8 @@ from .attacks import (
     norm_attack,
     two_sided_chance,
 )
-from .baselines import InProcessSplitNet
-from .config import SplitNNConfig
+from .network.baselines import InProcessSplitNet
+from .network.config import SplitNNConfig
 from .data import (
     SplitNNData,
     load_credit_vfl,
@@ -35,7 +42,7 @@ from .data import (
     load_open_bandit,
     make_fedads_like,
 )
-from .defenses import (
+from .privacy.defenses import (
     Defense,
     GaussianDP,
     Marvell,
@@ -43,12 +50,12 @@ from .defenses import (
     NoDefense,
     analytic_gaussian_sigma,
 )
-from .diffusion import ConditionalDiffusion, DiffusionConfig
+from .unaligned.diffusion import ConditionalDiffusion, DiffusionConfig
 from .estimator import SplitNNClassifier
-from .parties import LabelParty, NonLabelParty
+from .network.parties import LabelParty, NonLabelParty
 from .protocol import SplitNNModel, train
-from .synthesis import UnalignedOptions
-from .unaligned import split_aligned, train_unaligned
+from .unaligned.synthesis import UnalignedOptions
+from .unaligned_protocol import split_aligned, train_unaligned
 
 __all__ = [
     "ConditionalDiffusion",

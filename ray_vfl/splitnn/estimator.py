@@ -1,7 +1,7 @@
 """A scikit-learn style estimator over split-NN training (FedAds).
 
 ``__init__`` only stores parameters; ``fit`` validates them (through
-:class:`~ray_vfl.splitnn.config.SplitNNConfig`), trains with one Ray actor per
+:class:`~ray_vfl.splitnn.network.config.SplitNNConfig`), trains with one Ray actor per
 party (:func:`ray_vfl.splitnn.train`) and returns ``self``; learned
 attributes end in ``_``.
 """
@@ -15,12 +15,12 @@ from ..data.dataset import VerticalDataset
 from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
-from .config import SplitNNConfig
-from .defenses import Defense
-from .diffusion import DiffusionConfig
+from .network.config import SplitNNConfig
+from .privacy.defenses import Defense
+from .unaligned.diffusion import DiffusionConfig
 from .protocol import SplitNNModel, train
-from .synthesis import METHODS, UnalignedOptions
-from .unaligned import train_unaligned
+from .unaligned.synthesis import METHODS, UnalignedOptions
+from .unaligned_protocol import train_unaligned
 
 __all__ = ["SplitNNClassifier"]
 
@@ -28,7 +28,7 @@ __all__ = ["SplitNNClassifier"]
 class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     """Split neural network for 0/1 labels: the label party's bottom model and top, each other party's bottom model.
 
-    Parameters mirror :class:`~ray_vfl.splitnn.config.SplitNNConfig`
+    Parameters mirror :class:`~ray_vfl.splitnn.network.config.SplitNNConfig`
     (``random_state`` is its ``seed``: models and batch order; a defense's noise
     never depends on it); ``defense`` wraps the embedding
     gradients the label party sends (default: none).
@@ -38,12 +38,12 @@ class SplitNNClassifier(ClassifierMixin, FederatedEstimator):
     bottom pretrained self-supervised for ``ssl_epochs`` on all its rows, labels unused) and ``"fedhssl"``
     (two encoders per party, pretrained for ``ssl_epochs`` with the other parties over the aligned rows and
     alone on all its rows, the local one pulled towards the cross-party one with weight ``ssl_guidance``;
-    :mod:`~ray_vfl.splitnn.hybrid`), also learn from the label party's
-    unaligned rows (:func:`~ray_vfl.splitnn.unaligned.train_unaligned`): those PSI left out of ``data``
+    :mod:`~ray_vfl.splitnn.unaligned.hybrid`), also learn from the label party's
+    unaligned rows (:func:`~ray_vfl.splitnn.unaligned_protocol.train_unaligned`): those PSI left out of ``data``
     (``VerticalDataset.from_files(..., align="psi")``), or the ``unaligned_rows`` given to :meth:`fit`.
     ``epochs`` then counts the alternating epochs after ``pretrain_epochs`` of VanillaVFL;
     ``diffusion_steps`` is the diffusion model's ``T``; ``branch_norm`` how real and synthetic ``h_N`` are
-    brought to one scale (:class:`~ray_vfl.splitnn.synthesis.UnalignedOptions`: ``"moments"``, the default,
+    brought to one scale (:class:`~ray_vfl.splitnn.unaligned.synthesis.UnalignedOptions`: ``"moments"``, the default,
     ``"batchnorm"`` or ``"none"``). Models trained with ``unaligned`` save and load as the others do
     (:meth:`save_model`, :meth:`load_model`): the label party's part also holds its batch norm per branch
     (``branch_norm="batchnorm"``) and its fitted diffusion model (or JPL mapping, or FedCVT's keys and values).

@@ -24,14 +24,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ConfigError
 from ..runtime.actors import Runtime
-from .attacks import ATTACKS, cluster_attack, d_leak_auc, leak_aucs, two_sided_chance
-from .baselines import InProcessSplitNet
-from .config import SplitNNConfig
+from .privacy.attacks import ATTACKS, cluster_attack, d_leak_auc, leak_aucs, two_sided_chance
+from .network.baselines import InProcessSplitNet
+from .network.config import SplitNNConfig
 from .data import SplitNNData
-from .defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense
+from .privacy.defenses import Defense, GaussianDP, Marvell, MixPro, NoDefense
 from .protocol import SplitNNModel, train
-from .synthesis import UnalignedOptions
-from .unaligned import split_aligned, train_unaligned
+from .unaligned.synthesis import UnalignedOptions
+from .unaligned_protocol import split_aligned, train_unaligned
 
 __all__ = ["effectiveness_table", "privacy_table", "privacy_row", "default_defenses", "write_table", "unaligned_table",
            "unaligned_row", "UNALIGNED_METHODS", "summarize_seeds"]

@@ -4,7 +4,7 @@ A label party holds the labels, some features, its bottom model and the top
 model; each non-label party holds other features of the same (aligned) rows
 and its bottom model. Both sides derive the batch order from the shared seed;
 the defense's randomness comes from the label party's own OS entropy, which
-no other party can derive (see :mod:`ray_vfl.splitnn.defenses`).
+no other party can derive (see :mod:`ray_vfl.splitnn.privacy.defenses`).
 
 Rounds per batch ``b`` (``P`` non-label parties):
 
@@ -41,13 +41,13 @@ from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.comm import CommStats
 from ..runtime.party import load_meta, save_parts, warn_unseen_categories
-from .attacks import NonLabelView
-from .config import SplitNNConfig
-from .defenses import DEFENSES, Defense, NoDefense
-from .models import batch_schedule
-from .hybrid import HybridNonLabelParty
-from .parties import LabelParty, NonLabelParty
-from .synthesis import UnalignedOptions
+from .privacy.attacks import NonLabelView
+from .network.config import SplitNNConfig
+from .privacy.defenses import DEFENSES, Defense, NoDefense
+from .network.models import batch_schedule
+from .unaligned.hybrid import HybridNonLabelParty
+from .network.parties import LabelParty, NonLabelParty
+from .unaligned.synthesis import UnalignedOptions
 
 __all__ = ["train", "SplitNNModel"]
 
@@ -77,7 +77,7 @@ class SplitNNModel:
     # The defense's guarantee for this training (GaussianDP: epsilon from the PLD accountant over every
     # release, delta, releases, sigma); None for defenses that prove none.
     privacy: dict | None = None
-    # Trained with unaligned rows (ray_vfl.splitnn.unaligned): the synthesis and alternation report; else None.
+    # Trained with unaligned rows (ray_vfl.splitnn.unaligned_protocol): the synthesis and alternation report; else None.
     unaligned: dict | None = None
     # ... and the UnalignedOptions it was trained with (method, pretraining epochs, diffusion model).
     unaligned_options: UnalignedOptions | None = None
@@ -159,7 +159,7 @@ class SplitNNModel:
         if options is None:
             label = runtime.spawn(label_name, LabelParty, label_name, None, [], config, nonlabel, defense)
         else:  # its label party: the branch batch norms if any, and the synthesiser
-            from .unaligned_party import UnalignedLabelParty
+            from .unaligned.label_party import UnalignedLabelParty
 
             label = runtime.spawn(label_name, UnalignedLabelParty, label_name, None, None, [], config, nonlabel,
                                   defense, options, 0)

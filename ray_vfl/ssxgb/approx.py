@@ -3,7 +3,7 @@ gradients and of the leaf weights, and the error each adds.
 
 All encrypted values are integers scaled by ``2^F`` (``F`` = ``frac_bits``). The functions named
 ``*_ints`` compute in Python integers what server C computes on ciphertexts, with *floor* where C
-uses the two-server truncation (:meth:`~ray_vfl.crypto.two_server_c.ServerC.trunc`); the centralized
+uses the two-server truncation (:meth:`~ray_vfl.crypto.two_server.server_c.ServerC.trunc`); the centralized
 reference (:mod:`ray_vfl.ssxgb.reference`) calls them, so it differs from the federated run only by
 the truncations' carries and the secure division's rounding, bounded below.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ValidatedConfig, check_float, check_int
-from ..crypto.key_policy import check_key_bits
+from ..crypto.he.key_policy import check_key_bits
 from ..errors import ConfigError
 
 __all__ = ["SSXGBConfig"]
@@ -34,7 +34,7 @@ class SSXGBConfig(ValidatedConfig):
         ``F``: every encrypted value is a fixed-point integer scaled by ``2^F``, in [8, 40].
     value_bits, kappa : int
         ``l`` and the statistical hiding parameter of the two-server protocols
-        (:class:`~ray_vfl.crypto.two_server.TwoServerConfig`).
+        (:class:`~ray_vfl.crypto.two_server.server_s.TwoServerConfig`).
     sigmoid_range : float
         ``R``: the sigmoid is replaced by its least-squares odd cubic on ``[-R, R]``
         (:mod:`ray_vfl.ssxgb.approx`), in [1, 8].

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..crypto.bcp_arrays import op_counts
+from ..crypto.two_server.bcp_arrays import op_counts
 
 __all__ = ["CostCounters"]
 
@@ -18,6 +18,6 @@ class CostCounters:
         return time.process_time()
 
     def crypto_ops(self) -> dict[str, int]:
-        """This process's BCP operations so far (:func:`~ray_vfl.crypto.bcp_arrays.op_counts`); the
+        """This process's BCP operations so far (:func:`~ray_vfl.crypto.two_server.bcp_arrays.op_counts`); the
         work it cut over its task pool is counted here, where it was asked for."""
         return op_counts()

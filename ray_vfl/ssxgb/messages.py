@@ -1,14 +1,14 @@
 """What each SSXGB message carries, checked by its receiver before use (:mod:`ray_vfl.runtime.validation`).
 
-Ciphertext fields are BCP :class:`~ray_vfl.crypto.base.CipherArray` values; the receiver names the key
+Ciphertext fields are BCP :class:`~ray_vfl.crypto.he.base.CipherArray` values; the receiver names the key
 they must be under (``ctx["key"]``: the joint key, or its own user key) and checks layout, key and
-scale (:func:`ray_vfl.crypto.bcp_arrays.check`): a ciphertext under another (joint) key is refused
+scale (:func:`ray_vfl.crypto.two_server.bcp_arrays.check`): a ciphertext under another (joint) key is refused
 with a :class:`~ray_vfl.errors.ProtocolError` naming the sender.
 """
 
 from __future__ import annotations
 
-from ..crypto.bcp_arrays import check
+from ..crypto.two_server.bcp_arrays import check
 from ..errors import CryptoError
 from ..runtime.validation import (
     Array,
@@ -24,7 +24,7 @@ from ..runtime.validation import (
 
 __all__ = ["S_STEPS"]
 
-# The ServerS steps C may ask for (ray_vfl.crypto.two_server), with what their arguments are.
+# The ServerS steps C may ask for (ray_vfl.crypto.two_server.server_s), with what their arguments are.
 S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step", "reciprocal_step")
 
 

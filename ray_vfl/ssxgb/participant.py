@@ -19,9 +19,9 @@ import numpy as np
 import ray
 from gmpy2 import mpz
 
-from ..crypto.ciphertexts import CipherArray
-from ..crypto.bcp import BCPParams, BCPPublicKey, BCPSecretKey, keygen
-from ..crypto.bcp_arrays import BCP, unwrap, wrap
+from ..crypto.he.ciphertexts import CipherArray
+from ..crypto.two_server.bcp import BCPParams, BCPPublicKey, BCPSecretKey, keygen
+from ..crypto.two_server.bcp_arrays import BCP, unwrap, wrap
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.comm import Message

@@ -5,7 +5,7 @@ participants, outsourced to two non-colluding, honest-but-curious servers.
 Participants each hold some features of every row; exactly one, the label-bearing participant (LBP),
 holds the labels. Server C talks to everyone and computes on BCP ciphertexts under the joint key;
 server S holds the BCP master key, talks only to C, and answers the two-server steps
-(:mod:`ray_vfl.crypto.two_server`) on values C has masked. The driver is a coordinator: it calls the
+(:mod:`ray_vfl.crypto.two_server.server_s`) on values C has masked. The driver is a coordinator: it calls the
 actors and hands each message (a Ray reference) to its receiver, never fetching one.
 
 Rounds (``P`` participants; ``i`` a participant; every message through the metered send path):

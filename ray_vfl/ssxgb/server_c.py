@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from gmpy2 import mpz
 
-from ..crypto.ciphertexts import CipherArray
-from ..crypto.bcp import BCPParams, BCPPublicKey
-from ..crypto.bcp_arrays import check, unwrap, wrap
-from ..crypto.two_server import TwoServerConfig
-from ..crypto.two_server_c import ServerC
+from ..crypto.he.ciphertexts import CipherArray
+from ..crypto.two_server.bcp import BCPParams, BCPPublicKey
+from ..crypto.two_server.bcp_arrays import check, unwrap, wrap
+from ..crypto.two_server.server_s import TwoServerConfig
+from ..crypto.two_server.server_c import ServerC
 from ..errors import ConfigError, DataError, ProtocolError
 from ..runtime.party import PartyActor
 from ..trees.sampling import RowSampler

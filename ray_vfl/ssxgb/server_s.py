@@ -1,6 +1,6 @@
 """Server S as a Ray actor, and the link through which server C reaches it.
 
-S holds the BCP master key and runs the two-server steps of :class:`~ray_vfl.crypto.two_server.ServerS`
+S holds the BCP master key and runs the two-server steps of :class:`~ray_vfl.crypto.two_server.server_s.ServerS`
 on what C sends; it talks to C only. :class:`ActorLink` is C's ``link``: each ``ask(step, *payload)``
 is one metered ``ssxgb_s_request`` message from C's actor to S's actor and one metered
 ``ssxgb_s_reply`` back (both through :meth:`~ray_vfl.runtime.comm.Mailbox.send`), so the bytes and
@@ -13,8 +13,8 @@ import time
 import warnings
 from typing import Any
 
-from ..crypto.bcp import BCPMasterKey, BCPParams, setup
-from ..crypto.two_server import ServerS, TwoServerConfig
+from ..crypto.two_server.bcp import BCPMasterKey, BCPParams, setup
+from ..crypto.two_server.server_s import ServerS, TwoServerConfig
 from ..errors import SecurityWarning
 from ..runtime.actors import gather
 from ..runtime.comm import Mailbox, Message

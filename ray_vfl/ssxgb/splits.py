@@ -13,13 +13,13 @@ Mult round gives ``num_a den_b`` and ``num_b den_a``, one LGT round ``b = [num_a
 encrypted index ``idx`` of the winner (``x_a + b (x_b - x_a)``). Ties go to the lower index, as
 ``numpy.argmax``; all nodes of a level run in the same rounds (``3 ceil(log2 k) + 2`` rounds for ``k``
 candidates per node). No gain, sum or comparison result is ever decrypted: S sees only masked values
-(:mod:`ray_vfl.crypto.two_server`), C only ciphertexts. Exact: no approximation.
+(:mod:`ray_vfl.crypto.two_server.server_s`), C only ciphertexts. Exact: no approximation.
 
 Mask sizes. With ``|G|, |GL|, |GR|, H + L, HL + L, HR + L < 2^s`` (``s`` = ``sum_bits`` of the
 fixed-point plan), every Mult operand has a known bound: squares and ``den`` ``2^(2s)``, ``num``
 ``2^(3s + 1)``, their differences one bit more, the comparison bit 1 bit, the index difference the bits
 of ``k``. Each Mult masks an operand with that bound plus ``kappa`` bits
-(:meth:`~ray_vfl.crypto.two_server_c.ServerC.mult_many`), which hides it as well as a mask of
+(:meth:`~ray_vfl.crypto.two_server.server_c.ServerC.mult_many`), which hides it as well as a mask of
 ``l + kappa`` bits and makes C's exponentiations by the masks about 2.5 times cheaper here. (The
 bounds hold while the margins stay in ``[-R, R]``, the assumption the comparison budget makes too; an
 operand beyond its bound would still multiply correctly, hidden only within ``|x| / 2^(bound + kappa)``.)
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..crypto.ciphertexts import CipherArray
-from ..crypto.two_server_c import ServerC
+from ..crypto.he.ciphertexts import CipherArray
+from ..crypto.two_server.server_c import ServerC
 
 __all__ = ["best_candidates", "gain_fractions"]
 

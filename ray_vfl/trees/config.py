@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ValidatedConfig, check_float, check_int
-from ..crypto.key_policy import MIN_KEY_BITS, check_key_bits, weak_key_warning
+from ..crypto.he.key_policy import MIN_KEY_BITS, check_key_bits, weak_key_warning
 from ..errors import ConfigError, SecurityWarning
 
 __all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "PLAIN_BACKEND_WARNING", "default_gradient_bound"]
@@ -82,7 +82,7 @@ class BoostConfig(ValidatedConfig):
         default). The parties' waits for each other use the same value.
     precompute_masks : bool
         Let the label party make the next tree's encryption randomness in the
-        background, at the lowest OS priority (:mod:`ray_vfl.crypto.mask_reserve`).
+        background, at the lowest OS priority (:mod:`ray_vfl.crypto.he.mask_reserve`).
     group_features : bool
         Let each passive party sum its encrypted histograms through the joint
         cells of groups of its features (:mod:`ray_vfl.trees.feature_groups`): the

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..crypto.fixed_point import FixedPoint
+from ..crypto.he.fixed_point import FixedPoint
 from ..errors import ConfigError
 from ..metrics import auc, logloss
 
