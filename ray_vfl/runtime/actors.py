@@ -40,7 +40,7 @@ from .local_ray import (
     start_local_ray,
 )
 
-__all__ = ["Runtime", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
+__all__ = ["Runtime", "gather", "settle", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,28 @@ _POLL_S = 0.25  # how often a waiting driver checks for failed parties
 def as_ref_list(refs: Any, n: int) -> list:
     """The refs of a ``num_returns=n`` call as a list (Ray returns a bare ref when ``n == 1``)."""
     return [refs] if n == 1 else list(refs)
+
+
+def settle(refs: Sequence[Any]) -> None:
+    """Mark the calls of a failed wait as handled, so that Ray has nothing left to report on them.
+
+    A wait that fails fast leaves the other calls of its batch unfetched: a peer's copy of the
+    same error, a call that fails once its actor is killed, a message no receiver will read. Ray
+    logs every error object dropped unfetched as "Unhandled error" with its remote traceback, 15-40
+    lines on stderr after the one error the runtime has already raised. Each ref here gets a
+    completion callback (``ObjectRef.future()``), which Ray counts as a fetch whether the result is
+    there already or arrives later; nothing waits. Only the batch of the failed wait is settled: an
+    unfetched error anywhere else is still reported.
+
+    Example
+    -------
+    >>> settle([])
+    """
+    for ref in refs:
+        try:
+            ref.future()
+        except Exception:  # a ref of a Ray that is shutting down: nothing left to report either
+            log.debug("could not settle %s", ref)
 
 
 # ---------------------------------------------------------------------------
@@ -352,6 +374,14 @@ def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party
     >>> gather([], "nothing to wait for", 1.0)
     []
     """
+    try:
+        return _gather(calls, phase, timeout_s, party_of_actor)
+    except BaseException:  # a failed party, a timeout, Ctrl-C: the batch's other calls are fetched by nobody now
+        settle([ref for _, ref in calls])
+        raise
+
+
+def _gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party_of_actor: Callable | None) -> list[Any]:
     deadline = time.monotonic() + timeout_s
     if len(calls) == 1:  # the common case inside a protocol round: one peer, one blocking get
         party, ref = calls[0]
