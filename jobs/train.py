@@ -170,7 +170,7 @@ def local_data(args, cats: dict):
         frame, label, named_cats, objective = load_named(args.dataset, folders)
     n_features = len(frame.columns) - 1  # every column but the label
     if not 2 <= args.parties <= n_features:
-        raise ConfigError(f"--parties must be in [2, {n_features}] for {args.dataset!r}'s {n_features} feature columns "
+        raise ConfigError(f"--parties must be in [2, {n_features}]: {args.dataset!r} has {n_features} feature columns "
                           f"(the label party and at least one more; one column each at least), got {args.parties}")
     wanted = [c for cols in cats.values() for c in cols]
     missing = [c for c in wanted if c not in frame.columns]

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .actors import Runtime, as_ref_list, settle
+from .actors import Runtime, as_ref_list
+from .waiting import settle
 
 __all__ = ["Calls"]
 

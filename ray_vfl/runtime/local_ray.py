@@ -32,7 +32,7 @@ A local Ray prints nothing of its own unless something fails:
   so the local Ray allows one process start per CPU and per party slot it declares
   (:func:`startup_concurrency`), and warns only past 4 times that.
 - The errors of calls nobody fetched after a failure are settled
-  (:func:`ray_vfl.runtime.actors.settle`) rather than reported as "Unhandled error".
+  (:func:`ray_vfl.runtime.waiting.settle`) rather than reported as "Unhandled error".
 """
 
 from __future__ import annotations

@@ -92,5 +92,5 @@ class TaskPool:
             return ray.get(refs, timeout=self.timeout_s)
         except BaseException:  # the first failed task raised: the others are fetched by nobody now
             for ref in refs:
-                ref.future()  # counts as a fetch for Ray: no "Unhandled error" report of them (actors.settle)
+                ref.future()  # counts as a fetch for Ray: no "Unhandled error" report of them (waiting.settle)
             raise
