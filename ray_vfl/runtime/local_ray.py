@@ -25,12 +25,13 @@ A local Ray prints nothing of its own unless something fails:
   used as it is, and Ray says nothing about it either.
 - Ray's start-up line is logged at INFO, below the ``logging_level`` given, and
   the workers' output stays in Ray's log files (``log_to_driver=False``).
-- Ray's raylet warns on the driver's stdout, in colour, once the worker processes
-  pass 4 times its startup concurrency (by default the CPU count: 8 processes on 2
-  CPUs): it takes many processes for tasks blocked in ``ray.get``. Here each party is
-  an actor process of its own by design (its data and keys live in it; ``num_cpus=0``),
-  so the local Ray allows one process start per CPU and per party slot it declares
-  (:func:`startup_concurrency`), and warns only past 4 times that.
+- Ray's raylet warns on the driver's stdout, in colour ("WARNING: 8 PYTHON worker processes
+  have been started ..., which is 4x the maximum expected startup concurrency (2)"), once its
+  worker processes, less a few it keeps for spilling, reach 4 times its startup concurrency (by
+  default the CPU count): taken as a sign of tasks blocked in ``ray.get``, it comes with 18
+  parties on 2 CPUs. Here each party is an actor process of its own by design (its data and keys
+  live in it; ``num_cpus=0``), so the local Ray starts up to one process per CPU and per party
+  slot it declares at once (:func:`startup_concurrency`), and warns only past 4 times that.
 - The errors of calls nobody fetched after a failure are settled
   (:func:`ray_vfl.runtime.waiting.settle`) rather than reported as "Unhandled error".
 """
