@@ -175,7 +175,9 @@ def _cities(n: int, seed: int) -> pd.DataFrame:
                          "shop": rng.choice(["s", "t"], n), "y": (x + rng.normal(size=n) > 0).astype(int)})
 
 
-def test_unseen_categories_warn_once_per_column_with_counts(runtime):
+def test_unseen_categories_warn_once_per_party_with_each_columns_count(runtime):
+    """One warning per party and data set, naming each column with its count; the same warning again
+    (the same test set scored by another model, say) is not repeated."""
     frame = _cities(600, 0)
     parties = {"party0": ["x"], "party1": ["z", "city", "shop"]}
     train_data = vertical_split(frame, parties, label="y", categorical=["city", "shop"])
@@ -187,18 +189,18 @@ def test_unseen_categories_warn_once_per_column_with_counts(runtime):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         proba = clf.predict_proba(vertical_split(new, parties, label="y", categorical=["city", "shop"]))
-    said = sorted(str(w.message) for w in caught if issubclass(w.category, DataWarning))
+        clf.predict_proba(vertical_split(new, parties, label="y", categorical=["city", "shop"]))  # said once only
+    said = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     assert said == [
-        "party 'party1', column 'city': 7 of 50 rows of the prediction data hold categories unseen in training; "
-        "they are treated as missing values",
-        "party 'party1', column 'shop': 2 of 50 rows of the prediction data hold categories unseen in training; "
-        "they are treated as missing values",
+        "party 'party1', columns 'city', 'shop': 7 and 2 of 50 rows of the prediction data hold categories unseen "
+        "in training; they are treated as missing values",
     ]
     assert proba.shape == (50, 2)
     with pytest.warns(DataWarning) as caught:
         SecureBoostClassifier(n_estimators=1, max_depth=2, backend="plain", runtime=runtime).fit(
             train_data, eval_set=[vertical_split(new, parties, label="y", categorical=["city", "shop"])])
-    assert sum("column 'city': 7 of 50 rows of the eval set 'validation_0'" in str(w.message) for w in caught) == 1
+    assert sum("columns 'city', 'shop': 7 and 2 of 50 rows of the eval set 'validation_0'" in str(w.message)
+               for w in caught) == 1
 
 
 def test_unseen_categories_of_party_held_data_reach_the_driver(runtime, tmp_path):
@@ -233,6 +235,20 @@ def test_predict_on_something_that_is_not_a_dataset(fitted, small):
         SecureBoostClassifier(backend="plain").fit(small[0], eval_set=["test.csv"])
     with pytest.raises(ConfigError, match="callbacks takes a list"):
         SecureBoostClassifier(backend="plain", callbacks=ProgressBar()).fit(small[0])
+
+
+def test_a_missing_or_extra_prediction_column_is_named_with_its_party(fitted, small):
+    test_data = small[1]
+    lacking = test_data.take(np.arange(len(test_data.label)))
+    dropped = lacking.features["party1"].columns[2]
+    lacking.features["party1"] = lacking.features["party1"].drop(columns=dropped)
+    with pytest.raises(DataError, match=rf"party 'party1': the columns differ from the fitted columns: '{dropped}' is "
+                                        r"missing \(the party was fitted on it\)"):
+        fitted.predict_proba(lacking)
+    extra = test_data.take(np.arange(len(test_data.label)))
+    extra.features["party0"] = extra.features["party0"].assign(bonus=1.0)
+    with pytest.raises(DataError, match=r"party 'party0': .*'bonus' is extra; give every data set the party's training"):
+        fitted.predict_proba(extra)
 
 
 def test_n_trees_must_be_within_the_trees_trained(fitted, small):
@@ -318,8 +334,8 @@ def test_training_says_what_is_weak_once_per_fit(runtime, small):
 # the jobs
 
 
-def run_job(*args, env_extra=None, timeout=300):
-    env = {**os.environ, **(env_extra or {})}
+def run_job(*args, env_extra=None, env_drop=(), timeout=300):
+    env = {k: v for k, v in {**os.environ, **(env_extra or {})}.items() if k not in env_drop}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -335,6 +351,9 @@ def run_job(*args, env_extra=None, timeout=300):
     (["--party-files", "a=a.csv", "b=b.csv", "--label", "y", "--categorical", "city"], "name each categorical column's party"),
     (["--categorical", "nope"], "error: --categorical column(s) ['nope'] are not in 'credit'"),
     (["--json", "/nonexistent/report.json"], "the folder '/nonexistent' does not exist"),
+    (["--parties", "0"], "error: --parties must be in [2, 23]: 'credit' has 23 feature columns (the label party and "
+                         "at least one more; one column each at least), got 0"),
+    (["--parties", "50"], "error: --parties must be in [2, 23]: 'credit' has 23 feature columns"),
 ])
 def test_train_job_checks_every_option_before_ray_starts(args, message, monkeypatch):
     """In this process, as ``python jobs/train.py`` runs it (its ``cli``), with a Runtime that fails if made."""
@@ -382,7 +401,10 @@ def test_train_job_with_party_files_categoricals_and_a_gradient_bound(tmp_path):
     assert log.count("tree 1/2") == 1 and log.count("tree 2/2") == 1
     assert "warning: backend='plain' encrypts nothing" in done.stderr
     without = run_job(*base)
-    assert without.returncode == 1 and "declare it categorical" in without.stderr and "Traceback" not in without.stderr
+    assert without.returncode == 1 and "Traceback" not in without.stderr and "Unhandled error" not in without.stderr
+    # the command line's own flag, not the Python keyword (categorical={'shop': ['city']})
+    assert "declare it categorical, e.g. --categorical shop=city" in without.stderr, without.stderr[-2000:]
+    assert "categorical={" not in without.stderr
 
 
 def test_train_job_refuses_a_test_set_of_one_class(tmp_path):

@@ -1,4 +1,5 @@
-"""The main job runs under `ray job submit` on a local Ray head bound to loopback."""
+"""The main job runs under `ray job submit` on a local Ray head bound to loopback, and on a Ray of its own
+printing its result line and nothing of Ray's."""
 
 import csv
 import json
@@ -70,6 +71,32 @@ def test_train_job_via_ray_job_submit(ray_head, tmp_path):
     assert "succeeded" in done.stdout + done.stderr
     report = json.loads(out.read_text())
     assert report["trees"] == 3 and 0.7 < report["test_auc"] < 0.85 and report["mb_exchanged"] > 0
+
+
+def test_train_job_prints_its_result_line_and_nothing_of_rays(tmp_path):
+    """jobs/train.py starting its own Ray as a user's shell does (RAY_AUTH_MODE unset: Ray's default token
+    authentication), with 18 parties: more actor processes than Ray expects on 2 CPUs. It prints its result
+    line and its one warning, and nothing of Ray's: no token-authentication notice, no raylet warning, no
+    escape code. The line's wall time is the whole process's; a plain backend has no key size."""
+    report = tmp_path / "report.json"
+    ray_tmp = tempfile.mkdtemp(prefix="rw", dir="/tmp")  # a short RAY_TMPDIR of its own (socket path limit)
+    env = dict(os.environ, RAY_TMPDIR=ray_tmp, PYTHONPATH=str(REPO))
+    for key in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(key, None)
+    cmd = [sys.executable, "jobs/train.py", "--parties", "18", "--backend", "plain", "--trees", "1", "--depth", "2",
+           "--quiet", "--json", str(report)]
+    try:
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = json.loads(report.read_text())
+    out, err = done.stdout.strip().splitlines(), done.stderr.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("test AUC ") and out[0].endswith("| 18 parties, plain (no encryption)"), out
+    assert f"wall time {said['wall_s']:.1f} s for the whole process (fit {said['fit_s']:.1f} s" in out[0]
+    assert said["wall_s"] > said["fit_s"] and said["key_bits"] is None
+    assert len(err) == 1 and err[0].startswith("warning: backend='plain' encrypts nothing"), err
+    assert "\x1b" not in done.stdout + done.stderr
 
 
 def test_pivodl_job_small(tmp_path):

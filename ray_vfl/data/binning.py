@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import DataError
 
-__all__ = ["PartyBinner", "encode_party_frame", "check_encodable", "count_unseen"]
+__all__ = ["PartyBinner", "encode_party_frame", "check_encodable", "count_unseen", "column_mismatch"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,34 @@ def check_encodable(frame: pd.DataFrame, categorical: Sequence[str], party: str)
         )
 
 
+def column_mismatch(party: str, got: Sequence, fitted: Sequence[str]) -> str:
+    """The message of a :class:`DataError` for a data set whose columns are not the ones ``party``
+    was fitted on, naming the columns missing, the columns extra, or the order.
+
+    Example
+    -------
+    >>> print(column_mismatch("shop", ["age", "zip"], ["age", "city"]))  # doctest: +NORMALIZE_WHITESPACE
+    party 'shop': the columns differ from the fitted columns: 'city' is missing (the party was fitted on it),
+    'zip' is extra; give every data set the party's training columns, in the training order
+    """
+    got = [str(c) for c in got]
+    missing, extra = [c for c in fitted if c not in got], [c for c in got if c not in fitted]
+
+    def named(cols: list[str]) -> str:
+        return ", ".join(map(repr, cols))
+
+    said = []
+    if missing:
+        said.append(f"{named(missing)} {'is' if len(missing) == 1 else 'are'} missing (the party was fitted on "
+                    f"{'it' if len(missing) == 1 else 'them'})")
+    if extra:
+        said.append(f"{named(extra)} {'is' if len(extra) == 1 else 'are'} extra")
+    if not said:
+        said.append(f"the same columns in another order, {got} instead of {list(fitted)}")
+    return (f"party {party!r}: the columns differ from the fitted columns: {', '.join(said)}; give every data set the "
+            "party's training columns, in the training order")
+
+
 class PartyBinner:
     """Quantile bins of one party's features, fitted on that party's data only.
 
@@ -137,18 +165,17 @@ class PartyBinner:
         """Bin a frame with the fitted cuts: uint8 ``(n, F)``, missing -> ``max_bin``.
 
         A category unseen in training is binned as missing; how many rows hold one, per column,
-        is kept in :attr:`unseen_counts` and logged (a count, never a value).
+        is kept in :attr:`unseen_counts` (a count, never a value): the party reports it, and the
+        driver warns the user once (:func:`ray_vfl.runtime.party.warn_unseen_categories`).
         """
         if [str(c) for c in frame.columns] != self.feature_names:
-            raise DataError(
-                f"party {party!r}: columns {list(frame.columns)} differ from the fitted columns {self.feature_names}"
-            )
+            raise DataError(column_mismatch(party, frame.columns, self.feature_names))
         values, _ = encode_party_frame(frame, self.categorical, party, self.categories)
         self.unseen_counts = count_unseen(frame, values, self.categorical)
         for col, count in self.unseen_counts.items():
-            if count:
-                log.warning("party %r, column %r: %d of %d rows hold categories unseen in training; binned as missing",
-                            party, col, count, len(frame))
+            if count:  # the user is warned at the driver; this is the party's own trace
+                log.debug("party %r, column %r: %d of %d rows hold categories unseen in training; binned as missing",
+                          party, col, count, len(frame))
         return self.bin_values(values)
 
     def bin_values(self, values: np.ndarray) -> np.ndarray:

@@ -12,7 +12,8 @@ Protocol classes are plain Python; :meth:`Runtime.spawn` wraps them as actors.
 Every exception raised inside a party method is re-raised at the driver as a
 :class:`~ray_vfl.errors.PartyFailedError` naming the party and the phase, as
 is a dead actor or a phase that exceeds its timeout; the runtime then kills
-the other actors so nothing is left behind.
+the other actors so nothing is left behind. Waiting itself is :mod:`ray_vfl.runtime.waiting`:
+the calls a failed wait leaves unfetched are settled, so the one error is all a user reads.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import inspect
 import itertools
 import logging
 import os
-import re
-import time
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -31,7 +30,6 @@ import ray
 
 from ..errors import ConfigError, DataError, PartyFailedError, VFLError
 from . import timeline
-from .task_pool import TaskPool
 from .local_ray import (
     RESOURCE_UNITS,
     claim_spare_slots,
@@ -39,12 +37,12 @@ from .local_ray import (
     party_resource,
     start_local_ray,
 )
+from .task_pool import TaskPool
+from .waiting import gather, settle
 
-__all__ = ["Runtime", "gather", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
+__all__ = ["Runtime", "gather", "settle", "party_resource", "as_ref_list", "RESOURCE_UNITS"]
 
 log = logging.getLogger(__name__)
-
-_POLL_S = 0.25  # how often a waiting driver checks for failed parties
 
 
 def as_ref_list(refs: Any, n: int) -> list:
@@ -336,67 +334,3 @@ class Runtime:
             except Exception:  # a dead actor answers its probe with an error
                 failed.add(probes[ref])
         return sorted(failed)
-
-
-def gather(calls: Sequence[tuple[str, Any]], phase: str, timeout_s: float, party_of_actor: Callable | None = None) -> list[Any]:
-    """Values of ``(party, ObjectRef)`` pairs, in order; the first failure raises at once.
-
-    Used by the driver (through :meth:`Runtime.get`) and by a party actor that
-    waits for its peers: an exception in a party, a dead actor or no answer
-    within ``timeout_s`` raises :class:`PartyFailedError` naming the party
-    and ``phase``; ``DataError`` and ``ConfigError`` raised in a party come
-    back as they are.
-
-    Example
-    -------
-    >>> gather([], "nothing to wait for", 1.0)
-    []
-    """
-    deadline = time.monotonic() + timeout_s
-    if len(calls) == 1:  # the common case inside a protocol round: one peer, one blocking get
-        party, ref = calls[0]
-        try:
-            return [ray.get(ref, timeout=max(timeout_s, 0.0))]
-        except Exception as exc:
-            raise _failure(exc, party, phase, timeout_s, party_of_actor) from None
-    party_of = {ref: party for party, ref in calls}
-    pending = list(party_of)
-    while pending:
-        # Wake up at least every _POLL_S: one failed call ends the wait, the others notwithstanding.
-        wait_s = min(_POLL_S, max(0.0, deadline - time.monotonic()))
-        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s, fetch_local=False)
-        for ref in ready:
-            try:
-                ray.get(ref, timeout=0)
-            except Exception as exc:
-                raise _failure(exc, party_of[ref], phase, timeout_s, party_of_actor) from None
-        if pending and time.monotonic() >= deadline:
-            raise PartyFailedError(party_of[pending[0]], phase, f"no answer within {timeout_s:g} s", reason="timeout")
-    return ray.get([ref for _, ref in calls], timeout=max(1.0, deadline - time.monotonic()))
-
-
-def _failure(exc: Exception, party: str, phase: str, timeout_s: float, party_of_actor: Callable | None) -> Exception:
-    """The ray_vfl error for a failed wait on ``party``'s call."""
-    cause = getattr(exc, "cause", None)
-    while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:
-        cause = cause.cause  # a party's own task failed: report the task's error, not Ray's wrappers
-    if isinstance(exc, ray.exceptions.RayTaskError) and cause is not None:
-        if isinstance(cause, PartyFailedError):
-            return PartyFailedError(cause.party, f"{phase}/{cause.phase}", cause.cause, cause.reason)
-        if isinstance(cause, VFLError):
-            return cause
-        return PartyFailedError(party, phase, f"{type(cause).__name__}: {cause}")
-    if isinstance(exc, ray.exceptions.RayActorError):
-        failed = party_of_actor(getattr(exc, "actor_id", None)) if party_of_actor else "?"
-        detail = "actor died"
-        if getattr(exc, "actor_init_failed", False):  # Ray keeps only the text of a constructor's error
-            errors = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception): .+)$", getattr(exc, "error_msg", "") or "", re.M)
-            user_error = re.match(r"(DataError|ConfigError): (.+)", errors[-1]) if errors else None
-            if user_error:  # the party refused its input while starting: the user's error, as it was raised
-                kind = DataError if user_error.group(1) == "DataError" else ConfigError
-                return kind(user_error.group(2))
-            detail = f"actor failed to start: {errors[-1] if errors else 'see the Ray logs'}"
-        return PartyFailedError(failed if failed != "?" else party, phase, detail, reason="died")
-    if isinstance(exc, ray.exceptions.GetTimeoutError):
-        return PartyFailedError(party, phase, f"no answer within {timeout_s:g} s", reason="timeout")
-    return PartyFailedError(party, phase, f"{type(exc).__name__}: {exc}")

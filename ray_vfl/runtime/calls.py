@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .actors import Runtime, as_ref_list
+from .waiting import settle
 
 __all__ = ["Calls"]
 
@@ -36,7 +37,11 @@ class Calls:
                                .remote(*args_of(p)), 1 + n_messages)
             statuses.append((p, refs[0]))
             out[p] = refs[1:]
-        self.runtime.get(statuses, phase, self.timeout_s)
+        try:
+            self.runtime.get(statuses, phase, self.timeout_s)
+        except BaseException:  # no receiver will read the messages now: nothing of them for Ray to report
+            settle([ref for refs in out.values() for ref in refs])
+            raise
         return out
 
     def value(self, method: str, parties: Sequence[str], args_of: Callable, phase: str) -> list:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import tempfile
 import warnings
@@ -24,6 +25,8 @@ from .comm import Mailbox, Record
 
 __all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows",
            "warn_unseen_categories", "FORMAT_VERSION"]
+
+log = logging.getLogger(__name__)
 
 META_FILE = "federation.json"
 # Version of the saved layout (federation.json and the parts): load_meta refuses any other, so a model
@@ -189,15 +192,44 @@ def read_part(path: str, party: str) -> dict[str, Any]:
         raise DataError(f"party {party!r}: {path!r} is not a saved model part ({exc})") from exc
 
 
+_warned: set[str] = set()  # the unseen-category warnings this process has given (each is given once)
+
+
 def warn_unseen_categories(parties: Sequence[str], reports: Sequence[dict[str, Any]], what: str) -> None:
-    """At the driver: one :class:`~ray_vfl.errors.DataWarning` per column in which the parties'
-    :meth:`PartyActor.load_rows` reports counted categories unseen in training (counts only)."""
+    """At the driver: one :class:`~ray_vfl.errors.DataWarning` per party whose
+    :meth:`PartyActor.load_rows` counted categories unseen in training, naming each column
+    with its count (counts only, never a value).
+
+    A process gives each such warning once: a study that scores several models on the same
+    test set would otherwise repeat the same lines for every model (and Python's own
+    once-per-place filter forgets what it said whenever a library changes the warning filters).
+    A repeat is logged at DEBUG instead.
+
+    Example
+    -------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as said:
+    ...     warnings.simplefilter("always")
+    ...     for _ in range(2):
+    ...         warn_unseen_categories(["shop"], [{"rows": 50, "unseen_categories": {"city": 7, "zip": 2, "tier": 0}}],
+    ...                                "doctest data")
+    >>> [str(w.message) for w in said]  # doctest: +NORMALIZE_WHITESPACE
+    ["party 'shop', columns 'city', 'zip': 7 and 2 of 50 rows of the doctest data hold categories unseen in
+    training; they are treated as missing values"]
+    """
     for party, report in zip(parties, reports):
-        for col, count in (report or {}).get("unseen_categories", {}).items():
-            if count:
-                warnings.warn(f"party {party!r}, column {col!r}: {count} of {report['rows']} rows of the {what} hold "
-                              "categories unseen in training; they are treated as missing values", DataWarning,
-                              stacklevel=3)
+        counts = {col: n for col, n in (report or {}).get("unseen_categories", {}).items() if n}
+        if not counts:
+            continue
+        cols, ns = ", ".join(map(repr, counts)), [str(n) for n in counts.values()]
+        numbers = ns[0] if len(ns) == 1 else f"{', '.join(ns[:-1])} and {ns[-1]}"
+        message = (f"party {party!r}, column{'s' if len(counts) > 1 else ''} {cols}: {numbers} of {report['rows']} rows "
+                   f"of the {what} hold categories unseen in training; they are treated as missing values")
+        if message in _warned:
+            log.debug("%s (said before)", message)
+            continue
+        _warned.add(message)
+        warnings.warn(message, DataWarning, stacklevel=3)
 
 
 def save_parts(runtime: Any, parties: Sequence[str], directory: str, meta: dict[str, Any], suffix: str,

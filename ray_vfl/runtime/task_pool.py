@@ -88,4 +88,9 @@ class TaskPool:
         remote = _remote(fn).options(num_cpus=1, resources={self.resource: 0.01}, max_retries=0)
         shared_refs = [s if isinstance(s, ray.ObjectRef) else ray.put(s) for s in shared]
         refs = [remote.remote(chunk, *shared_refs) for chunk in chunks]
-        return ray.get(refs, timeout=self.timeout_s)
+        try:
+            return ray.get(refs, timeout=self.timeout_s)
+        except BaseException:  # the first failed task raised: the others are fetched by nobody now
+            for ref in refs:
+                ref.future()  # counts as a fetch for Ray: no "Unhandled error" report of them (waiting.settle)
+            raise

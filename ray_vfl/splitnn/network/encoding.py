@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ...data.binning import check_encodable
+from ...data.binning import check_encodable, column_mismatch
 from ...errors import ConfigError, DataError
 
 __all__ = ["FeatureEncoder"]
@@ -85,12 +85,8 @@ class FeatureEncoder:
         an unseen category, per column, is kept in :attr:`unseen_counts`)."""
         if not self.columns:
             raise DataError(f"party {party!r}: the feature encoder is used before fit")
-        got = [str(c) for c in frame.columns]
-        if got != self.columns:
-            raise DataError(
-                f"party {party!r}: columns {got} do not match the columns the encoder was fitted on {self.columns}; "
-                "give every data set the training columns in the training order"
-            )
+        if [str(c) for c in frame.columns] != self.columns:
+            raise DataError(column_mismatch(party, frame.columns, self.columns))
         out = np.zeros((len(frame), len(self.columns)), dtype=np.int64)
         self.unseen_counts = {}
         for j, col in enumerate(self.columns):
