@@ -67,19 +67,23 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import pandas as pd
 
+    from ray_vfl import Runtime
     from ray_vfl.experiments import ExperimentConfig, Interrupted, run_sweep
     from ray_vfl.experiments.catalog import resolve
     from ray_vfl.experiments.plots import brief
 
+    runtime = Runtime()  # started by the first run; stopped here, also after Ctrl-C (not at interpreter exit)
     try:
         cfg = ExperimentConfig.from_yaml(resolve(args.config, CONFIGS))
-        table = run_sweep(cfg, args.out, progress=not args.no_progress, max_runs=args.max_runs)
+        table = run_sweep(cfg, args.out, runtime, progress=not args.no_progress, max_runs=args.max_runs)
     except VFLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Interrupted says how many runs are saved; before the first run, none are
         print(exc if isinstance(exc, Interrupted) else "interrupted: no run started", file=sys.stderr)
         return INTERRUPTED_EXIT
+    finally:
+        runtime.shutdown()
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print(brief(cfg, table).to_string(index=False))
     folder = os.path.join(args.out, cfg.name)

@@ -58,7 +58,13 @@ def main(argv=None) -> int:
         folder = args.results or os.path.join(args.out, cfg.name)
         path = os.path.join(folder, "results.csv")
         if default:  # the small sweep's missing runs first (none when jobs/experiment.py ran it)
-            run_sweep(cfg, args.out)
+            from ray_vfl import Runtime
+
+            runtime = Runtime()
+            try:
+                run_sweep(cfg, args.out, runtime)
+            finally:
+                runtime.shutdown()  # also after Ctrl-C, before the interpreter exits
         if not os.path.exists(path):
             how = f": python jobs/experiment.py --config {config} --out {args.out}" if config else ""
             raise DataError(f"{path!r} does not exist; run jobs/experiment.py first{how}")

@@ -140,7 +140,8 @@ def test_every_job_runs_its_small_study_by_default_and_names_the_full_one(capsys
     assert (small.rows, small.repeats, small.key_bits, small.allow_weak_keys, small.out) == (1500, 1, 1024, True,
                                                                                            "results/pivodl_small")
     assert (full.rows, full.repeats, full.key_bits, full.allow_weak_keys, full.out) == (None, 5, 2048, False, "results/pivodl")
-    assert full.clients == [2, 4, 6, 8, 10] and len(pivodl.plan(small)) == 50 and len(pivodl.plan(full)) > 500
+    assert full.clients == [2, 4, 6, 8, 10] and full.datasets == ["credit", "bank", "energy"]
+    assert len(pivodl.plan(small)) == 2 * 8 * 2 + 2 and len(pivodl.plan(full)) > 500  # datasets x points x backends + guesses
     assert pivodl.parse_args(["--full", "--repeats", "2"]).repeats == 2  # explicit flags apply on top
     assert not pivodl.parse_args(["--key-bits", "1024"]).allow_weak_keys  # a weak key the user picks needs the flag
     small, full = ssxgb.parse_args([]), ssxgb.parse_args(["--full"])
@@ -192,7 +193,14 @@ def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_so_in_one_line(runti
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "Runtime", lambda: runtime)  # the session's actors, not a second set
+    class Shared:  # the session's runtime and actors (not a second set), left running when the job ends
+        def __getattr__(self, name):
+            return getattr(runtime, name)
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr("ray_vfl.Runtime", Shared)
     monkeypatch.setattr(runner, "run_one", first_then_ctrl_c)
     job = load_job("experiment")
     assert job.main(argv) == 130
