@@ -2,10 +2,10 @@
 the maximum depth, the number of trees and the DP budget, with and without encryption; and its label-guess
 table (Table III). Writes CSV, JSON and PNG plots::
 
-    python jobs/pivodl.py --small --out results/pivodl_small           # a tiny version, about a minute
-    python jobs/pivodl.py --out results/pivodl                         # the paper's studies (hours: Paillier 2048)
+    python jobs/pivodl.py                                              # a small version, about a minute
+    python jobs/pivodl.py --full                                       # the paper's studies (hours: Paillier 2048)
     python jobs/pivodl.py --datasets energy --studies clients --backends paillier --key-bits 1024 --allow-weak-keys
-    ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/pivodl.py --out results/pivodl
+    ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/pivodl.py --full
 
 A study varies one setting (``clients``, ``depth``, ``trees`` or ``epsilon``) with the others at their
 defaults (``--clients-default`` etc.), for every dataset (credit and bank marketing: test accuracy;
@@ -14,15 +14,17 @@ PIVODL is lossless: without DP the encrypted trees equal the plaintext ones, so 
 for every backend and only time and traffic differ. Each point runs ``--repeats`` times (a new label
 spread and train/test split per repeat: seed = repeat); the summary holds mean, std, min and max.
 Labels are spread evenly over the clients (``vertical_split(..., label_owners=...)``), the split is
-80/20 (stratified for classification). Files in ``--out``: ``runs.csv`` (every run), ``summary.csv``
-(per point), ``label_guess.csv``, ``results.json`` and one ``<dataset>_<study>.png`` per study
-(mean with the min-max band over repeats).
+80/20 (stratified for classification). Files in ``--out``: ``runs.jsonl`` (each run as it finishes; the
+same command after Ctrl-C runs only the others), ``runs.csv`` (every run), ``summary.csv`` (per point),
+``label_guess.csv``, ``results.json`` and one ``<dataset>_<study>.png`` per study (mean with the min-max
+band over repeats).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import logging
 import os
@@ -91,17 +93,21 @@ def test_metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, f
     return {"accuracy": float("nan"), "auc": float("nan"), "rmse": float(np.sqrt(np.mean((pred - y) ** 2)))}
 
 
-def run_pivodl(runtime, train, test, config, eval_sets=None) -> tuple[dict, object]:
+def run_pivodl(runtime, train, test, config, eval_sets=None, label: str | None = None,
+               bar: bool = False) -> tuple[dict, object]:
     """Train one PIVODL model; ``(row, model)``: test metrics (computed from the predictions by the
-    experimenter, who holds every label in simulation), tree wall time, fit time, MB, op counts."""
+    experimenter, who holds every label in simulation), tree wall time, fit time, MB, op counts. With a
+    ``label``, a log line names each tree that took a minute or more (and ``bar`` draws a bar over the trees)."""
+    from ray_vfl.experiments.progress import TreeProgress
     from ray_vfl.pivodl import train as train_pivodl
     from ray_vfl.trees.callbacks import TreeTimer
 
     timer = TreeTimer()
+    callbacks = [timer] + ([TreeProgress(label, timer, bar)] if label else [])
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SecurityWarning for plain/1024-bit runs: studied on purpose
-        model = train_pivodl(runtime, train, config, eval_sets=eval_sets, callbacks=[timer])
+        model = train_pivodl(runtime, train, config, eval_sets=eval_sets, callbacks=callbacks)
     fit_s = time.perf_counter() - start
     row = test_metrics(config.objective, test.label, model.predict(test))
     ops = model.op_counts
@@ -181,24 +187,41 @@ def _positive(text: str) -> int:
     return value
 
 
+# With no options the job runs a small version of the studies (about a minute); --full runs the paper's.
+SMALL = {"datasets": ["credit", "energy"], "rows": 1500, "clients": [2, 3], "depths": [2, 3], "trees": [2, 3], "epsilons": [None, 4.0], "clients_default": 3,
+         "depth_default": 3, "trees_default": 2, "repeats": 1, "key_bits": 1024, "out": "results/pivodl_small"}
+FULL = {"datasets": list(DATASETS), "rows": None, "clients": [2, 4, 6, 8, 10], "depths": [3, 4, 5, 6], "trees": [5, 10, 20],
+        "epsilons": [None, 1.0, 4.0, 16.0, 64.0], "clients_default": 4, "depth_default": 5, "trees_default": 10,
+        "repeats": 5, "key_bits": 2048, "out": "results/pivodl"}
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                allow_abbrev=False, epilog="With no options: a small version of every study on credit "
+                                "and energy (about a minute, into results/pivodl_small). The paper's studies: --full (hours).")
+    p.add_argument("--full", action="store_true",
+                   help="the paper's studies (hours: Paillier 2048): credit, bank and energy, every row, clients 2-10, depths 3-6, trees 5-20, "
+                        "epsilons none/1/4/16/64 (default 4 clients, depth 5, 10 trees), 5 repeats, into results/pivodl; "
+                        "explicit flags still apply on top")
+    p.add_argument("--datasets", nargs="+", default=SMALL["datasets"], choices=DATASETS, help="credit, bank: accuracy; "
+                   "energy: RMSE (--full: all three)")
     p.add_argument("--studies", nargs="+", default=list(STUDIES), choices=STUDIES, help="settings to vary, one at a time")
     p.add_argument("--backends", nargs="+", default=["plain", "paillier"], choices=BACKENDS,
                    help="plain: no encryption (same trees: PIVODL is lossless); paillier / ou: encrypted sums")
-    p.add_argument("--key-bits", type=int, default=2048, help="key size of the encrypted backends")
+    p.add_argument("--key-bits", type=int, default=SMALL["key_bits"], help="key size of the encrypted backends "
+                   "(the small default 1024 needs no --allow-weak-keys)")
     p.add_argument("--allow-weak-keys", action="store_true", help="allow --key-bits 1024 (about 80 bits of security)")
-    p.add_argument("--clients", nargs="+", type=_positive, default=[2, 4, 6, 8, 10], help="values of the clients study")
-    p.add_argument("--depths", nargs="+", type=_positive, default=[3, 4, 5, 6], help="values of the depth study")
-    p.add_argument("--trees", nargs="+", type=_positive, default=[5, 10, 20], help="values of the trees study")
-    p.add_argument("--epsilons", nargs="+", type=_epsilon, default=[None, 1.0, 4.0, 16.0, 64.0],
+    p.add_argument("--clients", nargs="+", type=_positive, default=SMALL["clients"], help="values of the clients study")
+    p.add_argument("--depths", nargs="+", type=_positive, default=SMALL["depths"], help="values of the depth study")
+    p.add_argument("--trees", nargs="+", type=_positive, default=SMALL["trees"], help="values of the trees study")
+    p.add_argument("--epsilons", nargs="+", type=_epsilon, default=SMALL["epsilons"],
                    help=f"values of the epsilon study and the label-guess table ('{NO_DP}': no DP)")
-    p.add_argument("--clients-default", type=_positive, default=4, help="clients when another setting varies")
-    p.add_argument("--depth-default", type=_positive, default=5, help="maximum depth when another setting varies")
-    p.add_argument("--trees-default", type=_positive, default=10, help="trees when another setting varies")
-    p.add_argument("--repeats", type=_positive, default=5, help="runs per point (seed = repeat: split and label spread)")
-    p.add_argument("--rows", type=_positive, default=None, help="subsample every dataset to this many rows first")
+    p.add_argument("--clients-default", type=_positive, default=SMALL["clients_default"], help="clients when another setting varies")
+    p.add_argument("--depth-default", type=_positive, default=SMALL["depth_default"], help="maximum depth when another setting varies")
+    p.add_argument("--trees-default", type=_positive, default=SMALL["trees_default"], help="trees when another setting varies")
+    p.add_argument("--repeats", type=_positive, default=SMALL["repeats"], help="runs per point (seed = repeat: split and label spread)")
+    p.add_argument("--rows", type=_positive, default=SMALL["rows"], help="subsample every dataset to this many rows first "
+                   "(--full: every row)")
     p.add_argument("--bins", type=_positive, default=32, help="bins per feature (max_bin)")
     p.add_argument("--gradient-bound", type=float, default=4096.0, help="regression: bound of |gradient| (Wh for energy)")
     p.add_argument("--leaf-clip", type=float, default=100.0, help="regression with DP: clip C of released leaf weights (Wh)")
@@ -206,21 +229,18 @@ def parse_args(argv=None):
                    help="dataset of the label-guess table (none: skip it)")
     p.add_argument("--data-dir", default=DATA_DIR,
                    help="folder holding bank and energy (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
-    p.add_argument("--small", action="store_true",
-                   help="a tiny version (about a minute): 1,500 rows, 2-3 clients, depth 2-3, 2-3 trees, "
-                        "1 repeat, 1024-bit keys; explicit flags still apply on top")
     p.add_argument("--no-plots", action="store_true", help="write no PNG (matplotlib is then not needed)")
-    p.add_argument("--out", default="results/pivodl", help="folder for the CSV, JSON and PNG files")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (a log line per run only)")
+    p.add_argument("--out", default=SMALL["out"], help="folder for the CSV, JSON and PNG files")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
-    if args.small:
-        given = {a.split("=")[0] for a in argv if a.startswith("--")}
-        small = {"rows": 1500, "clients": [2, 3], "depths": [2, 3], "trees": [2, 3], "epsilons": [None, 4.0],
-                 "clients_default": 3, "depth_default": 3, "trees_default": 2, "repeats": 1, "key_bits": 1024,
-                 "allow_weak_keys": True}
-        for key, value in small.items():
+    given = {a.split("=")[0] for a in argv if a.startswith("--")}
+    if args.full:
+        for key, value in FULL.items():
             if "--" + key.replace("_", "-") not in given:
                 setattr(args, key, value)
+    elif "--key-bits" not in given:  # the small version's test key size is the job's choice, not the user's
+        args.allow_weak_keys = True
     return args
 
 
@@ -268,51 +288,66 @@ def _label(epsilon) -> str:
     return NO_DP if epsilon is None else f"{epsilon:g}"
 
 
-def run_studies(runtime, args) -> list[dict]:
-    rows = []
+def plan(args) -> list[dict]:
+    """Every run of the command, in order: the studies' runs (a point, a repeat, a backend), then the
+    label-guess table's (an epsilon, a repeat). Each holds every setting its result depends on, so a run
+    is known again by them (``RunLog``) when the same command starts after an interruption."""
+    common = {"rows": args.rows, "bins": args.bins, "data_dir": args.data_dir}
+    runs = []
     for dataset in args.datasets:
         for study in args.studies:
             for point in study_points(args, study):
                 for repeat in range(args.repeats):
-                    train, test, objective = load_split(dataset, point["clients"], args.data_dir, args.rows, repeat)
                     for backend in args.backends:
-                        config = pivodl_config(objective, point["trees"], point["depth"], backend, args.key_bits,
-                                               point["epsilon"], args.gradient_bound, args.leaf_clip, args.bins)
-                        row, _ = run_pivodl(runtime, train, test, config)
-                        metric_name = "accuracy" if objective == "binary:logistic" else "rmse"
-                        row.update(dataset=dataset, study=study, value=_label(point[study]) if study == "epsilon" else point[study],
-                                   backend=backend, key_bits=args.key_bits if backend != "plain" else 0,
-                                   clients=point["clients"], max_depth=point["depth"], n_trees=point["trees"],
-                                   epsilon=_label(point["epsilon"]), repeat=repeat, metric_name=metric_name,
-                                   metric=row[metric_name])
-                        rows.append(row)
-                        log.info("%s %s=%s %s repeat %d: %s %.4f, %.2f s, %.2f MB", dataset, study, row["value"], backend,
-                                 repeat, metric_name, row["metric"], row["train_s"], row["mb"])
-    return rows
+                        runs.append({"kind": "study", "dataset": dataset, "study": study, **point, "repeat": repeat,
+                                     "backend": backend, "key_bits": args.key_bits if backend != "plain" else 0,
+                                     "gradient_bound": args.gradient_bound, "leaf_clip": args.leaf_clip, **common})
+    if args.guess_dataset != "none":
+        for epsilon in args.epsilons:
+            for repeat in range(args.repeats):
+                runs.append({"kind": "label_guess", "dataset": args.guess_dataset, "clients": args.clients_default,
+                             "depth": args.depth_default, "trees": args.trees_default, "epsilon": epsilon,
+                             "repeat": repeat, **common})
+    return runs
 
 
-def run_label_guess(runtime, args) -> list[dict]:
-    """Table III: each client's guess of the other clients' labels from the leaf weights it received, and
-    (beyond the paper) from the partitions and its own labels."""
-    rows = []
-    if args.guess_dataset == "none":
-        return rows
-    clients = args.clients_default
-    for epsilon in args.epsilons:
-        for repeat in range(args.repeats):
-            train, test, objective = load_split(args.guess_dataset, clients, args.data_dir, args.rows, repeat)
-            config = pivodl_config(objective, args.trees_default, args.depth_default, "plain", epsilon=epsilon, bins=args.bins)
-            run, model = run_pivodl(runtime, train, test, config)
-            guess = label_guess_row(model, train)
-            rows.append({"dataset": args.guess_dataset, "clients": clients, "epsilon": _label(epsilon), "repeat": repeat,
-                         "guess_accuracy": guess["guess_accuracy"], "guess_auc": guess["guess_auc"],
-                         "guess_auc_two_sided": guess["guess_auc_two_sided"],
-                         "guess_partition_auc_two_sided": guess["guess_partition_auc_two_sided"], "test_accuracy": run["accuracy"],
-                         "test_auc": run["auc"], "epsilon_accounted": run["epsilon_accounted"], "attackers": guess["attackers"]})
-            log.info("label guess, epsilon %s, repeat %d: accuracy %.3f, two-sided AUC %.3f (partition score %.3f)",
-                     _label(epsilon), repeat, guess["guess_accuracy"], guess["guess_auc_two_sided"],
-                     guess["guess_partition_auc_two_sided"])
-    return rows
+@functools.lru_cache(maxsize=4)
+def _split(dataset: str, clients: int, data_dir, rows, repeat: int):
+    return load_split(dataset, clients, data_dir, rows, repeat)  # the backends of a point share one split
+
+
+def run_study(runtime, run: dict, bar: bool = False) -> dict:
+    """One run of a study: a result row of ``RUN_COLUMNS``."""
+    train, test, objective = _split(run["dataset"], run["clients"], run["data_dir"], run["rows"], run["repeat"])
+    config = pivodl_config(objective, run["trees"], run["depth"], run["backend"], run["key_bits"] or 2048,
+                           run["epsilon"], run["gradient_bound"], run["leaf_clip"], run["bins"])
+    study, value = run["study"], run[run["study"]]
+    label = f"{run['dataset']} {study}={_label(value) if study == 'epsilon' else value} {run['backend']} repeat {run['repeat']}"
+    row, _ = run_pivodl(runtime, train, test, config, label=label, bar=bar)
+    metric_name = "accuracy" if objective == "binary:logistic" else "rmse"
+    row.update(dataset=run["dataset"], study=study, value=_label(value) if study == "epsilon" else value,
+               backend=run["backend"], key_bits=run["key_bits"], clients=run["clients"], max_depth=run["depth"],
+               n_trees=run["trees"], epsilon=_label(run["epsilon"]), repeat=run["repeat"], metric_name=metric_name,
+               metric=row[metric_name])
+    log.info("%s: %s %.4f, %.2f s, %.2f MB", label, metric_name, row["metric"], row["train_s"], row["mb"])
+    return row
+
+
+def run_label_guess(runtime, run: dict, bar: bool = False) -> dict:
+    """One run of Table III: each client's guess of the other clients' labels from the leaf weights it
+    received, and (beyond the paper) from the partitions and its own labels; a row of ``GUESS_COLUMNS``."""
+    train, test, objective = _split(run["dataset"], run["clients"], run["data_dir"], run["rows"], run["repeat"])
+    config = pivodl_config(objective, run["trees"], run["depth"], "plain", epsilon=run["epsilon"], bins=run["bins"])
+    label = f"label guess, epsilon {_label(run['epsilon'])}, repeat {run['repeat']}"
+    result, model = run_pivodl(runtime, train, test, config, label=label, bar=bar)
+    guess = label_guess_row(model, train)
+    log.info("%s: accuracy %.3f, two-sided AUC %.3f (partition score %.3f)", label, guess["guess_accuracy"],
+             guess["guess_auc_two_sided"], guess["guess_partition_auc_two_sided"])
+    return {"dataset": run["dataset"], "clients": run["clients"], "epsilon": _label(run["epsilon"]), "repeat": run["repeat"],
+            "guess_accuracy": guess["guess_accuracy"], "guess_auc": guess["guess_auc"],
+            "guess_auc_two_sided": guess["guess_auc_two_sided"],
+            "guess_partition_auc_two_sided": guess["guess_partition_auc_two_sided"], "test_accuracy": result["accuracy"],
+            "test_auc": result["auc"], "epsilon_accounted": result["epsilon_accounted"], "attackers": guess["attackers"]}
 
 
 def summarize(rows: list[dict], keys: list[str], values: list[str]) -> list[dict]:
@@ -388,16 +423,24 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     _check(args)
     from ray_vfl import Runtime
+    from ray_vfl.experiments import RunLog
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    os.makedirs(args.out, exist_ok=True)
-    started = time.perf_counter()
+    book = RunLog(os.path.join(args.out, "runs.jsonl"), plan(args), "pivodl")
+    started, bar = time.perf_counter(), not args.no_progress
     runtime = Runtime(timeout_s=3600)
-    try:
-        runs = run_studies(runtime, args)
-        guesses = run_label_guess(runtime, args)
-    finally:
-        runtime.shutdown()
+    with book.guard():  # Ctrl-C anywhere: one line saying how many runs are saved
+        try:
+            results = book.run(lambda run: (run_study if run["kind"] == "study" else run_label_guess)(runtime, run, bar), bar)
+        finally:
+            runtime.shutdown()
+        report(args, [r for run, r in zip(book.runs, results) if run["kind"] == "study"],
+               [r for run, r in zip(book.runs, results) if run["kind"] == "label_guess"], time.perf_counter() - started)
+    return 0
+
+
+def report(args, runs: list[dict], guesses: list[dict], seconds: float) -> None:
+    """The summaries, CSV, JSON and PNG files in ``--out``, and the tables printed."""
     summary = summarize(runs, ["dataset", "study", "value", "backend", "key_bits", "metric_name", "clients", "max_depth",
                                "n_trees", "epsilon"], ["metric", "train_s", "mb", "encrypt", "decrypt"])
     guess_summary = summarize(guesses, ["dataset", "clients", "epsilon"],
@@ -408,7 +451,7 @@ def main(argv=None) -> int:
     write_csv(os.path.join(args.out, "label_guess.csv"), guesses, GUESS_COLUMNS)
     write_csv(os.path.join(args.out, "label_guess_summary.csv"), guess_summary)
     plots = [] if args.no_plots or not summary else plot_studies(summary, args.out)
-    seconds = round(time.perf_counter() - started, 1)
+    seconds = round(seconds, 1)
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
         json.dump({"args": {k: v for k, v in vars(args).items()}, "runs": runs, "summary": summary,
                    "label_guess": guesses, "label_guess_summary": guess_summary, "plots": plots, "seconds": seconds},
@@ -428,11 +471,24 @@ def main(argv=None) -> int:
                      ["dataset", "clients", "epsilon", "accuracy", "AUC", "AUC two-sided", "partition AUC two-sided",
                       "test accuracy"])
     print(f"\nwrote {args.out} in {seconds} s")
-    return 0
+    if not args.full:
+        print("the paper's studies (hours, Paillier 2048, 5 repeats): python jobs/pivodl.py --full")
+
+
+def cli(argv=None) -> int:
+    """:func:`main` as the command line runs it: bad input is one ``error:`` line (status 1), Ctrl-C one
+    line saying how many runs are saved (status 130)."""
+    from ray_vfl.experiments.progress import INTERRUPTED_EXIT
+
+    try:
+        return main(argv)
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Interrupted (from the run log) says what is saved
+        print(str(exc) or "interrupted: no run started", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
-        sys.exit(f"error: {exc}")
+    sys.exit(cli())

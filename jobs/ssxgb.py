@@ -4,9 +4,14 @@ Iris (scikit-learn's bundled copy; 4 participants, one feature each; setosa vs r
 synthetic setosa rows as in the paper; depth 4) and MNIST (``mnist_test_10k.csv.gz``, shipped in ray_vfl/data/files; 16
 participants, 49 pixels each; digits 0-4 vs 5-9; depth 6); learning rate 0.08. Writes CSV, JSON and PNG::
 
-    python jobs/ssxgb.py --dataset iris --rounds 10 --key-bits 1024 --allow-weak-keys
-    python jobs/ssxgb.py --dataset mnist --rows 2000 --rounds 5          # the full 10k rows take hours on 2 cores
-    python jobs/ssxgb.py --scaling 2,4,8 --key-bits 1024 --allow-weak-keys  # time per tree vs participants
+    python jobs/ssxgb.py                      # small: Iris, 3 rounds of depth 2, 4 bins, BCP 1024; about a minute
+    python jobs/ssxgb.py --full               # the paper's study: Iris and all 10,000 MNIST rows, 10 rounds, BCP 2048,
+                                              # time vs 2-16 participants (many hours on 2 cores: a cluster job)
+    python jobs/ssxgb.py --datasets mnist --rows 2000 --rounds 5 --key-bits 1024 --allow-weak-keys
+    python jobs/ssxgb.py --datasets none --scaling 2,4,8   # time per tree vs participants only
+
+Each finished run (a dataset's training, a participant count) is saved at once in ``<out>/runs.jsonl``;
+after Ctrl-C the same command runs only the others.
 """
 
 from __future__ import annotations
@@ -21,23 +26,47 @@ import time
 import numpy as np
 import pandas as pd
 
+from ray_vfl.errors import VFLError
+
+# With no options the job runs a small version (about a minute); --full runs the paper's study.
+SMALL = {"datasets": ["iris"], "rows": 1000, "rounds": 3, "depth": 2, "max_bin": 4, "key_bits": 1024, "scaling": "",
+         "scaling_rows": 100, "out": "results/ssxgb_small"}
+FULL = {"datasets": ["iris", "mnist"], "rows": 10_000, "rounds": 10, "depth": None, "max_bin": 32, "key_bits": 2048,
+        "scaling": "2,4,8,16", "scaling_rows": 200, "out": "results/ssxgb"}
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="iris", choices=["iris", "mnist", "none"])
-    p.add_argument("--rows", type=int, default=10_000, help="MNIST rows used (of 10,000)")
-    p.add_argument("--rounds", type=int, default=10, help="trees, the LBP's first included")
-    p.add_argument("--depth", type=int, default=None, help="tree depth (default: 4 for Iris, 6 for MNIST)")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                allow_abbrev=False, epilog="With no options: Iris at a small setting (about a minute, "
+                                "into results/ssxgb_small). The paper's study: --full (many hours).")
+    p.add_argument("--full", action="store_true", help="the paper's study: Iris and all 10,000 MNIST rows, 10 rounds "
+                   "(depth 4 / 6), 32 bins, BCP 2048, and time vs 2, 4, 8, 16 participants, into results/ssxgb "
+                   "(many hours on 2 cores); explicit flags still apply on top")
+    p.add_argument("--datasets", "--dataset", nargs="+", default=SMALL["datasets"], choices=["iris", "mnist", "none"])
+    p.add_argument("--rows", type=int, default=SMALL["rows"], help="MNIST rows used (of 10,000)")
+    p.add_argument("--rounds", type=int, default=SMALL["rounds"], help="trees, the LBP's first included")
+    p.add_argument("--depth", type=int, default=SMALL["depth"], help="tree depth (--full: 4 for Iris, 6 for MNIST)")
     p.add_argument("--learning-rate", type=float, default=0.08)
-    p.add_argument("--max-bin", type=int, default=32)
-    p.add_argument("--key-bits", type=int, default=2048)
+    p.add_argument("--max-bin", type=int, default=SMALL["max_bin"])
+    p.add_argument("--key-bits", type=int, default=SMALL["key_bits"], help="BCP key size (the small default 1024 "
+                   "needs no --allow-weak-keys)")
     p.add_argument("--allow-weak-keys", action="store_true", help="accept 1024-bit keys (tests, benchmarks)")
-    p.add_argument("--scaling", default="", help="comma-separated participant counts for the timing sweep")
-    p.add_argument("--scaling-rows", type=int, default=200)
+    p.add_argument("--scaling", default=SMALL["scaling"], help="comma-separated participant counts for the timing sweep")
+    p.add_argument("--scaling-rows", type=int, default=SMALL["scaling_rows"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results/ssxgb")
-    return p.parse_args(argv)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--out", default=SMALL["out"])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(argv)
+    given = {a.split("=")[0] for a in argv if a.startswith("--")}
+    if args.full:
+        for key, value in FULL.items():
+            if "--" + key.replace("_", "-") not in given and not (key == "datasets" and "--dataset" in given):
+                setattr(args, key, value)
+    elif "--key-bits" not in given:  # the small version's test key size is the job's choice, not the user's
+        args.allow_weak_keys = True
+    args.datasets = [d for d in dict.fromkeys(args.datasets) if d != "none"]
+    return args
 
 
 def load_iris_balanced(seed: int) -> tuple[pd.DataFrame, dict[str, list[str]]]:
@@ -79,18 +108,23 @@ def centralized(train: pd.DataFrame, test: pd.DataFrame, rounds: int, depth: int
 
 
 def run_dataset(args, name: str, frame: pd.DataFrame, columns: dict, depth: int) -> list[dict]:
+    """One dataset's training: a row per round (SSXGB's and xgboost's test accuracy and logloss), the
+    last with the MB between the participants and server C and between C and S."""
     from sklearn.metrics import log_loss
 
     from ray_vfl import Runtime, vertical_split
+    from ray_vfl.experiments.progress import TreeProgress
     from ray_vfl.ssxgb import SSXGBConfig, train
+    from ray_vfl.trees.callbacks import TreeTimer
 
     data = vertical_split(frame, columns, label="y")
     tr, te = data.train_test_split(0.2, seed=args.seed, stratify=True)
     config = SSXGBConfig(n_trees=args.rounds, max_depth=depth, learning_rate=args.learning_rate, max_bin=args.max_bin,
                          key_bits=args.key_bits, allow_weak_keys=args.allow_weak_keys, seed=args.seed)
+    timer = TreeTimer()
     with Runtime() as runtime:
         t0 = time.perf_counter()
-        model = train(runtime, tr, config)
+        model = train(runtime, tr, config, callbacks=[timer, TreeProgress(name, timer, not args.no_progress)])
         seconds = time.perf_counter() - t0
         y_te = te.label
         rows = []
@@ -109,26 +143,23 @@ def run_dataset(args, name: str, frame: pd.DataFrame, columns: dict, depth: int)
     return rows
 
 
-def run_scaling(args, counts: list[int]) -> list[dict]:
+def run_scaling(args, n_parts: int) -> dict:
+    """Time and traffic of 2 trees of depth 2 on a synthetic table split over ``n_parts`` participants."""
     from ray_vfl import Runtime, vertical_split
     from ray_vfl.ssxgb import SSXGBConfig, train
 
-    rng = np.random.default_rng(args.seed)
-    out = []
-    for n_parts in counts:
-        x = rng.normal(size=(args.scaling_rows, n_parts))
-        frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(n_parts)])
-        frame["y"] = (x.sum(axis=1) + rng.normal(size=len(x)) > 0).astype(float)
-        data = vertical_split(frame, {f"party{i}": [f"f{i}"] for i in range(n_parts)}, label="y")
-        config = SSXGBConfig(n_trees=2, max_depth=2, max_bin=16, key_bits=args.key_bits, feature_subsample=1.0,
-                             allow_weak_keys=args.allow_weak_keys, seed=args.seed)
-        with Runtime() as runtime:
-            t0 = time.perf_counter()
-            model = train(runtime, data, config)
-            out.append({"participants": n_parts, "rows": args.scaling_rows, "seconds_2_trees": round(time.perf_counter() - t0, 2),
-                        "round_trips_c_s": model.round_trips, "mb_total": round(model.comm_stats.total_mb, 3)})
-        print(out[-1], flush=True)
-    return out
+    rng = np.random.default_rng([args.seed, n_parts])  # each count's table its own, whatever ran before
+    x = rng.normal(size=(args.scaling_rows, n_parts))
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(n_parts)])
+    frame["y"] = (x.sum(axis=1) + rng.normal(size=len(x)) > 0).astype(float)
+    data = vertical_split(frame, {f"party{i}": [f"f{i}"] for i in range(n_parts)}, label="y")
+    config = SSXGBConfig(n_trees=2, max_depth=2, max_bin=16, key_bits=args.key_bits, feature_subsample=1.0,
+                         allow_weak_keys=args.allow_weak_keys, seed=args.seed)
+    with Runtime() as runtime:
+        t0 = time.perf_counter()
+        model = train(runtime, data, config)
+        return {"participants": n_parts, "rows": args.scaling_rows, "seconds_2_trees": round(time.perf_counter() - t0, 2),
+                "round_trips_c_s": model.round_trips, "mb_total": round(model.comm_stats.total_mb, 3)}
 
 
 def _write(rows: list[dict], path: str) -> None:
@@ -156,31 +187,75 @@ def _plot(rows: list[dict], path: str, x: str, ys: list[str], title: str) -> Non
     plt.close(fig)
 
 
+def plan(args) -> list[dict]:
+    """Every run of the command with the settings its result depends on: each dataset's training, then
+    each participant count of the timing sweep."""
+    common = {"key_bits": args.key_bits, "seed": args.seed}
+    runs = [{"kind": "rounds", "dataset": name, "rows": args.rows if name == "mnist" else None, "rounds": args.rounds,
+             "depth": args.depth or (4 if name == "iris" else 6), "learning_rate": args.learning_rate,
+             "max_bin": args.max_bin, **common} for name in args.datasets]
+    counts = [int(v) for v in args.scaling.split(",") if v.strip()]
+    return runs + [{"kind": "scaling", "participants": n, "rows": args.scaling_rows, **common} for n in counts]
+
+
+def _run(args, run: dict):
+    if run["kind"] == "scaling":
+        return run_scaling(args, run["participants"])
+    if run["dataset"] == "iris":
+        frame, columns = load_iris_balanced(args.seed)
+    else:
+        from ray_vfl.data.bundled import data_path
+
+        frame, columns = load_mnist(data_path("mnist_test_10k.csv.gz"), args.rows, args.seed)
+    return run_dataset(args, run["dataset"], frame, columns, run["depth"])
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    os.makedirs(args.out, exist_ok=True)
-    if args.dataset != "none":
-        if args.dataset == "iris":
-            frame, columns = load_iris_balanced(args.seed)
-        else:
-            from ray_vfl.data.bundled import data_path
+    from ray_vfl.experiments import RunLog
 
-            frame, columns = load_mnist(data_path("mnist_test_10k.csv.gz"), args.rows, args.seed)
-        depth = args.depth or (4 if args.dataset == "iris" else 6)
-        rows = run_dataset(args, args.dataset, frame, columns, depth)
-        for r in rows:
-            print(r, flush=True)
-        path = os.path.join(args.out, f"{args.dataset}_rounds")
-        _write(rows, path)
-        _plot(rows, path, "round", ["accuracy", "xgboost_accuracy"], f"SSXGB vs xgboost: {args.dataset}")
-    if args.scaling:
-        rows = run_scaling(args, [int(v) for v in args.scaling.split(",")])
-        path = os.path.join(args.out, "scaling")
-        _write(rows, path)
-        _plot(rows, path, "participants", ["seconds_2_trees"], "SSXGB time vs participants")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("ray_vfl.experiments.progress").setLevel(logging.INFO)  # resumes, trees over a minute
+    book = RunLog(os.path.join(args.out, "runs.jsonl"), plan(args), "ssxgb")
+    with book.guard():  # Ctrl-C anywhere: one line saying how many runs are saved
+        results = book.run(lambda run: _run(args, run), progress=not args.no_progress)
+        scaling = []
+        for run, result in zip(book.runs, results):
+            if run["kind"] == "scaling":
+                scaling.append(result)
+                continue
+            rows, path = result, os.path.join(args.out, f"{run['dataset']}_rounds")
+            print(f"\n{run['dataset']}: SSXGB next to xgboost, per round ({rows[-1]['train_seconds']} s of training)")
+            print(pd.DataFrame(rows)[["round", "accuracy", "xgboost_accuracy", "logloss", "xgboost_logloss"]]
+                  .to_string(index=False, float_format="%.4f"))
+            _write(rows, path)
+            _plot(rows, path, "round", ["accuracy", "xgboost_accuracy"], f"SSXGB vs xgboost: {run['dataset']}")
+        if scaling:
+            path = os.path.join(args.out, "scaling")
+            print("\ntime vs participants (2 trees of depth 2)")
+            print(pd.DataFrame(scaling).to_string(index=False))
+            _write(scaling, path)
+            _plot(scaling, path, "participants", ["seconds_2_trees"], "SSXGB time vs participants")
+    print(f"\nwrote {args.out}")
+    if not args.full:
+        print("the paper's study (Iris and MNIST at BCP 2048, 2-16 participants; many hours): python jobs/ssxgb.py --full")
     return 0
 
 
+def cli(argv=None) -> int:
+    """:func:`main` as the command line runs it: bad input is one ``error:`` line (status 1), Ctrl-C one
+    line saying how many runs are saved (status 130)."""
+    from ray_vfl.experiments.progress import INTERRUPTED_EXIT
+
+    try:
+        return main(argv)
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Interrupted (from the run log) says what is saved
+        print(str(exc) or "interrupted: no run started", file=sys.stderr)
+        return INTERRUPTED_EXIT
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

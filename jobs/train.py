@@ -52,8 +52,13 @@ from ray_vfl.errors import ConfigError, DataError, VFLError
 from ray_vfl.trees.callbacks import TreeTimer
 
 
+STUDIES = ("the paper studies (hours): python jobs/experiment.py --config NAME, e.g. secureboost_scaling_parties "
+           "(python jobs/experiment.py --help lists them)")
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog=f"With no options: one training on credit, about a minute; {STUDIES}.")
     p.add_argument("--dataset", default="credit", help=f"one of {sorted(NAMED_DATASETS)} or a CSV/Parquet path")
     p.add_argument("--data-dir", default=None,
                    help="folder holding the non-bundled named datasets (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
@@ -307,11 +312,18 @@ def _as_cli(message: str) -> str:
 def cli(argv=None) -> dict:
     """:func:`main` as the command line runs it: bad input exits with status 1 and one ``error:`` line."""
     try:
-        return main(argv)
+        report = main(argv)
     except ConfigError as exc:  # a bad option: named as this job spells it
         sys.exit(f"error: {_as_cli(_as_flags(str(exc)))}")
     except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
         sys.exit(f"error: {_as_cli(str(exc))}")
+    except KeyboardInterrupt:  # Ctrl-C: one line, the status a shell gives an interrupted command
+        print("interrupted: with --checkpoint-dir the same command resumes from the last tree every party saved; "
+              "without it nothing is saved", file=sys.stderr)
+        sys.exit(130)
+    if not (sys.argv[1:] if argv is None else argv):  # run with no options: say what runs the full studies
+        print(STUDIES)
+    return report
 
 
 if __name__ == "__main__":

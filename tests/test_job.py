@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import load_job
 
@@ -100,11 +101,11 @@ def test_train_job_prints_its_result_line_and_nothing_of_rays(tmp_path):
 
 
 def test_pivodl_job_small(tmp_path):
-    """jobs/pivodl.py end to end at a tiny setting (its own local Ray): the CSV files and their columns."""
+    """jobs/pivodl.py end to end at its small default, narrowed (its own local Ray): the CSV files and their columns."""
     ray_tmp = tempfile.mkdtemp(prefix="rp", dir="/tmp")  # a short RAY_TMPDIR of its own (socket path limit)
     env = dict(os.environ, RAY_TMPDIR=ray_tmp, PYTHONPATH=str(REPO))
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "jobs/pivodl.py", "--small", "--datasets", "credit", "energy", "--studies", "clients",
+    cmd = [sys.executable, "jobs/pivodl.py", "--datasets", "credit", "energy", "--studies", "clients",
            "epsilon", "--clients", "2", "--epsilons", "none", "4", "--rows", "600", "--out", str(tmp_path)]
     try:
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
@@ -136,6 +137,9 @@ def test_pivodl_job_small(tmp_path):
         summary = list(csv.DictReader(fh))
     assert {"metric_mean", "metric_std", "train_s_mean", "mb_mean"} <= set(summary[0])
     assert (tmp_path / "results.json").exists()
+    saved = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(saved) == len(runs) + len(guesses)  # each run saved as it finished
+    assert "python jobs/pivodl.py --full" in done.stdout  # the small default names the paper's studies
     assert {p.name for p in tmp_path.glob("*.png")} == {f"{d}_{s}.png" for d in ("credit", "energy")
                                                         for s in ("clients", "epsilon")}
 
@@ -152,3 +156,113 @@ def test_pivodl_job_bad_flags(tmp_path):
                               timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
         assert done.returncode == code and "error: " in done.stderr and message in done.stderr, (args, done.stderr[-500:])
         assert "Traceback" not in done.stderr
+
+
+# -- every job: a small default, the full study one option away, Ctrl-C in one line ---------------------------
+def test_every_job_runs_its_small_study_by_default_and_names_the_full_one(capsys):
+    """With no options each job picks its small study (checked on the parsed options and the config chosen,
+    nothing runs), and its --help names the option of the full study."""
+    pivodl, ssxgb, splitnn = load_job("pivodl"), load_job("ssxgb"), load_job("splitnn")
+    small, full = pivodl.parse_args([]), pivodl.parse_args(["--full"])
+    assert (small.rows, small.repeats, small.key_bits, small.allow_weak_keys, small.out) == (1500, 1, 1024, True,
+                                                                                           "results/pivodl_small")
+    assert (full.rows, full.repeats, full.key_bits, full.allow_weak_keys, full.out) == (None, 5, 2048, False, "results/pivodl")
+    assert full.clients == [2, 4, 6, 8, 10] and full.datasets == ["credit", "bank", "energy"]
+    assert len(pivodl.plan(small)) == 2 * 8 * 2 + 2 and len(pivodl.plan(full)) > 500  # datasets x points x backends + guesses
+    assert pivodl.parse_args(["--full", "--repeats", "2"]).repeats == 2  # explicit flags apply on top
+    assert not pivodl.parse_args(["--key-bits", "1024"]).allow_weak_keys  # a weak key the user picks needs the flag
+    small, full = ssxgb.parse_args([]), ssxgb.parse_args(["--full"])
+    assert (small.datasets, small.rounds, small.key_bits, small.scaling) == (["iris"], 3, 1024, "")
+    assert (full.datasets, full.rows, full.rounds, full.key_bits, full.depth) == (["iris", "mnist"], 10_000, 10, 2048, None)
+    assert [r["depth"] for r in ssxgb.plan(full)[:2]] == [4, 6] and len(ssxgb.plan(full)) == 2 + 4
+    assert ssxgb.parse_args(["--full", "--dataset", "iris"]).datasets == ["iris"]
+    small, full = splitnn.parse_args([]), splitnn.parse_args(["--full"])
+    assert (small.rows, small.real, full.rows, full.real, full.seeds) == (50_000, "none", 200_000, "ipinyou", [0, 1, 2])
+    experiment, plot = load_job("experiment"), load_job("plot")
+    assert experiment.parse_args([]).config == experiment.DEFAULT == plot.DEFAULT == "pivodl_fig6_9_clients_small"
+    assert "--config pivodl_fig6_9_clients" in experiment.full_study_hint(experiment.DEFAULT)
+    for job, full_option in ((pivodl, "--full"), (ssxgb, "--full"), (splitnn, "--full"), (plot, "--config pivodl_fig6_9_clients"),
+                             (experiment, "--config pivodl_fig6_9_clients"), (load_job("train"), "jobs/experiment.py --config")):
+        with pytest.raises(SystemExit):
+            job.parse_args(["--help"])
+        assert full_option in " ".join(capsys.readouterr().out.split()), job.__name__
+
+
+def test_experiment_help_lists_every_shipped_config_with_its_description(capsys):
+    import yaml
+
+    with pytest.raises(SystemExit):
+        load_job("experiment").parse_args(["--help"])
+    text = capsys.readouterr().out
+    configs = sorted((REPO / "jobs" / "configs").glob("*.yaml"))
+    assert len(configs) > 20
+    for path in configs:
+        description = yaml.safe_load(path.read_text())["description"]
+        assert description and f"  {path.stem} " in text and description in text, path.stem
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_finished_runs_and_says_so_in_one_line(runtime, tmp_path, monkeypatch, capsys):
+    """jobs/experiment.py in-process: Ctrl-C after the first run leaves that run in results.csv, prints one
+    line and returns 130; the same command then runs the second run only."""
+    import pandas as pd
+
+    import ray_vfl.experiments.runner as runner
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text("name: tiny\nprotocol: pivodl\nrows: 300\nsweep: {n_trees: [1, 2]}\n"
+                      "params: {backend: plain, max_depth: 2}\n")  # two clients: actors the session has anyway
+    argv = ["--config", str(config), "--out", str(tmp_path / "out"), "--no-progress"]
+    real, calls = runner.run_one, []
+
+    def first_then_ctrl_c(*args, **kwargs):
+        calls.append(args[1]["n_trees"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    class Shared:  # the session's runtime and actors (not a second set), left running when the job ends
+        def __getattr__(self, name):
+            return getattr(runtime, name)
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr("ray_vfl.Runtime", Shared)
+    monkeypatch.setattr(runner, "run_one", first_then_ctrl_c)
+    job = load_job("experiment")
+    assert job.main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    folder = os.path.relpath(tmp_path / "out" / "tiny")
+    assert err == [f"interrupted: 1 of 2 runs saved in {folder}; rerun the same command to resume"]
+    saved = pd.read_csv(tmp_path / "out" / "tiny" / "results.csv")
+    assert saved["n_trees"].tolist() == [1] and saved["auc"].notna().all()
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: (calls.append(a[1]["n_trees"]), real(*a, **k))[1])
+    assert job.main(argv) == 0 and calls == [1, 2, 2]  # resumed: the first run is not run again
+    assert "2 of 2 runs" in capsys.readouterr().out
+
+
+def test_ctrl_c_in_the_pivodl_job_keeps_the_finished_runs(tmp_path, monkeypatch, capsys):
+    """jobs/pivodl.py saves each run as it finishes: Ctrl-C during the second run (a stand-in for training,
+    no Ray) prints one line and returns 130; the same command runs only the unfinished run and writes the tables."""
+    job = load_job("pivodl")
+    calls = []
+
+    def fake(runtime, train, test, config, eval_sets=None, label=None, bar=False):
+        calls.append(label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        row = job.test_metrics(config.objective, test.label, np.full(len(test.label), 0.5))
+        return {**row, "train_s": 0.1, "fit_s": 0.1, "mb": 0.0, "encrypt": 0, "add": 0, "decrypt": 0,
+                "train_rows": len(train.label), "test_rows": len(test.label), "epsilon_accounted": float("nan")}, None
+
+    monkeypatch.setattr(job, "run_pivodl", fake)
+    out = tmp_path / "pivodl"
+    argv = ["--datasets", "credit", "--studies", "clients", "--clients", "2", "3", "--backends", "plain",
+            "--guess-dataset", "none", "--rows", "300", "--no-plots", "--no-progress", "--out", str(out)]
+    assert job.cli(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"interrupted: 1 of 2 runs saved in {os.path.relpath(out)}; rerun the same command to resume")
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 1 and not (out / "runs.csv").exists()
+    assert job.cli(argv) == 0 and len(calls) == 3  # the first run is not run again
+    with open(out / "runs.csv", newline="") as fh:
+        assert [r["value"] for r in csv.DictReader(fh)] == ["2", "3"]

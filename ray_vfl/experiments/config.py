@@ -12,7 +12,7 @@ Example
 >>> ExperimentConfig.from_dict({"name": "demo", "protocol": "pivodl", "sweeps": {}})
 Traceback (most recent call last):
 ...
-ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['checkpoint_every', 'dataset', 'figures', 'fresh_actors', 'name', 'params', 'per_tree', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
+ray_vfl.errors.ConfigError: unknown ExperimentConfig parameter(s) ['sweeps']; valid names are ['checkpoint_every', 'dataset', 'description', 'figures', 'fresh_actors', 'name', 'params', 'per_tree', 'protocol', 'repeats', 'rows', 'seed', 'sweep', 'test_size']
 """
 
 from __future__ import annotations
@@ -103,6 +103,9 @@ class ExperimentConfig(ValidatedConfig):
     ----------
     name : str
         Names the results (``<out>/<name>/results.csv``).
+    description : str
+        One line saying what the sweep reproduces and how long it takes (``jobs/experiment.py --help``
+        lists it); not part of a run's identity.
     protocol : str
         ``"secureboost"``, ``"pivodl"``, ``"ssxgb"`` (binary classification only) or ``"splitnn"``
         (FedAds: sweep ``method`` for Table 3, ``defense`` for Table 4; needs torch to run).
@@ -145,6 +148,7 @@ class ExperimentConfig(ValidatedConfig):
 
     name: str
     protocol: str
+    description: str = ""
     dataset: str = "credit"
     sweep: dict = field(default_factory=dict)
     repeats: int = 1
@@ -160,6 +164,8 @@ class ExperimentConfig(ValidatedConfig):
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or os.sep in self.name:
             raise ConfigError(f"name must be a non-empty file name, got {self.name!r}")
+        if not isinstance(self.description, str):
+            raise ConfigError(f"description must be one line of text, got {self.description!r}")
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"protocol must be one of {list(PROTOCOLS)}, got {self.protocol!r}")
         if not isinstance(self.sweep, dict):

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["plot_sweep", "plot_figures", "per_tree_table", "UNITS"]
+__all__ = ["plot_sweep", "plot_figures", "per_tree_table", "brief", "UNITS"]
 
 # Axis labels with units for the result columns.
 UNITS = {
@@ -32,6 +32,30 @@ UNITS = {
     "instance_threshold": "instance threshold (rows)", "tree": "trees so far (boosting round)",
     "data_s": "data loading time (s)", "train_rows": "training rows",
 }
+
+
+# The result columns a brief shows (those any run filled), after the swept settings.
+BRIEF_COLUMNS = ("auc", "accuracy", "rmse", "guess_accuracy", "leak_auc_two_sided_max", "train_s", "s_per_tree", "mb")
+
+
+def brief(cfg, results: pd.DataFrame) -> pd.DataFrame:
+    """The results of ``cfg``'s runs as a short table to print: the swept settings (and the repeat, when
+    there are several), then the test metrics, seconds and MB that any run filled in.
+
+    Example
+    -------
+    >>> from ray_vfl.experiments import ExperimentConfig
+    >>> cfg = ExperimentConfig.from_dict({"name": "t", "protocol": "pivodl", "sweep": {"clients": [2, 3]}})
+    >>> rows = pd.DataFrame([{**r, "auc": 0.7, "rmse": float("nan"), "mb": 1.5} for r in cfg.runs()])
+    >>> brief(cfg, rows).columns.tolist()
+    ['clients', 'auc', 'mb']
+    """
+    ids = [r["run_id"] for r in cfg.runs()]
+    mine = results[results["run_id"].isin(ids)] if "run_id" in results else results.iloc[:0]
+    settings = list(cfg.sweep) + (["repeat"] if cfg.repeats > 1 else [])
+    shown = [c for c in settings if c in mine] + [c for c in BRIEF_COLUMNS if c in mine and mine[c].notna().any()]
+    order = {i: k for k, i in enumerate(ids)}
+    return mine.sort_values("run_id", key=lambda column: column.map(order))[shown].reset_index(drop=True)
 
 
 def per_tree_table(results: pd.DataFrame) -> pd.DataFrame:

@@ -48,9 +48,10 @@ from ..metrics import auc, logloss
 from ..runtime.actors import Runtime
 from ..runtime.party import write_atomically
 from ..runtime.timeline import breakdown
-from ..trees.callbacks import TrainingCallback, TreeTimer
+from ..trees.callbacks import TreeTimer
 from ..trees.checkpoint import Checkpoint
 from .config import ExperimentConfig
+from .progress import Interrupted, TreeProgress, close_bars
 
 __all__ = ["run_sweep", "run_one", "RESULTS_FILE"]
 
@@ -132,34 +133,6 @@ def _xgboost_curve(config, objective: str, frame: pd.DataFrame, label: str, trai
             for k in range(1, config.n_trees + 1)]
 
 
-class _TreeBar(TrainingCallback):
-    """The trees of one run: a bar under the bar over the runs (tqdm with its ETA; gone when the run
-    ends) if ``progress``, and a log line per tree that took a minute or more (``timer``'s last lap;
-    quicker trees log at DEBUG)."""
-
-    def __init__(self, desc: str, timer: TreeTimer, progress: bool) -> None:
-        self.desc, self.timer, self.progress, self.bar, self.total = desc, timer, progress, None, 0
-
-    def before_training(self, config: Any) -> None:
-        self.total = config.n_trees
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=config.n_trees, desc=self.desc, unit="tree", position=1, leave=False)
-
-    def after_iteration(self, iteration: int, logs: dict[str, dict[str, float]]) -> bool:
-        lap = self.timer.laps[-1] if getattr(self.timer, "laps", None) else float("nan")
-        log.log(logging.INFO if lap >= 60.0 else logging.DEBUG, "%s: tree %d of %d in %.1f s", self.desc,
-                iteration + 1, self.total, lap)
-        if self.bar is not None:
-            self.bar.update(iteration + 1 - self.bar.n)
-        return False
-
-    def after_training(self, model: Any) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class _TimedCheckpoint(Checkpoint):
     """A :class:`Checkpoint` that keeps the tree it resumed from and the seconds its saves took: between
     trees (inside the timer's window, so the row subtracts them from ``train_s``) and after the last."""
@@ -230,7 +203,7 @@ def _run_trees(cfg: ExperimentConfig, run: dict[str, Any], runtime: Runtime, pro
             raise ConfigError(f"{cfg.name} sets checkpoint_every: give run_one a checkpoint_dir (run_sweep does)")
         checkpoint = _TimedCheckpoint(checkpoint_dir, cfg.checkpoint_every)
     # the checkpoint before the timer: its saves fall inside the timer's window and are subtracted below
-    callbacks = ([checkpoint] if checkpoint else []) + [timer, _TreeBar(settings, timer, progress)]
+    callbacks = ([checkpoint] if checkpoint else []) + [timer, TreeProgress(settings, timer, progress)]
     model = fit(runtime, train, config, callbacks=callbacks)
     t_fit = time.perf_counter()
     measured = _where_time_went(runtime, timer)
@@ -321,7 +294,8 @@ def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, p
     """Run every run of ``cfg`` not yet in ``<out>/<name>/results.csv``, appending each row as it
     finishes (atomically), with a progress bar over the runs and one inside each run (over its trees, or
     a split network's federated steps); returns the whole table. ``max_runs``: run at most that many of the unfinished runs (a
-    first look at a long sweep; the same call later continues with the next ones).
+    first look at a long sweep; the same call later continues with the next ones). Ctrl-C raises
+    :class:`~ray_vfl.experiments.progress.Interrupted` (a ``KeyboardInterrupt`` saying how many runs are saved).
 
     Example
     -------
@@ -363,6 +337,11 @@ def run_sweep(cfg: ExperimentConfig, out: str, runtime: Runtime | None = None, p
                 shutil.rmtree(checkpoints, ignore_errors=True)
             if bar is not None:
                 bar.update(1)
+    except KeyboardInterrupt:  # Ctrl-C: every finished run is in the table already
+        close_bars()
+        ids = {r["run_id"] for r in cfg.runs()}
+        raise Interrupted(len(ids & set(results["run_id"] if "run_id" in results else ())), len(ids),
+                          os.path.relpath(folder)) from None
     finally:
         if bar is not None:
             bar.close()
