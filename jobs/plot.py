@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                        f"{DEFAULT[:-len('_small')]}, then python jobs/plot.py --config "
                                        f"{DEFAULT[:-len('_small')]}; python jobs/experiment.py --help lists every config.")
     p.add_argument("--config", default=None, help=f"a shipped config's name or a sweep's YAML: draw the figures it "
-                   f"declares (with neither --config nor --results: {DEFAULT}, run first if needed)")
+                   f"declares (with no options: {DEFAULT}, run first if needed)")
     p.add_argument("--out", default="results", help="with --config: the folder jobs/experiment.py wrote into")
     p.add_argument("--results", default=None, help="a sweep's folder (holding results.csv)")
     p.add_argument("--x", default=None, help="the swept setting on the x axis")
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         from ray_vfl.experiments.catalog import full_study, resolve
         from ray_vfl.experiments.plots import plot_figures, plot_sweep
 
-        default = args.config is None and args.results is None
+        default = not (args.config or args.results or args.x or args.y)  # no options: the small sweep
         config = DEFAULT if default else args.config
         cfg = ExperimentConfig.from_yaml(resolve(config, CONFIGS)) if config else None
         if cfg is None and not (args.results and args.x and args.y):
