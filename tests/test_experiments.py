@@ -204,7 +204,9 @@ def test_every_small_variant_runs_end_to_end_and_draws_its_figures(path, sweep_o
             own.kill_all()
     runs = cfg.runs() if whole else cfg.runs()[:1]
     assert len(table) == len(runs) and set(table["run_id"]) == {r["run_id"] for r in runs}
-    assert (table["train_s"] > 0).all() and (table["mb"] > 0).all()
+    assert (table["train_s"] > 0).all() and (table["mb"] >= 0).all()
+    if cfg.protocol != "splitnn":  # split-NN's Local and ORACLE rows train in one place and send nothing
+        assert (table["mb"] > 0).all()
     if cfg.protocol == "ssxgb":  # BCP operations are measured as crypto, inside the training window
         assert (table["backend"] == "bcp").all()
         assert ((table["crypto_s"] > 0) & (table["crypto_s"] <= table["train_s"] + 0.05)).all()
