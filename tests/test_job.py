@@ -144,18 +144,29 @@ def test_pivodl_job_small(tmp_path):
                                                         for s in ("clients", "epsilon")}
 
 
-def test_pivodl_job_bad_flags(tmp_path):
-    """Bad flags end before Ray starts, with a message naming the fix (argparse's own checks: exit code 2)."""
+def test_pivodl_job_bad_flags(tmp_path, capsys, monkeypatch):
+    """Bad flags end before Ray starts, with a message naming the fix (argparse's own checks: exit code 2).
+    In-process through the job's cli(), with the Runtime replaced by one that fails the test if built."""
+    import ray_vfl
+
+    def no_runtime(*args, **kwargs):
+        raise AssertionError("the job started a runtime for bad flags")
+
+    monkeypatch.setattr(ray_vfl, "Runtime", no_runtime)
+    job = load_job("pivodl")
     (tmp_path / "file").write_text("")
     cases = ((["--clients", "1"], 1, "at least 2 clients"), (["--key-bits", "1024"], 1, "--allow-weak-keys"),
              (["--datasets", "bank", "--data-dir", str(tmp_path)], 1, "none of the folders tried"),
              (["--out", str(tmp_path / "file")], 1, "is a file"),
              (["--epsilons", "0"], 2, "epsilon must be > 0"), (["--repeats", "0"], 2, "positive integer"))
     for args, code, message in cases:
-        done = subprocess.run([sys.executable, "jobs/pivodl.py", *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
-        assert done.returncode == code and "error: " in done.stderr and message in done.stderr, (args, done.stderr[-500:])
-        assert "Traceback" not in done.stderr
+        try:
+            got = job.cli(args)
+        except SystemExit as exit_:  # argparse's own checks
+            got = exit_.code
+        err = capsys.readouterr().err
+        assert got == code and "error: " in err and message in err, (args, err[-500:])
+        assert "Traceback" not in err
 
 
 # -- every job: a small default, the full study one option away, Ctrl-C in one line ---------------------------
