@@ -82,11 +82,11 @@ register(  # participant -> C, per level: Enc(left sums) of its k candidates at 
     _bcp("gl", Ref(lambda p, c: len(p["node"]) * p["k"], "len(node) * k")),
     _bcp("hl", Ref(lambda p, c: len(p["node"]) * p["k"], "len(node) * k")),
 )
-register(  # C -> every participant, per level: Enc_pk_i(index of each node's winner), its offset
+register(  # C -> every participant, per level: Enc_pk_i(local index of the winner, or uniform mod N if not i's)
     "ssxgb_win", Is("", dict),
     Array("node", "int", (None,), unique=True), _open(),
     _bcp("idx", length("node"), frac=None),
-    Scalar("offset", low=0), Scalar("count", low=0),
+    Scalar("count", low=0),
 )
 register(  # owner -> C, per level: the left branch of each node it won (all training rows of the node)
     "ssxgb_left_branch", Is("", dict),

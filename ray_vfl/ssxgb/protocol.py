@@ -32,8 +32,9 @@ level      i -> C                  per open node, ``Enc`` of the left sums    C:
 level      C <-> S                 gain fractions (2 Mult rounds) and the     S: masked values only, and from LGT the bit
                                    tournament (3 rounds per halving: Mult,    length of the masked cross-product
                                    LGT, Mult); TransDec of the winners        differences; C: nothing
-level      C -> every i            ``Enc_i(winner's index)``, i's offset      owner: which of its candidates won; others:
-                                                                              that another participant's record won
+level      C -> every i            per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won; others:
+                                   local index at its owner, a uniform        only that the node is not theirs (``v_i``
+                                   value of ``Z_N`` at everyone else          is uniform whoever won and wherever)
 level      owner -> C              the won node's left branch (all rows),     C: the partition and the owner of the split
                                    the owner's record number                  (a record number; no feature, no threshold)
 tree end   C <-> S (3 rounds)      secure division: ``Enc(D r)``, Mult,       S: ``D r`` (the bit length of ``D = H +

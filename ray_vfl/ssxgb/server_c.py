@@ -31,7 +31,7 @@ from .config import SSXGBConfig
 from .costs import CostCounters
 from .participant import fetch
 from .server_s import ActorLink
-from .splits import best_candidates, gain_fractions
+from .splits import best_candidates, gain_fractions, winner_notes
 
 __all__ = ["ServerCRole", "sum_rows"]
 
@@ -133,7 +133,8 @@ class ServerCRole(PartyActor, CostCounters):
 
     def find_splits(self, depth: int, sums: list) -> tuple:
         """Every participant's encrypted left sums; the best candidate of every open node, found with S
-        without decrypting a gain; each participant gets ``Enc_pk_i(winner's index)`` (TransDec)."""
+        without decrypting a gain; each participant gets, under its own key, the winner's local index
+        if it owns the winner and a uniform value of ``Z_N`` if not (:func:`~ray_vfl.ssxgb.splits.winner_notes`)."""
         self.link.depth = depth
         two, bcp, nodes = self.two, self.two.bcp, self.open_nodes
         ctx = {"nodes": np.asarray(nodes), "key": self.joint, "frac_bits": self.config.frac_bits,
@@ -159,13 +160,14 @@ class ServerCRole(PartyActor, CostCounters):
         rep = np.repeat(np.arange(len(nodes)), k)
         sb = self.plan.sum_bits
         num, den = gain_fractions(two, gl, hl, bcp.take(g_node, rep), bcp.take(h_node, rep), self.plan.lam, sb)
-        best = best_candidates(two, num, den, len(nodes), k, sb)
-        told = two.trans_dec_many([best] * len(self.order), [self.user_keys[p] for p in self.order])
-        offsets = np.cumsum([0] + counts)
+        # the owner of each of a node's candidates (node-major: the same in every node)
+        owner = [j for j in range(len(self.order)) for _ in range(counts[j])]
+        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner)
+        offsets = np.cumsum([0] + counts)[:-1]
+        told = winner_notes(two, idx, who, offsets.tolist(), [self.user_keys[p] for p in self.order])
         out = []
         for j, p in enumerate(self.order):
-            payload = {"node": np.asarray(nodes, dtype=np.int64), "idx": told[j], "offset": int(offsets[j]),
-                       "count": int(counts[j])}
+            payload = {"node": np.asarray(nodes, dtype=np.int64), "idx": told[j], "count": int(counts[j])}
             out.append(self.mailbox.send("ssxgb_win", [p], payload, len(self.trees), depth))
         self.ops["candidates"] += k * len(nodes)
         return (None, *out)
