@@ -1,13 +1,16 @@
 """SSXGB's secure steps, in process (server C and S over a LocalLink): what each receiver can infer.
 
 - the winning index: a non-owner's note is distributed the same wherever the winner sits;
+- the clamp: margins past the cubic's range train on, every Mult operand within its declared bound;
 
 Small settings: 1024-bit BCP keys, ``kappa = 40``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -16,9 +19,47 @@ from scipy import stats
 from ray_vfl.crypto.two_server.bcp import keygen, setup
 from ray_vfl.crypto.two_server.server_c import ServerC
 from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
+from ray_vfl.ssxgb.approx import FixedPointPlan, gradient_error_units, gradient_ints, leaf_error_units, leaf_ints
+from ray_vfl.ssxgb.config import SSXGBConfig
+from ray_vfl.ssxgb.secure_math import clamped_gradients, leaf_weights
+from ray_vfl.ssxgb.server_c import sum_rows
 from ray_vfl.ssxgb.splits import best_candidates, winner_notes
 
 P_MIN = 1e-4  # KS tests: a false alarm once in 10,000 runs
+
+
+TWO = TwoServerConfig(value_bits=256, kappa=40)
+
+
+class Audited(ServerC):
+    """Server C that, for the tests only, also holds the master key and checks before every step what no
+    real server can: each Mult operand within the bound declared for it, each LGT and Trunc input
+    within ``2^l`` (the masks' premises). :attr:`checked` counts the operands checked."""
+
+    def __init__(self, params, link, config, mk):
+        super().__init__(params, link, config)
+        self.mk, self.checked = mk, Counter()
+
+    def _within(self, step: str, arr, bits: int) -> None:
+        vals = self.bcp.mdecrypt_ints(self.mk, self.key_of(arr), arr)
+        assert max(map(abs, vals)) < 1 << bits, f"{step} operand past its bound 2^{bits}: {max(map(abs, vals))}"
+        self.checked[step] += 1
+
+    def mult_many(self, pairs, bounds=None, keep=()):
+        for (a, b), (ba, bb) in zip(pairs, bounds or [(self.config.value_bits,) * 2] * len(pairs)):
+            self._within("mult", a, ba)
+            self._within("mult", b, bb)
+        return super().mult_many(pairs, bounds, keep)
+
+    def lgt(self, a, b):
+        self._within("lgt", a, self.config.value_bits)
+        self._within("lgt", b, self.config.value_bits)
+        return super().lgt(a, b)
+
+    def trunc_many(self, arrays, k):
+        for arr in arrays:
+            self._within("trunc", arr, self.config.value_bits)
+        return super().trunc_many(arrays, k)
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +68,8 @@ def world():
         warnings.simplefilter("ignore")
         params, mk = setup(1024, allow_weak=True)
     users = [keygen(params) for _ in range(3)]
-    s = ServerS(mk, TwoServerConfig(value_bits=256, kappa=40), frac_bits=24, record_view=True)
-    c = ServerC(params, LocalLink(s), TwoServerConfig(value_bits=256, kappa=40), frac_bits=24)
+    s = ServerS(mk, TWO, frac_bits=24, record_view=True)
+    c = Audited(params, LocalLink(s), TWO, mk)
     jpk = c.register([pk for pk, _ in users])
     return params, mk, users, s, c, jpk
 
@@ -74,3 +115,53 @@ def test_the_tournament_names_the_owner_of_the_best_candidate(world):
     got = [c.bcp.decrypt_residues(sk, note) for (_, sk), note in zip(users, notes)]
     assert got[0][0] == 1 and got[2][1] == 11 - OFFSETS[2]
     assert got[0][1] >= COUNTS[0] and got[1][0] >= COUNTS[1] and got[1][1] >= COUNTS[1] and got[2][0] >= COUNTS[2]
+
+
+# -- 3c: margins past the cubic's range ---------------------------------------------------------------
+PURE = SSXGBConfig(frac_bits=16, kappa=40, learning_rate=0.3, reg_lambda=1 / 32)
+LEAF = np.array([0, 0, 1, 1])  # two pure leaves: labels 1, 1 and 0, 0
+
+
+def _sums(v: list[int]) -> list[int]:
+    return [sum(a for a, lf in zip(v, LEAF) if lf == leaf) for leaf in (0, 1)]
+
+
+def _reference(plan: FixedPointPlan, trees: int) -> int:
+    """How many trees the plain-integer pipeline grows on the two pure leaves before ``H + lambda <= 0``."""
+    x, y = [0] * 4, [1 << 16, 1 << 16, 0, 0]
+    for t in range(trees):
+        g, h = gradient_ints(plan, x, y)
+        if min(_sums(h)) + plan.lam <= 0:
+            return t
+        w = leaf_ints(plan, _sums(g), _sums(h))
+        x = [v + w[lf] for v, lf in zip(x, LEAF)]
+    return trees
+
+
+def test_pure_leaves_train_30_trees_at_learning_rate_0_3_with_every_bound_checked(world):
+    _, mk, _, _, c, jpk = world
+    plan = FixedPointPlan.of(PURE, 4)
+    # without the clamp the cubic turns (p falls past 3.3, h < 0 past 6.6) and H + lambda reaches 0
+    assert _reference(dataclasses.replace(plan, clamp=1 << 200), 30) < 30
+    assert _reference(plan, 30) == 30
+    c.checked.clear()
+    e_g, e_h = gradient_error_units(plan)
+    y_int = [1 << 16, 1 << 16, 0, 0]
+    x, y = c.encrypt_ints(jpk, [0] * 4, 16), c.encrypt_ints(jpk, y_int, 16)
+    groups = [np.flatnonzero(LEAF == lf) for lf in (0, 1)]
+    for _ in range(30):  # each tree against the plain-integer pipeline on the same margins
+        xs = c.bcp.mdecrypt_ints(mk, jpk, x)
+        g_ref, h_ref = gradient_ints(plan, xs, y_int)
+        g, h = clamped_gradients(c, plan, x, y)
+        assert all(abs(a - b) <= e_g for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, g), g_ref))
+        assert all(abs(a - b) <= e_h for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, h), h_ref))
+        w = leaf_weights(c, plan, sum_rows(jpk, g, groups), sum_rows(jpk, h, groups))
+        G, H = _sums(g_ref), _sums(h_ref)
+        for got, want, lf in zip(c.bcp.mdecrypt_ints(mk, jpk, w), leaf_ints(plan, G, H), (0, 1)):
+            assert abs(got - want) <= leaf_error_units(plan, G[lf], H[lf], 2), (got, want)
+        x = c.bcp.add(jpk, x, c.bcp.take(w, LEAF))
+    final = np.asarray(c.bcp.mdecrypt_ints(mk, jpk, x)) / 2.0**16
+    assert final[0] > PURE.sigmoid_range + 3 and final[2] < -PURE.sigmoid_range - 3  # far past the clamp
+    # every two-server step of every tree had its operands checked: 2 LGT, 8 Mult, 4 Trunc operands per tree
+    assert c.checked["lgt"] == 2 * 30 and c.checked["mult"] >= 8 * 30 and c.checked["trunc"] >= 4 * 30
+

@@ -135,6 +135,10 @@ def test_out_of_range_and_unknown_keys_are_refused(world):
         s.register_step([params.nsquare - 1])
     with pytest.raises(CryptoError, match="equal length"):
         c.mult(one, c.encrypt_ints(jpk, [1, 2]))
+    with pytest.raises(CryptoError, match="outside its bound"):  # a mask of 16 + kappa bits cannot cover 2^60
+        c.mult_many([(big := c.encrypt_ints(jpk, [2**60]), big)], [(16, 16)])
+    with pytest.raises(CryptoError, match="bits must hold"):
+        s.mult_step([one], [(0, 0)], bits=[L + 1])
     with pytest.raises(ConfigError, match="exceeds the 1024-bit key"):
         ServerC(params, LocalLink(s), TwoServerConfig(value_bits=1000, kappa=40))
     with pytest.raises(ConfigError):
@@ -253,6 +257,20 @@ def test_lgt_view_hides_the_outcome(world):
         assert stats.binomtest(positives, n, 0.5).pvalue > P_MIN
     assert stats.ks_2samp(views[(0, 5)], views[(4, 0)]).pvalue > P_MIN
     assert np.all(np.abs(views[(0, 5)]) < CFG.lgt_bound)
+
+
+def test_lgt_elements_reach_s_in_a_shuffled_order(world):
+    """The magnitude S reads off each LGT value belongs to no element S can name: 31 comparisons whose
+    differences grow by a factor 4 each (bit lengths 2 apart, more than the blinding's spread) arrive in
+    an order that is not theirs (a sorted arrival has probability 1 / 31!), and the results come back in
+    C's order."""
+    _, _, _, s, c, jpk = world
+    y = [4**i for i in range(31)]
+    ex, ey = c.encrypt_ints(jpk, [0] * 31), c.encrypt_ints(jpk, y)
+    seen = _view(s, "lgt", lambda: opened(world, c.lgt(ex, ey)))
+    sizes = [abs(v).bit_length() for v in seen]
+    assert sizes != sorted(sizes)
+    assert opened(world, c.lgt(ex, ey)) == [1] * 31 and opened(world, c.lgt(ey, ex)) == [0] * 31
 
 
 def test_payloads_are_plain_values(world):

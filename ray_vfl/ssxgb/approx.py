@@ -9,18 +9,30 @@ the truncations' carries and the secure division's rounding, bounded below.
 
 Sigmoid. ``sigma(x) ~ 1/2 + a1 x + a3 x^3``, the least-squares odd cubic on a uniform grid of
 ``[-R, R]`` (:func:`sigmoid_coefficients`). For ``R = 4`` (the default): ``a1 = 0.216606``,
-``a3 = -0.00660418``, largest error ``0.0383`` on ``[-R, R]``; ``R = 5``: error ``0.0608``. Outside
-``[-R, R]`` the cubic turns away (at ``|x| = 6``: ``0.38`` off): margins are meant to stay inside, which
-the paper's learning rates (0.08) and depths keep for tens of rounds; nothing clips them (a clip needs
-two secure comparisons per row per round). Gradient ``g = p - y`` and hessian ``h = p (1 - p)`` of
-the approximated ``p``.
+``a3 = -0.00660418``, largest error ``0.0383`` on ``[-R, R]``; ``R = 4.5``: error ``0.0496``. Outside
+``[-R, R]`` the cubic turns away: for ``R = 4`` its ``p`` falls past ``|x| = 3.3``, leaves ``[0, 1]`` past
+``6.6`` and the hessian turns negative, so a margin that grows past ``R`` (a pure leaf does at any
+learning rate) would break the gradients, the mask bounds and, once ``H + lambda <= 0``, the division.
+Hence the **clamp**: C moves every margin into ``[-C, C]``, ``C = round(R 2^F)``, before the cubic,
+``x' = x + [x < -C] (-C - x) + [C < x] (C - x)`` (one LGT round for both comparisons, one Mult round;
+:func:`~ray_vfl.ssxgb.secure_math.clamped_gradients`), and :func:`gradient_ints` does the same. On
+``[-R, R]`` the cubic's ``p`` stays inside ``(0, 1)`` for ``R <= 4.5`` (``R = 4``: ``p`` in
+``[0.0225, 0.9775]``, ``h >= 0.022``; ``R = 4.5``: ``h >= 0.006``; past ``R = 4.7`` it leaves ``[0, 1]``),
+which is why ``sigmoid_range`` is at most 4.5. :meth:`FixedPointPlan.p_range` and
+:meth:`FixedPointPlan.h_range` bound the integer pipeline's ``p`` and ``h`` over every clamped margin,
+carries included; every mask bound of the gradient stage, of the gain comparisons (``|g| < 2^F``,
+``0 < h <= 2^(F-2) + 1``) and of the division follows from them by construction. The margins
+themselves are not clamped (the model adds every leaf weight): they grow by at most ``eta / h_min``
+per tree, far below ``2^l``.
 
 Gradient pipeline at C (one two-server round per line; T = Trunc by F):
-``x2 = T(x x)``, ``x3 = T(x2 x)``, ``p = T(A1 x + A3 x3) + 2^(F-1)``, ``g = p - y``, ``h = T(p (2^F - p))``
+``x = clamp(x)`` (2 rounds), ``x2 = T(x x)``, ``x3 = T(x2 x)``, ``p = T(A1 x + A3 x3) + 2^(F-1)``,
+``g = p - y``, ``h = T(p (2^F - p))``
 with ``A1 = round(a1 2^F)``, ``A3 = round(a3 2^F)``. Each T adds a carry ``e`` in ``{0, 1}`` (units of
 ``2^-F``). For ``|x| <= R 2^F`` the errors against the floor pipeline are at most
 ``x2: 1``, ``x3: 1 + R + 1``, ``p: 1 + |A3| (R + 2) / 2^F + 1``, ``h: 2 e_p + 2`` units:
 :func:`gradient_error_units` returns ``(e_g, e_h)`` = ``(3, 8)`` for ``R <= 8`` (a loose, simple bound).
+The clamp is exact (comparisons and a product of integers): the same in both pipelines.
 
 Secure division (leaf weights ``w = -eta G / (H + lambda)``): with ``D = H + round(lambda 2^F)`` and
 ``a = -round(eta 2^F) G`` (Exp), C gets ``inv ~ 2^K / D`` from the Reciprocal protocol (error below
@@ -40,6 +52,8 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+
+from ..errors import ConfigError
 
 __all__ = [
     "FixedPointPlan",
@@ -84,7 +98,15 @@ def sigmoid_max_error(r: float) -> float:
 @dataclass(frozen=True)
 class FixedPointPlan:
     """The integer constants of one run: scale ``F``, the cubic's ``A1``, ``A3``, ``eta`` and ``lambda``
-    in units of ``2^-F``, and the secure division's ``K``."""
+    in units of ``2^-F``, the clamp ``C = round(R 2^F)`` of the margins, and the secure division's ``K``.
+
+    Example
+    -------
+    >>> from ray_vfl.ssxgb.config import SSXGBConfig
+    >>> plan = FixedPointPlan.of(SSXGBConfig(frac_bits=16), 100)
+    >>> plan.clamp == 4 << 16, plan.p_range(), plan.h_range()
+    (True, (1478, 64058), (1444, 16385))
+    """
 
     frac_bits: int
     a1: int
@@ -93,13 +115,40 @@ class FixedPointPlan:
     lam: int
     rho: int
     n_rows: int
+    clamp: int
 
     @classmethod
     def of(cls, config, n_rows: int) -> FixedPointPlan:
         f = config.frac_bits
         a1, a3 = sigmoid_coefficients(config.sigmoid_range)
-        return cls(f, round(a1 * 2**f), round(a3 * 2**f), round(config.learning_rate * 2**f),
-                   max(1, round(config.reg_lambda * 2**f)), config.kappa, int(n_rows))
+        plan = cls(f, round(a1 * 2**f), round(a3 * 2**f), round(config.learning_rate * 2**f),
+                   max(1, round(config.reg_lambda * 2**f)), config.kappa, int(n_rows),
+                   round(config.sigmoid_range * 2**f))
+        if plan.h_range()[0] < 1:
+            raise ConfigError(f"at frac_bits = {f} the clamped cubic on [-{config.sigmoid_range}, "
+                              f"{config.sigmoid_range}] may round the hessian to 0 or below: raise frac_bits "
+                              "or lower sigmoid_range")
+        return plan
+
+    def p_range(self) -> tuple[int, int]:
+        """``(p_lo, p_hi)``: every ``p`` of the gradient pipeline for a clamped margin ``|x| <= C`` (units,
+        carries included): the extremes of ``(A1 X + A3 X^3 / 2^2F) / 2^F + 2^(F-1)`` on ``[-C, C]``
+        (at the ends or where its slope is 0), widened by the pipeline's error ``e_p``."""
+        f, c = self.frac_bits, self.clamp
+        xs = [-c, c]
+        if self.a3 < 0 < self.a1:
+            top = math.isqrt((self.a1 << (2 * f)) // (-3 * self.a3))  # where the cubic turns
+            xs += [-top, top] if top <= c else []
+        vals = [(self.a1 * x * (1 << 2 * f) + self.a3 * x**3) / 2.0 ** (3 * f) + (1 << (f - 1)) for x in xs]
+        e_p = gradient_error_units(self)[0]
+        return math.floor(min(vals)) - e_p, math.ceil(max(vals)) + e_p
+
+    def h_range(self) -> tuple[int, int]:
+        """``(h_lo, h_hi)``: every ``h = T(p (2^F - p))`` for ``p`` in :meth:`p_range` (the product is
+        concave in ``p``: its least value is at an end; its largest ``2^(2F) / 4``; plus the carry)."""
+        lo, hi = self.p_range()
+        f = self.frac_bits
+        return min(lo * (self.one - lo), hi * (self.one - hi)) >> f, (1 << (f - 2)) + 1
 
     @property
     def one(self) -> int:
@@ -107,8 +156,8 @@ class FixedPointPlan:
 
     @property
     def sum_bits(self) -> int:
-        """Bits of any ``|G|``, ``|H + lambda|``: ``|g|, h < 2`` per row (margins in ``[-R, R]``), so
-        ``|G| < 2^(F + 1) n`` and ``H + lambda < 2^(F + 1) n + lambda 2^F``."""
+        """Bits of any ``|G|``, ``|H + lambda|``: ``|g|, h < 2`` per row (:meth:`h_range`: the clamp keeps
+        ``p`` in ``(0, 2^F)``), so ``|G| < 2^(F + 1) n`` and ``H + lambda < 2^(F + 1) n + lambda 2^F``."""
         return self.frac_bits + max(1, self.n_rows).bit_length() + 2 + max(0, self.lam >> self.frac_bits).bit_length()
 
     @property
@@ -126,8 +175,10 @@ class FixedPointPlan:
 
 
 def gradient_ints(plan: FixedPointPlan, x: list[int], y: list[int]) -> tuple[list[int], list[int]]:
-    """``(g, h)`` of margins ``x`` and labels ``y`` (units of ``2^-F``) by the floor pipeline."""
-    f, one = plan.frac_bits, plan.one
+    """``(g, h)`` of margins ``x`` and labels ``y`` (units of ``2^-F``) by the floor pipeline, the
+    margins clamped into ``[-C, C]`` first."""
+    f, one, c = plan.frac_bits, plan.one, plan.clamp
+    x = [max(-c, min(c, v)) for v in x]
     x2 = [(v * v) >> f for v in x]
     x3 = [(a * b) >> f for a, b in zip(x2, x)]
     p = [((plan.a1 * a + plan.a3 * b) >> f) + (one >> 1) for a, b in zip(x, x3)]
@@ -146,7 +197,7 @@ def leaf_ints(plan: FixedPointPlan, G: list[int], H: list[int]) -> list[int]:
 def gradient_error_units(plan: FixedPointPlan) -> tuple[int, int]:
     """Bounds, in units of ``2^-F``, on ``|g - g_floor|`` and ``|h - h_floor|`` per row for margins in
     ``[-R, R]`` (module docstring)."""
-    r = 8  # the largest sigmoid_range
+    r = 8  # above the largest sigmoid_range (4.5)
     e_x3 = 2 + r
     e_p = 1 + math.ceil(abs(plan.a3) * e_x3 / plan.one) + 1
     return e_p, 2 * e_p + 2

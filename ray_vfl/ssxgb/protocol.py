@@ -20,8 +20,11 @@ once       C -> every i            joint key ``prod h_i``                     a 
 once       LBP -> C                ``Enc_LBP(base + first-tree margin)``,     nothing (ciphertexts); the LBP's first tree
                                    ``Enc_LBP(label)`` per row                 and base score stay with the LBP
 once       C <-> S (KeyProd)       ``Enc(m + tau)``, ``tau`` uniform mod N    S: uniform values; C: nothing
+tree       C <-> S (2 rounds)      clamp of the margins into ``[-R, R]``:     S: from LGT, how far the rows' margins lie
+                                   LGT of ``x`` against ``-R`` and ``R``      from ``-R`` and ``R`` (bit lengths, in a
+                                   (shuffled), Mult                           shuffled order: not whose); masked values
 tree       C <-> S (7 rounds)      Mult / Trunc on masked margins (sigmoid)   S: masked values only (``x + r``, ``r`` of
-                                                                              ``l + kappa`` bits); C: nothing
+                                                                              the bound + ``kappa`` bits); C: nothing
 tree       C -> every i            sampled rows (public: shared seed),        the row sample; ciphertexts
                                    ``Enc(g)``, ``Enc(h)`` of those rows
 level      C -> every i            children ids and where each node's rows    the instance space of every node (as in the
@@ -46,10 +49,10 @@ predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S:
 =========  ======================  =========================================  ===========================================
 
 Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
-bits; the sigmoid replaced by the least-squares odd cubic on ``[-R, R]`` (R = 4: max error 0.0383);
-every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure division within
-``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``. Split choice: exact comparisons of the gain
-fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
+bits; every margin clamped into ``[-R, R]`` and the sigmoid replaced there by the least-squares odd cubic
+(R = 4: max error 0.0383); every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure
+division within ``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``.
+Split choice: exact comparisons of the gain fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
 ``min_child_weight``: deciding them needs more comparisons); missing values always go right in the
 federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned missing direction).
 """

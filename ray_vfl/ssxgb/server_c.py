@@ -30,6 +30,7 @@ from .approx import FixedPointPlan
 from .config import SSXGBConfig
 from .costs import CostCounters
 from .participant import fetch
+from .secure_math import clamped_gradients, leaf_weights
 from .server_s import ActorLink
 from .splits import best_candidates, gain_fractions, winner_notes
 
@@ -106,19 +107,14 @@ class ServerCRole(PartyActor, CostCounters):
 
     # -- one tree --------------------------------------------------------------------------------------
     def begin_tree(self, tree: int) -> tuple:
-        """Encrypted g, h of this tree's sampled rows (the approximated sigmoid; 7 rounds with S), sent
-        to every participant."""
+        """Encrypted g, h of this tree's sampled rows (the margins clamped into the cubic's range, then
+        the cubic; 9 rounds with S), sent to every participant."""
         self.link.tree, self.link.depth = tree, -1
-        two, bcp, f, plan = self.two, self.two.bcp, self.config.frac_bits, self.plan
+        bcp = self.two.bcp
         self.rows = RowSampler(self.config.row_subsample, self.config.seed).rows(self.n_rows, tree)
         x, y = bcp.take(self.margin, self.rows), bcp.take(self.label, self.rows)
         m = len(self.rows)
-        x2 = two.trunc(two.mult_many([(x, x)], keep=(x,))[0], f)  # S keeps x opened for x3's Mult
-        x3 = two.trunc(two.mult(x2, x), f)
-        lin = bcp.add(self.joint, two.exp(x, [plan.a1] * m, f), two.exp(x3, [plan.a3] * m, f))
-        p = bcp.add(self.joint, two.trunc(lin, f), two.encrypt_ints(self.joint, [plan.one >> 1] * m, f))
-        self.g = bcp.sub(self.joint, p, y)
-        self.h = two.trunc(two.mult(p, bcp.sub(self.joint, two.encrypt_ints(self.joint, [plan.one] * m, f), p)), f)
+        self.g, self.h = clamped_gradients(self.two, self.plan, x, y)
         self.pos_of_row = np.full(self.n_rows, -1, dtype=np.int64)
         self.pos_of_row[self.rows] = np.arange(m)
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
@@ -211,15 +207,10 @@ class ServerCRole(PartyActor, CostCounters):
     def finish_tree(self) -> None:
         """Leaf weights by the secure division (3 rounds with S), kept encrypted; every row's encrypted
         margin moves by its leaf's weight."""
-        two, bcp, plan, f = self.two, self.two.bcp, self.plan, self.config.frac_bits
+        bcp = self.two.bcp
         leaves = np.asarray(sorted(self.open_nodes), dtype=np.int64)
         G, H = self._node_sums(leaves.tolist())
-        n = len(leaves)
-        d = bcp.add(self.joint, H, two.encrypt_ints(self.joint, [plan.lam] * n, f))
-        a = two.exp(G, [-plan.eta] * n, f)  # scale 2F
-        big_k = plan.division_bits
-        inv = two.reciprocal(bcp.with_scale(d, 0), big_k, big_k - f)  # ~2^K / D, tagged K - F
-        w = two.trunc(two.mult(a, inv), big_k)  # scale F + K, truncated to F
+        w = leaf_weights(self.two, self.plan, G, H)
         self.leaves.append((leaves, w))
         slot = np.searchsorted(leaves, self.node_of_row)
         self.margin = bcp.add(self.joint, self.margin, bcp.take(w, slot))

@@ -33,9 +33,10 @@ Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)`` (an       ``x + r1``, `
                         once; one kept from the previous Mult      other in-range input's; which products
                         not at all), index pairs, keep/reuse       share an operand, within a round and
                         tokens                                     with the round before
-LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
-                                                                   [x < y]); the magnitude reveals about
-                                                                   ``log2 |x - y|`` (bit length, +-1)
+LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1,   the sign is uniform (independent of
+                        elements in an order C shuffles            [x < y]); the magnitudes reveal about
+                                                                   ``log2 |x - y|`` (bit length, +-1) of
+                                                                   the elements, not which is which
 SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
 Trunc (1)               ``Enc(x + r)``, shift ``k``                ``x + r``: as Mult's (``r`` of ``l + kappa``
                                                                    bits)
@@ -64,10 +65,11 @@ the outcome (``r'`` in ``[0, r)`` would make ``|v|`` larger when ``x < y``, a st
 outcome that a two-sample test detects at a few hundred comparisons).
 
 Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
-``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with
-``|x| >= 2^(l + kappa) + 2^l`` and one with ``2^l <= |x| < 2^(l + kappa) + 2^l`` only with probability
-about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding
-degrades to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever
+``(-2^b, 2^(b + kappa) + 2^b)``, the range of every in-range input's, where ``b`` is the operand's bound
+C declares with it (``l`` unless C knows a smaller one); this catches every input with
+``|x| >= 2^(b + kappa) + 2^b`` and one with ``2^b <= |x| < 2^(b + kappa) + 2^b`` only with probability
+about ``(|x| - 2^b) / 2^(b + kappa)`` (C cannot see the plaintexts; for such an input the hiding
+degrades to statistical distance ``|x - x'| / 2^(b + kappa)``). The product is correct whenever
 ``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``; S refuses
 ``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 2)`` triggers
 (``|v| > r (|d| - 1)`` and ``r >= 2^(kappa - 1)``); a pair in between is accepted only when ``|v|`` is
@@ -252,12 +254,19 @@ class ServerS:
         return out
 
     def mult_step(self, operands: list[CipherArray], pairs: list[tuple[int, int]],
-                  keep: list[tuple[int, int]] = (), reuse: list[int] = ()) -> list[CipherArray]:
+                  keep: list[tuple[int, int]] = (), reuse: list[int] = (),
+                  bits: list[int] | None = None) -> list[CipherArray]:
         """Mult: open every masked operand ``X = x + r`` once and return ``Enc(X_i X_j)`` for each pair
         ``(i, j)`` of indices into ``operands``, under the pair's key (an operand in several pairs, or on
         both sides of one, is sent and opened once). ``reuse`` names operands the previous Mult kept
         (by token); they follow ``operands`` in the index order. ``keep`` holds ``(index, token)``: keep
-        that operand's opened value for the next Mult (and nothing longer)."""
+        that operand's opened value for the next Mult (and nothing longer). ``bits``: per operand of
+        ``operands``, the bound ``b`` C declared (``|x| < 2^b``, mask of ``b + kappa`` bits; default
+        ``l``); an opened value outside ``(-2^b, 2^(b + kappa) + 2^b)`` is refused."""
+        top = self.config.value_bits
+        bits = [top] * len(operands) if bits is None else list(bits)
+        if len(bits) != len(operands) or any(type(b) is not int or not 1 <= b <= top for b in bits):
+            raise CryptoError(f"mult_step: bits must hold one bound in [1, {top}] per operand")
         kept, self._kept = self._kept, {}
         if not all(type(t) is int and t in kept for t in reuse) or len(set(reuse)) != len(reuse):
             raise CryptoError("mult_step: reuse names an operand the previous Mult did not keep")
@@ -272,15 +281,17 @@ class ServerS:
             raise CryptoError(f"mult_step: pairs must be (i, j) indices into the {m} operands")
         if sorted({i for p in pairs for i in p}) != list(range(m)):
             raise CryptoError("mult_step: every operand must be used by a pair")
-        lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
         for i, j in pairs:
             x, y = operands[i], operands[j]
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
         opened = self._open_many("mult", operands[:n_new])
-        if any(not lo < v < hi for vals in opened for v in vals):
-            raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
-                              "mask no longer hides it; refused")
+        kappa = self.config.kappa
+        for b, vals in zip(bits, opened):
+            lo, hi = -(1 << b), (1 << (b + kappa)) + (1 << b)
+            if any(not lo < v < hi for v in vals):
+                raise CryptoError(f"Mult input outside its bound |x| < 2^{b} (value_bits = {top}): its mask no "
+                                  "longer hides it; refused")
         opened += [kept[t][1] for t in reuse]
         self._kept = {t: (operands[i], opened[i]) for i, t in keep}
         products = [[a * b for a, b in zip(opened[i], opened[j])] for i, j in pairs]
