@@ -2,6 +2,7 @@
 
 - the winning index: a non-owner's note is distributed the same wherever the winner sits;
 - the clamp: margins past the cubic's range train on, every Mult operand within its declared bound;
+- the division: S's view of a leaf weight gives the factoring attack nothing (it pins D from ``D r``).
 
 Small settings: 1024-bit BCP keys, ``kappa = 40``.
 """
@@ -9,6 +10,7 @@ Small settings: 1024-bit BCP keys, ``kappa = 40``.
 from __future__ import annotations
 
 import dataclasses
+import random
 import warnings
 from collections import Counter
 
@@ -20,6 +22,7 @@ from ray_vfl.crypto.two_server.bcp import keygen, setup
 from ray_vfl.crypto.two_server.server_c import ServerC
 from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
 from ray_vfl.ssxgb.approx import FixedPointPlan, gradient_error_units, gradient_ints, leaf_error_units, leaf_ints
+from ray_vfl.ssxgb.attack import factoring_attack
 from ray_vfl.ssxgb.config import SSXGBConfig
 from ray_vfl.ssxgb.secure_math import clamped_gradients, leaf_weights
 from ray_vfl.ssxgb.server_c import sum_rows
@@ -155,7 +158,7 @@ def test_pure_leaves_train_30_trees_at_learning_rate_0_3_with_every_bound_checke
         g, h = clamped_gradients(c, plan, x, y)
         assert all(abs(a - b) <= e_g for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, g), g_ref))
         assert all(abs(a - b) <= e_h for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, h), h_ref))
-        w = leaf_weights(c, plan, sum_rows(jpk, g, groups), sum_rows(jpk, h, groups))
+        w = leaf_weights(c, plan, sum_rows(jpk, g, groups), sum_rows(jpk, h, groups), [2, 2])
         G, H = _sums(g_ref), _sums(h_ref)
         for got, want, lf in zip(c.bcp.mdecrypt_ints(mk, jpk, w), leaf_ints(plan, G, H), (0, 1)):
             assert abs(got - want) <= leaf_error_units(plan, G[lf], H[lf], 2), (got, want)
@@ -165,3 +168,45 @@ def test_pure_leaves_train_30_trees_at_learning_rate_0_3_with_every_bound_checke
     # every two-server step of every tree had its operands checked: 2 LGT, 8 Mult, 4 Trunc operands per tree
     assert c.checked["lgt"] == 2 * 30 and c.checked["mult"] >= 8 * 30 and c.checked["trunc"] >= 4 * 30
 
+
+
+# -- 3b: the secure division ------------------------------------------------------------------------
+def _leaves(trials: int, seed: int) -> tuple[FixedPointPlan, list[int], list[int], int, int]:
+    """Leaves of 30 sampled rows at the default F = 24: a plan, their G and D = H + lambda, D's range."""
+    plan = FixedPointPlan.of(SSXGBConfig(kappa=40), 240)
+    lo, hi = plan.leaf_range(30)
+    rng = random.Random(seed)
+    return plan, [rng.randrange(-30 << 24, 30 << 24) for _ in range(trials)], [rng.randrange(lo, hi + 1) for _ in range(trials)], lo, hi
+
+
+def test_the_factoring_attack_pins_d_from_the_old_divisions_d_r():
+    """The division SSXGB used to run opened M = D r, r uniform in [2^79, 2^80): D is always among the
+    candidates the attack lists, and often the only one (so the attack has teeth)."""
+    _, _, ds, lo, hi = _leaves(40, seed=1)
+    rng = random.Random(2)
+    views = [[d * ((1 << 79) | rng.getrandbits(79))] for d in ds]
+    got = factoring_attack(views, ds, lo, hi, 80)
+    assert got.found == 40 and got.pinned >= 4 and got.at_most_3 >= 12, got
+
+
+def test_the_division_shows_s_nothing_the_factoring_attack_can_use(world):
+    """40 leaves' weights by Newton's division: the attack, run on every value S opened, finds D in no
+    trial (for the old blinding's 80-bit and this run's 40-bit cofactors); what S opened for the 20
+    smallest D and the 20 largest is alike at every opening (KS); and every weight is within 1.5 units
+    of the exact -eta G / D."""
+    _, mk, _, s, c, jpk = world
+    plan, gs, ds, lo, hi = _leaves(40, seed=3)
+    s.view.clear()
+    w = leaf_weights(c, plan, c.encrypt_ints(jpk, gs, 24), c.encrypt_ints(jpk, [d - plan.lam for d in ds], 24), [30] * 40)
+    opened = [vals for _, vals in s.view]
+    assert {step for step, _ in s.view} == {"mult", "trunc"}
+    assert len(opened) == 4 * plan.newton().iterations + 3  # d, Y, E and a Trunc per step; a, Y and a Trunc
+    views = [[vals[t] for vals in opened] for t in range(40)]
+    for rho in (80, 40):
+        assert factoring_attack(views, ds, lo, hi, rho).found == 0
+    order = np.argsort(ds)
+    for vals in opened:
+        small, large = (np.array([float(vals[t]) for t in order[part]]) for part in (slice(0, 20), slice(20, 40)))
+        assert stats.ks_2samp(small, large).pvalue > P_MIN / len(opened)
+    exact = [-plan.eta * g / d for g, d in zip(gs, ds)]
+    assert all(abs(a - b) < 1.5 for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, w), exact))

@@ -35,11 +35,17 @@ with ``A1 = round(a1 2^F)``, ``A3 = round(a3 2^F)``. Each T adds a carry ``e`` i
 The clamp is exact (comparisons and a product of integers): the same in both pipelines.
 
 Secure division (leaf weights ``w = -eta G / (H + lambda)``): with ``D = H + round(lambda 2^F)`` and
-``a = -round(eta 2^F) G`` (Exp), C gets ``inv ~ 2^K / D`` from the Reciprocal protocol (error below
-``2^(rho - 1)``, ``rho = kappa``), multiplies ``a inv`` (Mult) and truncates by ``K`` (Trunc):
-``W = a inv / 2^K``, in units of ``2^-F``. With ``K = 2F + rho + bits(n) + 1`` the total error is below
-``1/2 + 1`` unit, i.e. ``|w - w_exact| < 1.5 * 2^-F`` given the same integer ``G``, ``H``
-(:func:`leaf_error_units`). What S learns from ``D r``: ``D``'s bit length (see two_server).
+``a = -round(eta 2^F) G`` (Exp), C gets ``Y ~ 2^J / D`` by Newton's iteration on masked values
+(:mod:`ray_vfl.crypto.two_server.reciprocal`; S opens nothing but additively masked values, within
+statistical distance ``4 k 2^(1 - kappa)`` of independent of ``D`` for ``k`` steps), multiplies ``a Y``
+(Mult) and truncates by ``J`` (Trunc): ``W = a Y / 2^J``, in units of ``2^-F``. The clamp bounds every
+row's ``h`` (:meth:`FixedPointPlan.h_range`), so a leaf of ``n`` sampled rows has ``D`` in
+``[n h_lo + lambda, n h_hi + lambda]``, public to C: the Newton start is fitted to that range and
+:meth:`FixedPointPlan.newton` takes enough steps (6 at the defaults) that ``|a / D| |e| <= 1/2`` for the
+largest ``|a / D|`` any leaf can have (``eta max|g| / h_lo``); with the truncation's unit the total error
+is below ``1/2 + 1`` unit, i.e. ``|w - w_exact| < 1.5 * 2^-F`` given the same integer ``G``, ``H``
+(:func:`leaf_error_units`). The number of steps and every mask size follow from the run's public
+constants (row count, ``F``, ``R``, ``eta``, ``lambda``), never from a leaf.
 
 Split gains are compared exactly (cross-multiplied fractions of integers, no division): no error
 beyond that of the gradient sums.
@@ -49,10 +55,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 
 import numpy as np
 
+from ..crypto.two_server.reciprocal import Newton
 from ..errors import ConfigError
 
 __all__ = [
@@ -98,7 +106,8 @@ def sigmoid_max_error(r: float) -> float:
 @dataclass(frozen=True)
 class FixedPointPlan:
     """The integer constants of one run: scale ``F``, the cubic's ``A1``, ``A3``, ``eta`` and ``lambda``
-    in units of ``2^-F``, the clamp ``C = round(R 2^F)`` of the margins, and the secure division's ``K``.
+    in units of ``2^-F``, the clamp ``C = round(R 2^F)`` of the margins, and the secure division's
+    parameters (:meth:`newton`).
 
     Example
     -------
@@ -113,7 +122,6 @@ class FixedPointPlan:
     a3: int
     eta: int
     lam: int
-    rho: int
     n_rows: int
     clamp: int
 
@@ -122,8 +130,7 @@ class FixedPointPlan:
         f = config.frac_bits
         a1, a3 = sigmoid_coefficients(config.sigmoid_range)
         plan = cls(f, round(a1 * 2**f), round(a3 * 2**f), round(config.learning_rate * 2**f),
-                   max(1, round(config.reg_lambda * 2**f)), config.kappa, int(n_rows),
-                   round(config.sigmoid_range * 2**f))
+                   max(1, round(config.reg_lambda * 2**f)), int(n_rows), round(config.sigmoid_range * 2**f))
         if plan.h_range()[0] < 1:
             raise ConfigError(f"at frac_bits = {f} the clamped cubic on [-{config.sigmoid_range}, "
                               f"{config.sigmoid_range}] may round the hessian to 0 or below: raise frac_bits "
@@ -160,10 +167,29 @@ class FixedPointPlan:
         ``p`` in ``(0, 2^F)``), so ``|G| < 2^(F + 1) n`` and ``H + lambda < 2^(F + 1) n + lambda 2^F``."""
         return self.frac_bits + max(1, self.n_rows).bit_length() + 2 + max(0, self.lam >> self.frac_bits).bit_length()
 
-    @property
-    def division_bits(self) -> int:
-        """``K`` of the secure division (see the module docstring)."""
-        return 2 * self.frac_bits + self.rho + max(1, self.n_rows).bit_length() + 1
+    def leaf_range(self, n_leaf: int) -> tuple[int, int]:
+        """``[lo, hi]`` of ``D = H + lambda`` for a leaf of ``n_leaf`` sampled rows (units)."""
+        h_lo, h_hi = self.h_range()
+        return n_leaf * h_lo + self.lam, n_leaf * h_hi + self.lam
+
+    def newton(self) -> Newton:
+        """The secure division's :class:`~ray_vfl.crypto.two_server.reciprocal.Newton`: divisors of any
+        leaf (``[lambda, n h_hi + lambda]``, a leaf's own range at most ``h_hi / h_lo`` wide), relative
+        error ``2^-rel`` with ``2^rel >= 2 eta max|g| / h_lo`` (the largest ``|W|`` in units, doubled)."""
+        h_lo, h_hi = self.h_range()
+        p_lo, p_hi = self.p_range()
+        w_max = -(-self.eta * max(p_hi, self.one - p_lo) // h_lo)
+        return Newton(self.lam, self.leaf_range(max(1, self.n_rows))[1], Fraction(h_hi, h_lo), w_max.bit_length() + 1)
+
+    def numerator_bits(self) -> int:
+        """Bits of any ``|a| = eta |G|`` of the division (``|g| < 2^F`` per row)."""
+        return (self.eta * max(1, self.n_rows) << self.frac_bits).bit_length()
+
+    def value_bits_needed(self) -> int:
+        """The least ``value_bits`` (``l``) of the run: the gain comparisons' cross products, Newton's
+        ``Y E`` and the leaf weights' ``a Y``, each below ``2^l``."""
+        newton = self.newton()
+        return max(self.comparison_bits() + 2, 2 * newton.scale_bits + 3, self.numerator_bits() + newton.y_bits + 1)
 
     def comparison_bits(self) -> int:
         """Bits of the cross products the gain comparisons take: ``5 * sum_bits + 2``."""

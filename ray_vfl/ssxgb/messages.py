@@ -25,7 +25,7 @@ from ..runtime.validation import (
 __all__ = ["S_STEPS"]
 
 # The ServerS steps C may ask for (ray_vfl.crypto.two_server.server_s), with what their arguments are.
-S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step", "reciprocal_step")
+S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step")
 
 
 def _bcp(path: str, n=None, key: str = "key", frac: str | None = "frac_bits"):

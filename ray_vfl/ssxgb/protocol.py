@@ -40,8 +40,9 @@ level      C -> every i            per node ``Enc_i(v_i)``: the winner's      ow
                                    value of ``Z_N`` at everyone else          is uniform whoever won and wherever)
 level      owner -> C              the won node's left branch (all rows),     C: the partition and the owner of the split
                                    the owner's record number                  (a record number; no feature, no threshold)
-tree end   C <-> S (3 rounds)      secure division: ``Enc(D r)``, Mult,       S: ``D r`` (the bit length of ``D = H +
-                                   Trunc                                      lambda``), masked values; C: nothing
+tree end   C <-> S (3 k + 2        secure division: Newton's iteration for    S: masked values only, statistically
+           rounds, k = 6 at the    ``1 / D``, ``D = H + lambda`` (Mult,       independent of ``D`` (distance below
+           defaults)               Mult, Trunc per step), then Mult, Trunc    ``4 k 2^(1 - kappa)`` per leaf); C: nothing
 predict    owner -> C              left/right of every prediction row at      C: each row's leaf in every federated tree
                                    each split it owns
 predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S: uniform values; LBP: the margins (adds its

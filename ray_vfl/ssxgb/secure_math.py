@@ -30,7 +30,10 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..crypto.he.ciphertexts import CipherArray
+from ..crypto.two_server.reciprocal import reciprocal
 from ..crypto.two_server.server_c import ServerC
 from .approx import FixedPointPlan
 
@@ -80,13 +83,17 @@ def clamped_gradients(c: ServerC, plan: FixedPointPlan, x: CipherArray, y: Ciphe
     return g, h
 
 
-def leaf_weights(c: ServerC, plan: FixedPointPlan, G: CipherArray, H: CipherArray) -> CipherArray:
-    """``Enc(W)``, ``W ~ -eta G / (H + lambda)`` in units of ``2^-F``, per leaf (sums of scale ``F``):
-    the secure division of :mod:`ray_vfl.ssxgb.approx` (3 rounds with S)."""
+def leaf_weights(c: ServerC, plan: FixedPointPlan, G: CipherArray, H: CipherArray, n_leaf: Sequence[int]) -> CipherArray:
+    """``Enc(W)``, ``W ~ -eta G / (H + lambda)`` in units of ``2^-F``, per leaf (sums of scale ``F`` over
+    ``n_leaf`` sampled rows each): Newton's reciprocal of ``D = H + lambda`` on its public range, then
+    ``a Y`` and a truncation (:mod:`ray_vfl.ssxgb.approx`; ``3 k + 2`` rounds with S)."""
     bcp, pk, f = c.bcp, c.key_of(G), plan.frac_bits
     n = len(G)
+    newton = plan.newton()
+    big_j = newton.scale_bits
+    ranges = [plan.leaf_range(int(k)) for k in n_leaf]
     d = bcp.add(pk, H, c.encrypt_ints(pk, [plan.lam] * n, f))
+    y = reciprocal(c, d, newton, [r[0] for r in ranges], [r[1] for r in ranges], big_j - f)  # ~2^J / D
     a = c.exp(G, [-plan.eta] * n, f)  # scale 2F
-    big_k = plan.division_bits
-    inv = c.reciprocal(bcp.with_scale(d, 0), big_k, big_k - f)  # ~2^K / D, tagged K - F
-    return c.trunc(c.mult(a, inv), big_k)  # scale F + K, truncated to F
+    (ay,) = c.mult_many([(a, y)], [(plan.numerator_bits(), newton.y_bits)])  # scale F + J
+    return c.trunc(ay, big_j)  # scale F

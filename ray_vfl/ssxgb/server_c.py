@@ -4,7 +4,7 @@ C holds the public parameters, every user key and the joint key, the encrypted m
 the encrypted gradients of the current tree, the tree structure (which participant owns each split,
 by record number; never a feature or a threshold) and the encrypted leaf weights. Everything it
 cannot do with additions alone it does with S through :class:`~ray_vfl.ssxgb.server_s.ActorLink`
-(Mult, LGT, Trunc, Reciprocal, KeyProd, TransDec), always on masked values. The rounds are in
+(Mult, LGT, Trunc, KeyProd, TransDec, and the reciprocal built on them), always on masked values. The rounds are in
 :mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl.ssxgb.approx`.
 """
 
@@ -98,11 +98,11 @@ class ServerCRole(PartyActor, CostCounters):
         self.margin, self.label = self.two.key_prod([p["margin"], p["label"]])
         self.n_rows = len(self.margin)
         self.plan = FixedPointPlan.of(self.config, self.n_rows)
-        need = self.plan.comparison_bits() + 2
+        need = self.plan.value_bits_needed()
         if need > self.config.value_bits:
-            raise ConfigError(f"the gain comparisons of {self.n_rows} rows at frac_bits={self.config.frac_bits} need "
-                              f"value_bits >= {need}, got {self.config.value_bits}: raise value_bits (at most "
-                              f"key_bits - kappa - 6) or lower frac_bits")
+            raise ConfigError(f"the gain comparisons and leaf weights of {self.n_rows} rows at frac_bits="
+                              f"{self.config.frac_bits} need value_bits >= {need}, got {self.config.value_bits}: "
+                              "raise value_bits (at most key_bits - kappa - 6) or lower frac_bits")
         self.index_bits = self.config.value_bits - self.plan.comparison_bits()
 
     # -- one tree --------------------------------------------------------------------------------------
@@ -205,12 +205,13 @@ class ServerCRole(PartyActor, CostCounters):
         return None, self.mailbox.send("ssxgb_partition", self.order, payload, len(self.trees), depth)
 
     def finish_tree(self) -> None:
-        """Leaf weights by the secure division (3 rounds with S), kept encrypted; every row's encrypted
-        margin moves by its leaf's weight."""
+        """Leaf weights by the secure division (Newton's iteration on masked values, ``3 k + 2`` rounds
+        with S), kept encrypted; every row's encrypted margin moves by its leaf's weight."""
         bcp = self.two.bcp
         leaves = np.asarray(sorted(self.open_nodes), dtype=np.int64)
         G, H = self._node_sums(leaves.tolist())
-        w = leaf_weights(self.two, self.plan, G, H)
+        sampled = self.node_of_row[self.pos_of_row >= 0]
+        w = leaf_weights(self.two, self.plan, G, H, [int((sampled == leaf).sum()) for leaf in leaves.tolist()])
         self.leaves.append((leaves, w))
         slot = np.searchsorted(leaves, self.node_of_row)
         self.margin = bcp.add(self.joint, self.margin, bcp.take(w, slot))

@@ -27,9 +27,10 @@ fixed-point plan), every Mult operand has a known bound: squares and ``den`` ``2
 ``2^(3s + 1)``, their differences one bit more, the comparison bit 1 bit, the index difference the bits
 of ``k``. Each Mult masks an operand with that bound plus ``kappa`` bits
 (:meth:`~ray_vfl.crypto.two_server.server_c.ServerC.mult_many`), which hides it as well as a mask of
-``l + kappa`` bits and makes C's exponentiations by the masks about 2.5 times cheaper here. (The
-bounds hold while the margins stay in ``[-R, R]``, the assumption the comparison budget makes too; an
-operand beyond its bound would still multiply correctly, hidden only within ``|x| / 2^(bound + kappa)``.)
+``l + kappa`` bits and makes C's exponentiations by the masks about 2.5 times cheaper here. The
+bounds hold by construction: C clamps every margin into ``[-R, R]`` before the gradients
+(:mod:`ray_vfl.ssxgb.approx`), so ``|g| < 2^F`` and ``0 < h <= 2^(F-2) + 1`` per row; S is told each
+bound and refuses an opened value far past it.
 An operand used twice in one round is masked and opened once: ``GL`` and ``GR`` in their squares, the
 comparison bit in the four selections. ``HL + L`` and ``HR + L``, in both rounds of the gains, are kept
 opened at S from the first round to the second (``keep``). That is 15 masked operands for a candidate's

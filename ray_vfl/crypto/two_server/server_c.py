@@ -226,7 +226,7 @@ class ServerC:
             out.append(acc)
         return out
 
-    # -- Trunc and Reciprocal -----------------------------------------------------------------------
+    # -- Trunc ----------------------------------------------------------------------------------
     def trunc(self, c: CipherArray, k: int) -> CipherArray:
         """Trunc: ``Enc(floor(x / 2^k) + e)``, ``e`` in ``{0, 1}``, scale lowered by ``k`` (1 round)."""
         return self.trunc_many([c], k)[0]
@@ -248,21 +248,6 @@ class ServerC:
         unmask = encrypt_many(self.bcp, [(pk, [-(v >> k) for v in r]) for pk, r in masks], self.pool)
         return [self.bcp.add(pk, rep, self.bcp.with_scale(u, check(pk, rep)))
                 for rep, (pk, _), u in zip(replies, masks, unmask)]
-
-    def reciprocal(self, c: CipherArray, scale_bits: int, out_frac: int, rho: int | None = None) -> CipherArray:
-        """Reciprocal: ``Enc(~2^K / d)`` for positive integers ``0 < d < 2^l`` (``K`` = ``scale_bits``),
-        within ``2^(rho - 1)`` (``rho`` defaults to ``kappa``); the result is tagged ``out_frac``. 1 round."""
-        pk = self.key_of(c)
-        check(pk, c)
-        rho = self.config.kappa if rho is None else int(rho)
-        if not 1 <= rho <= self.config.kappa:
-            raise CryptoError(f"rho must be in [1, kappa = {self.config.kappa}], got {rho}")
-        rs = [(1 << (rho - 1)) | secrets.randbits(rho - 1) for _ in range(len(c))]
-        blinded = self.bcp.with_scale(self.bcp.mul_const(pk, c, rs, pool=self.pool), 0)
-        blinded = self.bcp.add(pk, blinded, self.bcp._encrypt_residues(pk, [0] * len(c), 0, self.pool, hiding=True))
-        inv = self.link.ask(ServerS.reciprocal_step, blinded, int(scale_bits), int(out_frac))
-        check(pk, inv)
-        return self.bcp.mul_const(pk, inv, rs, pool=self.pool)
 
     # -- LGT --------------------------------------------------------------------------------------
     def lgt(self, a: CipherArray, b: CipherArray) -> CipherArray:

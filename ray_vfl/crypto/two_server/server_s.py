@@ -40,10 +40,9 @@ LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1,   the sign is u
 SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
 Trunc (1)               ``Enc(x + r)``, shift ``k``                ``x + r``: as Mult's (``r`` of ``l + kappa``
                                                                    bits)
-Reciprocal (1)          ``Enc(d r)``, ``d > 0``, ``K``             ``M = d r``, ``r`` uniform in
-                                                                   ``[2^(rho-1), 2^rho)``: the bit length of ``d``
-                                                                   (within 1 bit) and any factor structure of
-                                                                   ``M``; not ``d`` itself
+Reciprocal (3 per step)  Mult and Trunc requests (Newton's         what those Mults and Truncs reveal:
+                        iteration, :mod:`~ray_vfl.crypto.          masked values only, statistically
+                        two_server.reciprocal`)                    independent of ``d``
 ======================  =========================================  ==========================================
 
 S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
@@ -81,13 +80,12 @@ Trunc (secure truncation, for fixed-point products): C sends ``Enc(x + r)`` with
 is ``floor(x / 2^k)`` or ``floor(x / 2^k) + 1`` (the carry of the low bits, which C cannot see):
 ``|result - x / 2^k| < 1``, one unit of the new scale, for every integer ``x`` with ``|x| < 2^l``.
 
-Reciprocal (secure division's first half): for ``0 < d < 2^l`` C sends ``Enc(d r)`` with ``r`` uniform in
-``[2^(rho - 1), 2^rho)`` (``rho`` = ``kappa`` by default); S returns ``Enc(round(2^K / (d r)))``; C multiplies
-by ``r`` (Exp): ``Enc(r round(2^K / (d r)))``, within ``r / 2 < 2^(rho - 1)`` of ``2^K / d``. Multiplicative
-blinding over the integers hides ``d`` less than an additive mask: S learns ``d r``, hence the bit length of
-``d`` within one bit, and ``d`` exactly if ``d r`` happens to factor uniquely into a ``rho``-bit part.
+Reciprocal (:mod:`~ray_vfl.crypto.two_server.reciprocal`): Newton's iteration for ``2^J / d`` from a
+linear start on ``d``'s public range, each step one Mult, one Mult and one Trunc; S needs no step of
+its own and opens nothing but masked values. (An earlier one-round division opened ``d r`` with a
+``rho``-bit ``r``: a factoring attack pinned ``d`` from it, :mod:`ray_vfl.ssxgb.attack`.)
 
-Decryption at S. Every value S opens in Mult, LGT, Trunc and Reciprocal is below ``2^(l + kappa + 2)``
+Decryption at S. Every value S opens in Mult, LGT and Trunc is below ``2^(l + kappa + 2)``
 in absolute value when C follows the protocol, far below ``p / 2`` (``p`` has ``|N| / 2`` bits), so S
 decrypts those modulo ``p`` alone (:meth:`~ray_vfl.crypto.two_server.bcp_arrays.BCP.mdecrypt_small`: two of mDec's
 four half-size exponentiations); when ``l + kappa + 2`` reaches ``|N| / 2 - 2`` it uses the full mDec.
@@ -324,20 +322,6 @@ class ServerS:
         fresh = encrypt_many(self.bcp, [(self._key(c.key_id), [v >> k for v in vals])
                                         for c, k, vals in zip(masked, shifts, opened)], self.pool)
         return [self.bcp.with_scale(f, tag_frac_bits(c.tag) - k) for f, c, k in zip(fresh, masked, shifts)]
-
-    def reciprocal_step(self, masked: CipherArray, scale_bits: int, out_frac: int) -> CipherArray:
-        """Reciprocal: open ``M = d r`` (positive) and return ``Enc(round(2^K / M))`` tagged ``out_frac``."""
-        top = self._mk.params.key_bits - 2  # 2^K / M must stay below N / 3
-        for name, v in (("scale_bits", scale_bits), ("out_frac", out_frac)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
-                raise CryptoError(f"reciprocal_step: {name} must be an int in [0, {top}], got {v!r}")
-        vals = self._open("reciprocal", masked, signed=True)
-        if any(v <= 0 or v >= 1 << self.config.mask_bits for v in vals):
-            raise CryptoError("Reciprocal input outside 0 < d r < 2^(l + kappa): the divisor must be positive "
-                              "and below 2^value_bits; refused")
-        big = 1 << scale_bits
-        return self.bcp._encrypt_residues(self._key(masked.key_id), [(2 * big + v) // (2 * v) for v in vals],
-                                          out_frac, self.pool)
 
 
 class LocalLink:
