@@ -32,7 +32,7 @@ Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)`` (an       ``x + r1``, `
                         array in several products of one round     distance ``<= 2^(1 - kappa)`` from any
                         once; one kept from the previous Mult      other in-range input's; which products
                         not at all), index pairs, keep/reuse       share an operand, within a round and
-                        tokens                                     with the round before
+                        tokens, each operand's bound               with the round before
 LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1,   the sign is uniform (independent of
                         elements in an order C shuffles            [x < y]); the magnitudes reveal about
                                                                    ``log2 |x - y|`` (bit length, +-1) of
@@ -40,7 +40,7 @@ LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1,   the sign is u
 SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
 Trunc (1)               ``Enc(x + r)``, shift ``k``                ``x + r``: as Mult's (``r`` of ``l + kappa``
                                                                    bits)
-Reciprocal (3 per step)  Mult and Trunc requests (Newton's         what those Mults and Truncs reveal:
+Reciprocal (3 a step)   Mult and Trunc requests (Newton's          what those Mults and Truncs reveal:
                         iteration, :mod:`~ray_vfl.crypto.          masked values only, statistically
                         two_server.reciprocal`)                    independent of ``d``
 ======================  =========================================  ==========================================
