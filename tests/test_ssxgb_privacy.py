@@ -21,6 +21,7 @@ from scipy import stats
 from ray_vfl.crypto.two_server.bcp import keygen, setup
 from ray_vfl.crypto.two_server.server_c import ServerC
 from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
+from ray_vfl.errors import ConfigError
 from ray_vfl.ssxgb.approx import FixedPointPlan, gradient_error_units, gradient_ints, leaf_error_units, leaf_ints
 from ray_vfl.ssxgb.attack import factoring_attack
 from ray_vfl.ssxgb.config import SSXGBConfig
@@ -141,6 +142,30 @@ def _reference(plan: FixedPointPlan, trees: int) -> int:
     return trees
 
 
+@pytest.mark.parametrize("frac_bits, r", [(10, 4.5), (10, 4.0), (12, 1.0)])
+def test_the_plans_p_and_h_ranges_hold_for_every_clamped_margin_and_carry(frac_bits, r):
+    """Every integer margin in [-C, C] and every carry of the pipeline's four truncations: p and h stay
+    inside the plan's ranges (the premise of every mask bound and of the division's start)."""
+    plan = FixedPointPlan.of(SSXGBConfig(frac_bits=frac_bits, sigmoid_range=r), 10)
+    f, one = frac_bits, plan.one
+    xs = np.arange(-plan.clamp, plan.clamp + 1, dtype=object)
+    ps, hs = [], []
+    for e1, e2, e3, e4 in np.ndindex(2, 2, 2, 2):
+        x3 = (((xs * xs >> f) + e1) * xs >> f) + e2
+        p = ((plan.a1 * xs + plan.a3 * x3) >> f) + e3 + (one >> 1)
+        ps += [min(p), max(p)]
+        hs += [min((p * (one - p) >> f) + e4), max((p * (one - p) >> f) + e4)]
+    (p_lo, p_hi), (h_lo, h_hi) = plan.p_range(), plan.h_range()
+    assert p_lo <= min(ps) and max(ps) <= p_hi and 1 <= h_lo <= min(hs) and max(hs) <= h_hi
+
+
+def test_a_range_past_where_the_cubic_stays_a_probability_is_refused():
+    with pytest.raises(ConfigError, match="sigmoid_range"):
+        SSXGBConfig(sigmoid_range=5.0)
+    with pytest.raises(ConfigError, match="hessian"):
+        SSXGBConfig(frac_bits=8, sigmoid_range=4.5)
+
+
 def test_pure_leaves_train_30_trees_at_learning_rate_0_3_with_every_bound_checked(world):
     _, mk, _, _, c, jpk = world
     plan = FixedPointPlan.of(PURE, 4)
@@ -209,4 +234,4 @@ def test_the_division_shows_s_nothing_the_factoring_attack_can_use(world):
         small, large = (np.array([float(vals[t]) for t in order[part]]) for part in (slice(0, 20), slice(20, 40)))
         assert stats.ks_2samp(small, large).pvalue > P_MIN / len(opened)
     exact = [-plan.eta * g / d for g, d in zip(gs, ds)]
-    assert all(abs(a - b) < 1.5 for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, w), exact))
+    assert all(abs(a - b) <= 1.5 for a, b in zip(c.bcp.mdecrypt_ints(mk, jpk, w), exact))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..config import ValidatedConfig, check_float, check_int
 from ..crypto.he.key_policy import check_key_bits
 from ..errors import ConfigError
+from .approx import FixedPointPlan
 
 __all__ = ["SSXGBConfig"]
 
@@ -106,6 +107,7 @@ class SSXGBConfig(ValidatedConfig):
         if self.value_bits + self.kappa + 6 > self.key_bits:
             raise ConfigError(f"value_bits + kappa + 6 = {self.value_bits + self.kappa + 6} exceeds key_bits = "
                               f"{self.key_bits}: lower value_bits or use a larger key")
+        FixedPointPlan.of(self, 1)  # the clamped cubic's hessian must stay positive at this frac_bits
         if self.workers_per_server is not None:
             check_int("workers_per_server", self.workers_per_server, 1, 1024)
         if self.timeout_s is not None:
