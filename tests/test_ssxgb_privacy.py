@@ -201,7 +201,8 @@ def _leaves(trials: int, seed: int) -> tuple[FixedPointPlan, list[int], list[int
     plan = FixedPointPlan.of(SSXGBConfig(kappa=40), 240)
     lo, hi = plan.leaf_range(30)
     rng = random.Random(seed)
-    return plan, [rng.randrange(-30 << 24, 30 << 24) for _ in range(trials)], [rng.randrange(lo, hi + 1) for _ in range(trials)], lo, hi
+    gs = [rng.randrange(-30 << 24, 30 << 24) for _ in range(trials)]
+    return plan, gs, [rng.randrange(lo, hi + 1) for _ in range(trials)], lo, hi
 
 
 def test_the_factoring_attack_pins_d_from_the_old_divisions_d_r():
@@ -222,7 +223,8 @@ def test_the_division_shows_s_nothing_the_factoring_attack_can_use(world):
     _, mk, _, s, c, jpk = world
     plan, gs, ds, lo, hi = _leaves(40, seed=3)
     s.view.clear()
-    w = leaf_weights(c, plan, c.encrypt_ints(jpk, gs, 24), c.encrypt_ints(jpk, [d - plan.lam for d in ds], 24), [30] * 40)
+    big_h = c.encrypt_ints(jpk, [d - plan.lam for d in ds], 24)
+    w = leaf_weights(c, plan, c.encrypt_ints(jpk, gs, 24), big_h, [30] * 40)
     opened = [vals for _, vals in s.view]
     assert {step for step, _ in s.view} == {"mult", "trunc"}
     assert len(opened) == 4 * plan.newton().iterations + 3  # d, Y, E and a Trunc per step; a, Y and a Trunc

@@ -53,9 +53,10 @@ Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point 
 bits; every margin clamped into ``[-R, R]`` and the sigmoid replaced there by the least-squares odd cubic
 (R = 4: max error 0.0383); every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure
 division within ``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``.
-Split choice: exact comparisons of the gain fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
-``min_child_weight``: deciding them needs more comparisons); missing values always go right in the
-federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned missing direction).
+Split choice: exact comparisons of the gain fractions. Departures from the paper: trees are grown full
+to ``max_depth`` (no ``gamma`` or ``min_child_weight``: deciding them needs more comparisons); missing
+values always go right in the federated trees; the LBP's first tree is plain XGBoost (exact sigmoid,
+learned missing direction); every margin is clamped into the cubic's range (the paper lets it leave).
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def clamp(c: ServerC, plan: FixedPointPlan, x: CipherArray) -> CipherArray:
     return bcp.add(pk, x, moved)
 
 
-def clamped_gradients(c: ServerC, plan: FixedPointPlan, x: CipherArray, y: CipherArray) -> tuple[CipherArray, CipherArray]:
+def clamped_gradients(c: ServerC, plan: FixedPointPlan, x: CipherArray,
+                      y: CipherArray) -> tuple[CipherArray, CipherArray]:
     """``(Enc(g), Enc(h))`` of margins ``x`` and labels ``y`` (scale ``F``): the clamp, then the cubic
     (:mod:`ray_vfl.ssxgb.approx`, 9 rounds with S: 2 for the clamp, 7 for the cubic). Every Mult
     operand of the cubic has the bound the clamp proves: ``|x| <= C``, ``x2 <= C^2 / 2^F + 1``,
@@ -83,7 +84,8 @@ def clamped_gradients(c: ServerC, plan: FixedPointPlan, x: CipherArray, y: Ciphe
     return g, h
 
 
-def leaf_weights(c: ServerC, plan: FixedPointPlan, G: CipherArray, H: CipherArray, n_leaf: Sequence[int]) -> CipherArray:
+def leaf_weights(c: ServerC, plan: FixedPointPlan, G: CipherArray, H: CipherArray,
+                 n_leaf: Sequence[int]) -> CipherArray:
     """``Enc(W)``, ``W ~ -eta G / (H + lambda)`` in units of ``2^-F``, per leaf (sums of scale ``F`` over
     ``n_leaf`` sampled rows each): Newton's reciprocal of ``D = H + lambda`` on its public range, then
     ``a Y`` and a truncation (:mod:`ray_vfl.ssxgb.approx`; ``3 k + 2`` rounds with S)."""

@@ -4,8 +4,8 @@ C holds the public parameters, every user key and the joint key, the encrypted m
 the encrypted gradients of the current tree, the tree structure (which participant owns each split,
 by record number; never a feature or a threshold) and the encrypted leaf weights. Everything it
 cannot do with additions alone it does with S through :class:`~ray_vfl.ssxgb.server_s.ActorLink`
-(Mult, LGT, Trunc, KeyProd, TransDec, and the reciprocal built on them), always on masked values. The rounds are in
-:mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl.ssxgb.approx`.
+(Mult, LGT, Trunc, KeyProd, TransDec, and the reciprocal built on them), always on masked values. The
+rounds are in :mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl.ssxgb.approx`.
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ class ServerCRole(PartyActor, CostCounters):
     def find_splits(self, depth: int, sums: list) -> tuple:
         """Every participant's encrypted left sums; the best candidate of every open node, found with S
         without decrypting a gain; each participant gets, under its own key, the winner's local index
-        if it owns the winner and a uniform value of ``Z_N`` if not (:func:`~ray_vfl.ssxgb.splits.winner_notes`)."""
+        if it owns the winner and a uniform value of ``Z_N`` if not
+        (:func:`~ray_vfl.ssxgb.splits.winner_notes`)."""
         self.link.depth = depth
         two, bcp, nodes = self.two, self.two.bcp, self.open_nodes
         ctx = {"nodes": np.asarray(nodes), "key": self.joint, "frac_bits": self.config.frac_bits,

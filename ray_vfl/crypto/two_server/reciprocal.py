@@ -85,8 +85,10 @@ class Newton:
         lo, hi, rel = self.lo, self.hi, self.rel_bits
         if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
             raise CryptoError(f"a reciprocal needs integer divisor bounds 1 <= lo <= hi, got {lo!r}, {hi!r}")
-        if not isinstance(self.ratio, (int, Fraction)) or self.ratio < 1 or not (isinstance(rel, int) and 1 <= rel <= 512):
-            raise CryptoError(f"ratio must be an int or Fraction >= 1 and rel_bits in [1, 512], got {self.ratio!r}, {rel!r}")
+        if not isinstance(self.ratio, (int, Fraction)) or self.ratio < 1 or not (isinstance(rel, int)
+                                                                                   and 1 <= rel <= 512):
+            raise CryptoError(f"ratio must be an int or Fraction >= 1 and rel_bits in [1, 512], got "
+                              f"{self.ratio!r}, {rel!r}")
         ratio = float(self.ratio)
         big_j = self.scale_bits or max(2 * hi.bit_length() + 4, hi.bit_length() + rel + 2)
         if big_j < hi.bit_length() + rel + 1:
