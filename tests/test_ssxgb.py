@@ -106,9 +106,7 @@ def test_view_audit(fitted, runtime):
             assert min(values) >= 2**bits, step  # m + tau, tau uniform mod N
         elif step in ("mult", "trunc"):  # x + r, r of (the operand's bound + kappa) bits: never a bare small value
             assert min(values) >= 2 ** (CONFIG.kappa - 24), step
-        elif step == "reciprocal":
-            assert min(values) >= 2 ** (CONFIG.kappa - 1)  # D r, never D alone
-    assert {s for s, _ in view["decrypted"]} >= {"switch_key", "mult", "trunc", "lgt", "reciprocal"}
+    assert {s for s, _ in view["decrypted"]} == {"switch_key", "mult", "trunc", "lgt"}  # no D r: the division masks
     # C receives ciphertexts, packed partitions, record numbers and public keys: no plaintext g, gain or leaf
     to_c = [r for r in records if r.receiver == "server_c"]
     assert {r.kind for r in to_c} <= {"ssxgb_params", "ssxgb_user_key", "ssxgb_lbp_init", "ssxgb_left_sums",

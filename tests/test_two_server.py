@@ -10,6 +10,7 @@ from scipy import stats
 
 from ray_vfl.crypto import CipherArray
 from ray_vfl.crypto.two_server.bcp import BCPPublicKey, keygen, setup
+from ray_vfl.crypto.two_server.reciprocal import Newton, reciprocal
 from ray_vfl.crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
 from ray_vfl.crypto.two_server.server_c import ServerC
 from ray_vfl.errors import ConfigError, CryptoError
@@ -135,6 +136,10 @@ def test_out_of_range_and_unknown_keys_are_refused(world):
         s.register_step([params.nsquare - 1])
     with pytest.raises(CryptoError, match="equal length"):
         c.mult(one, c.encrypt_ints(jpk, [1, 2]))
+    with pytest.raises(CryptoError, match="outside its bound"):  # a mask of 16 + kappa bits cannot cover 2^60
+        c.mult_many([(big := c.encrypt_ints(jpk, [2**60]), big)], [(16, 16)])
+    with pytest.raises(CryptoError, match="bits must hold"):
+        s.mult_step([one], [(0, 0)], bits=[L + 1])
     with pytest.raises(ConfigError, match="exceeds the 1024-bit key"):
         ServerC(params, LocalLink(s), TwoServerConfig(value_bits=1000, kappa=40))
     with pytest.raises(ConfigError):
@@ -255,6 +260,20 @@ def test_lgt_view_hides_the_outcome(world):
     assert np.all(np.abs(views[(0, 5)]) < CFG.lgt_bound)
 
 
+def test_lgt_elements_reach_s_in_a_shuffled_order(world):
+    """The magnitude S reads off each LGT value belongs to no element S can name: 31 comparisons whose
+    differences grow by a factor 4 each (bit lengths 2 apart, more than the blinding's spread) arrive in
+    an order that is not theirs (a sorted arrival has probability 1 / 31!), and the results come back in
+    C's order."""
+    _, _, _, s, c, jpk = world
+    y = [4**i for i in range(31)]
+    ex, ey = c.encrypt_ints(jpk, [0] * 31), c.encrypt_ints(jpk, y)
+    seen = _view(s, "lgt", lambda: opened(world, c.lgt(ex, ey)))
+    sizes = [abs(v).bit_length() for v in seen]
+    assert sizes != sorted(sizes)
+    assert opened(world, c.lgt(ex, ey)) == [1] * 31 and opened(world, c.lgt(ey, ex)) == [0] * 31
+
+
 def test_payloads_are_plain_values(world):
     """Everything C sends S is a CipherArray (bytes, key id, tag), a key id or an int: no secrets."""
     _, _, _, s, c, jpk = world
@@ -326,18 +345,24 @@ def test_trunc_view_is_masked_and_refusals(world):
 
 
 @FAST
-@given(ds=st.lists(st.integers(1, 2**L - 1), min_size=1, max_size=6))
-def test_reciprocal_within_its_stated_error(world, ds):
+@given(ds=st.lists(st.integers(1, 2**10), min_size=1, max_size=4), data=st.data())
+def test_reciprocal_within_its_stated_error(world, ds, data):
+    """Newton's reciprocal on masked values: within the proven relative error of 2^J / d for divisors in
+    their stated ranges, in 3 rounds per step."""
     c, jpk = world[4], world[5]
-    big_k = L + CFG.kappa + 8
-    inv, n = trips(c, c.reciprocal, c.encrypt_ints(jpk, ds), big_k, 3)
-    assert n == 1 and inv.tag == "bcp:f3"
-    assert all(abs(v * d - 2**big_k) < d * 2 ** (CFG.kappa - 1) for v, d in zip(opened(world, inv), ds))  # exact ints
+    lo = [data.draw(st.integers(-(-d // 8), d)) for d in ds]
+    hi = [data.draw(st.integers(d, a * 8)) for d, a in zip(ds, lo)]
+    newton = Newton(1, 2**13, 8, 12, scale_bits=28)  # l = 64 leaves room for Y E below 2^(2 J + 3)
+    y, n = trips(c, reciprocal, c, c.encrypt_ints(jpk, ds), newton, lo, hi, 7)
+    assert n == newton.rounds and y.tag == "bcp:f7" and newton.error <= 2**-12
+    assert all(abs(v * d / 2**28 - 1) <= newton.error for v, d in zip(opened(world, y), ds))
 
 
-def test_reciprocal_refuses_a_non_positive_divisor(world):
+def test_reciprocal_refuses_what_it_cannot_bound(world):
     c, jpk = world[4], world[5]
-    with pytest.raises(CryptoError, match="positive"):
-        c.reciprocal(c.encrypt_ints(jpk, [0]), 100, 0)
-    with pytest.raises(CryptoError, match="positive"):
-        c.reciprocal(c.encrypt_ints(jpk, [-5]), 100, 0)
+    with pytest.raises(CryptoError, match="1 <= lo <= hi"):
+        Newton(0, 10, 2, 20)
+    with pytest.raises(CryptoError, match="not within"):  # an element's range wider than the ratio
+        reciprocal(c, c.encrypt_ints(jpk, [5]), Newton(1, 100, 2, 10, scale_bits=30), [1], [5])
+    with pytest.raises(CryptoError, match="value_bits"):
+        reciprocal(c, c.encrypt_ints(jpk, [5]), Newton(1, 100, 2, 10, scale_bits=40), [4], [5])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..config import ValidatedConfig, check_float, check_int
 from ..crypto.he.key_policy import check_key_bits
 from ..errors import ConfigError
+from .approx import FixedPointPlan
 
 __all__ = ["SSXGBConfig"]
 
@@ -36,8 +37,9 @@ class SSXGBConfig(ValidatedConfig):
         ``l`` and the statistical hiding parameter of the two-server protocols
         (:class:`~ray_vfl.crypto.two_server.server_s.TwoServerConfig`).
     sigmoid_range : float
-        ``R``: the sigmoid is replaced by its least-squares odd cubic on ``[-R, R]``
-        (:mod:`ray_vfl.ssxgb.approx`), in [1, 8].
+        ``R``: the sigmoid is replaced by its least-squares odd cubic on ``[-R, R]``, every margin
+        clamped into that range first (:mod:`ray_vfl.ssxgb.approx`), in [1, 4.5] (past about 4.7
+        the cubic leaves [0, 1] inside its own range).
     row_subsample, feature_subsample : float
         Rates in (0, 1] (the paper: 0.8): rows from a shared seed per round, features by each
         participant's own generator.
@@ -97,7 +99,7 @@ class SSXGBConfig(ValidatedConfig):
         check_int("frac_bits", self.frac_bits, 8, 40)
         check_int("value_bits", self.value_bits, 64, 4096)
         check_int("kappa", self.kappa, 40, 256)
-        check_float("sigmoid_range", self.sigmoid_range, 1.0, 8.0)
+        check_float("sigmoid_range", self.sigmoid_range, 1.0, 4.5)
         check_float("row_subsample", self.row_subsample, 0.0, 1.0, lo_open=True)
         check_float("feature_subsample", self.feature_subsample, 0.0, 1.0, lo_open=True)
         check_int("seed", self.seed, 0, 2**63 - 1)
@@ -105,6 +107,7 @@ class SSXGBConfig(ValidatedConfig):
         if self.value_bits + self.kappa + 6 > self.key_bits:
             raise ConfigError(f"value_bits + kappa + 6 = {self.value_bits + self.kappa + 6} exceeds key_bits = "
                               f"{self.key_bits}: lower value_bits or use a larger key")
+        FixedPointPlan.of(self, 1)  # the clamped cubic's hessian must stay positive at this frac_bits
         if self.workers_per_server is not None:
             check_int("workers_per_server", self.workers_per_server, 1, 1024)
         if self.timeout_s is not None:

@@ -25,7 +25,7 @@ from ..runtime.validation import (
 __all__ = ["S_STEPS"]
 
 # The ServerS steps C may ask for (ray_vfl.crypto.two_server.server_s), with what their arguments are.
-S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step", "reciprocal_step")
+S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step")
 
 
 def _bcp(path: str, n=None, key: str = "key", frac: str | None = "frac_bits"):
@@ -82,11 +82,11 @@ register(  # participant -> C, per level: Enc(left sums) of its k candidates at 
     _bcp("gl", Ref(lambda p, c: len(p["node"]) * p["k"], "len(node) * k")),
     _bcp("hl", Ref(lambda p, c: len(p["node"]) * p["k"], "len(node) * k")),
 )
-register(  # C -> every participant, per level: Enc_pk_i(index of each node's winner), its offset
+register(  # C -> every participant, per level: Enc_pk_i(local index of the winner, or uniform mod N if not i's)
     "ssxgb_win", Is("", dict),
     Array("node", "int", (None,), unique=True), _open(),
     _bcp("idx", length("node"), frac=None),
-    Scalar("offset", low=0), Scalar("count", low=0),
+    Scalar("count", low=0),
 )
 register(  # owner -> C, per level: the left branch of each node it won (all training rows of the node)
     "ssxgb_left_branch", Is("", dict),

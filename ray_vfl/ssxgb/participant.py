@@ -173,20 +173,21 @@ class Participant(PartyActor, CostCounters):
         return None, self.mailbox.send("ssxgb_left_sums", [self.server_c], payload, self.tree, depth)
 
     def take_win(self, depth: int, message: Any) -> tuple:
-        """Decrypt each node's winning index; for the nodes this participant won, keep the split in its
-        lookup table and tell C the node's left branch (every training row of the node)."""
+        """Decrypt each node's note: the local index of the winning candidate where this participant
+        owns it, a uniform value of ``Z_N`` (outside ``[0, k)``) where another does; for the nodes this
+        participant won, keep the split in its lookup table and tell C the node's left branch (every
+        training row of the node)."""
         (msg,) = fetch([message])
         ctx = {"open_nodes": set(self.open_nodes), "key": self.pk}
         p = self.mailbox.open(msg, "ssxgb_win", ctx, [self.server_c])
-        idx = self.bcp.decrypt_ints(self.sk, p["idx"])
-        self.ops["decrypt"] += len(idx)
+        notes = self.bcp.decrypt_residues(self.sk, p["idx"])
+        self.ops["decrypt"] += len(notes)
         if p["count"] != len(self.candidates):
             raise DataError(f"C counts {p['count']} candidates for {self.name!r}, which sent {len(self.candidates)}")
         bins = self.rows["train"]
         nodes, records, lefts = [], [], []
-        for node, i in zip(p["node"].tolist(), idx):
-            j = i - p["offset"]
-            if not 0 <= j < len(self.candidates):
+        for node, j in zip(p["node"].tolist(), notes):
+            if j >= len(self.candidates):  # another participant's split: a uniform value mod N
                 continue
             f, b = self.candidates[j]
             self.lookup.append((f, b, float(self.binner.threshold(f, b))))

@@ -20,8 +20,11 @@ once       C -> every i            joint key ``prod h_i``                     a 
 once       LBP -> C                ``Enc_LBP(base + first-tree margin)``,     nothing (ciphertexts); the LBP's first tree
                                    ``Enc_LBP(label)`` per row                 and base score stay with the LBP
 once       C <-> S (KeyProd)       ``Enc(m + tau)``, ``tau`` uniform mod N    S: uniform values; C: nothing
+tree       C <-> S (2 rounds)      clamp of the margins into ``[-R, R]``:     S: from LGT, how far the rows' margins lie
+                                   LGT of ``x`` against ``-R`` and ``R``      from ``-R`` and ``R`` (bit lengths, in a
+                                   (shuffled), Mult                           shuffled order: not whose); masked values
 tree       C <-> S (7 rounds)      Mult / Trunc on masked margins (sigmoid)   S: masked values only (``x + r``, ``r`` of
-                                                                              ``l + kappa`` bits); C: nothing
+                                                                              the bound + ``kappa`` bits); C: nothing
 tree       C -> every i            sampled rows (public: shared seed),        the row sample; ciphertexts
                                    ``Enc(g)``, ``Enc(h)`` of those rows
 level      C -> every i            children ids and where each node's rows    the instance space of every node (as in the
@@ -32,12 +35,14 @@ level      i -> C                  per open node, ``Enc`` of the left sums    C:
 level      C <-> S                 gain fractions (2 Mult rounds) and the     S: masked values only, and from LGT the bit
                                    tournament (3 rounds per halving: Mult,    length of the masked cross-product
                                    LGT, Mult); TransDec of the winners        differences; C: nothing
-level      C -> every i            ``Enc_i(winner's index)``, i's offset      owner: which of its candidates won; others:
-                                                                              that another participant's record won
+level      C -> every i            per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won; others:
+                                   local index at its owner, a uniform        only that the node is not theirs (``v_i``
+                                   value of ``Z_N`` at everyone else          is uniform whoever won and wherever)
 level      owner -> C              the won node's left branch (all rows),     C: the partition and the owner of the split
                                    the owner's record number                  (a record number; no feature, no threshold)
-tree end   C <-> S (3 rounds)      secure division: ``Enc(D r)``, Mult,       S: ``D r`` (the bit length of ``D = H +
-                                   Trunc                                      lambda``), masked values; C: nothing
+tree end   C <-> S (3 k + 2        secure division: Newton's iteration for    S: masked values only, statistically
+           rounds, k = 6 at the    ``1 / D``, ``D = H + lambda`` (Mult,       independent of ``D`` (distance below
+           defaults)               Mult, Trunc per step), then Mult, Trunc    ``4 k 2^(1 - kappa)`` per leaf); C: nothing
 predict    owner -> C              left/right of every prediction row at      C: each row's leaf in every federated tree
                                    each split it owns
 predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S: uniform values; LBP: the margins (adds its
@@ -45,12 +50,13 @@ predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S:
 =========  ======================  =========================================  ===========================================
 
 Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
-bits; the sigmoid replaced by the least-squares odd cubic on ``[-R, R]`` (R = 4: max error 0.0383);
-every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure division within
-``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``. Split choice: exact comparisons of the gain
-fractions. Departures from the paper: trees are grown full to ``max_depth`` (no ``gamma`` or
-``min_child_weight``: deciding them needs more comparisons); missing values always go right in the
-federated trees; the LBP's first tree is plain XGBoost (exact sigmoid, learned missing direction).
+bits; every margin clamped into ``[-R, R]`` and the sigmoid replaced there by the least-squares odd cubic
+(R = 4: max error 0.0383); every truncation ``|error| < 1`` unit of ``2^-F``; leaf weights by the secure
+division within ``1.5 * 2^-F`` of ``-eta G / (H + lambda)`` for the same encrypted sums ``G``, ``H``.
+Split choice: exact comparisons of the gain fractions. Departures from the paper: trees are grown full
+to ``max_depth`` (no ``gamma`` or ``min_child_weight``: deciding them needs more comparisons); missing
+values always go right in the federated trees; the LBP's first tree is plain XGBoost (exact sigmoid,
+learned missing direction); every margin is clamped into the cubic's range (the paper lets it leave).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Centralized plain-numpy reference of SSXGB: the same first tree, bins, candidates, row samples and
-fixed-point approximations, every value in Python integers (units of ``2^-F``).
+"""Centralized plain-numpy reference of SSXGB: the same first tree, bins, candidates, row samples,
+clamp of the margins and fixed-point approximations, every value in Python integers (units of ``2^-F``).
 
 It differs from the federated run only where the two-server protocols add noise C cannot remove:
 the truncations' carries (``{0, 1}`` unit each; :func:`~ray_vfl.ssxgb.approx.gradient_error_units`)

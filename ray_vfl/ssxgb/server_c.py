@@ -4,8 +4,8 @@ C holds the public parameters, every user key and the joint key, the encrypted m
 the encrypted gradients of the current tree, the tree structure (which participant owns each split,
 by record number; never a feature or a threshold) and the encrypted leaf weights. Everything it
 cannot do with additions alone it does with S through :class:`~ray_vfl.ssxgb.server_s.ActorLink`
-(Mult, LGT, Trunc, Reciprocal, KeyProd, TransDec), always on masked values. The rounds are in
-:mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl.ssxgb.approx`.
+(Mult, LGT, Trunc, KeyProd, TransDec, and the reciprocal built on them), always on masked values. The
+rounds are in :mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl.ssxgb.approx`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from .approx import FixedPointPlan
 from .config import SSXGBConfig
 from .costs import CostCounters
 from .participant import fetch
+from .secure_math import clamped_gradients, leaf_weights
 from .server_s import ActorLink
-from .splits import best_candidates, gain_fractions
+from .splits import best_candidates, gain_fractions, winner_notes
 
 __all__ = ["ServerCRole", "sum_rows"]
 
@@ -97,28 +98,23 @@ class ServerCRole(PartyActor, CostCounters):
         self.margin, self.label = self.two.key_prod([p["margin"], p["label"]])
         self.n_rows = len(self.margin)
         self.plan = FixedPointPlan.of(self.config, self.n_rows)
-        need = self.plan.comparison_bits() + 2
+        need = self.plan.value_bits_needed()
         if need > self.config.value_bits:
-            raise ConfigError(f"the gain comparisons of {self.n_rows} rows at frac_bits={self.config.frac_bits} need "
-                              f"value_bits >= {need}, got {self.config.value_bits}: raise value_bits (at most "
-                              f"key_bits - kappa - 6) or lower frac_bits")
+            raise ConfigError(f"the gain comparisons and leaf weights of {self.n_rows} rows at frac_bits="
+                              f"{self.config.frac_bits} need value_bits >= {need}, got {self.config.value_bits}: "
+                              "raise value_bits (at most key_bits - kappa - 6) or lower frac_bits")
         self.index_bits = self.config.value_bits - self.plan.comparison_bits()
 
     # -- one tree --------------------------------------------------------------------------------------
     def begin_tree(self, tree: int) -> tuple:
-        """Encrypted g, h of this tree's sampled rows (the approximated sigmoid; 7 rounds with S), sent
-        to every participant."""
+        """Encrypted g, h of this tree's sampled rows (the margins clamped into the cubic's range, then
+        the cubic; 9 rounds with S), sent to every participant."""
         self.link.tree, self.link.depth = tree, -1
-        two, bcp, f, plan = self.two, self.two.bcp, self.config.frac_bits, self.plan
+        bcp = self.two.bcp
         self.rows = RowSampler(self.config.row_subsample, self.config.seed).rows(self.n_rows, tree)
         x, y = bcp.take(self.margin, self.rows), bcp.take(self.label, self.rows)
         m = len(self.rows)
-        x2 = two.trunc(two.mult_many([(x, x)], keep=(x,))[0], f)  # S keeps x opened for x3's Mult
-        x3 = two.trunc(two.mult(x2, x), f)
-        lin = bcp.add(self.joint, two.exp(x, [plan.a1] * m, f), two.exp(x3, [plan.a3] * m, f))
-        p = bcp.add(self.joint, two.trunc(lin, f), two.encrypt_ints(self.joint, [plan.one >> 1] * m, f))
-        self.g = bcp.sub(self.joint, p, y)
-        self.h = two.trunc(two.mult(p, bcp.sub(self.joint, two.encrypt_ints(self.joint, [plan.one] * m, f), p)), f)
+        self.g, self.h = clamped_gradients(self.two, self.plan, x, y)
         self.pos_of_row = np.full(self.n_rows, -1, dtype=np.int64)
         self.pos_of_row[self.rows] = np.arange(m)
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
@@ -133,7 +129,9 @@ class ServerCRole(PartyActor, CostCounters):
 
     def find_splits(self, depth: int, sums: list) -> tuple:
         """Every participant's encrypted left sums; the best candidate of every open node, found with S
-        without decrypting a gain; each participant gets ``Enc_pk_i(winner's index)`` (TransDec)."""
+        without decrypting a gain; each participant gets, under its own key, the winner's local index
+        if it owns the winner and a uniform value of ``Z_N`` if not
+        (:func:`~ray_vfl.ssxgb.splits.winner_notes`)."""
         self.link.depth = depth
         two, bcp, nodes = self.two, self.two.bcp, self.open_nodes
         ctx = {"nodes": np.asarray(nodes), "key": self.joint, "frac_bits": self.config.frac_bits,
@@ -159,13 +157,14 @@ class ServerCRole(PartyActor, CostCounters):
         rep = np.repeat(np.arange(len(nodes)), k)
         sb = self.plan.sum_bits
         num, den = gain_fractions(two, gl, hl, bcp.take(g_node, rep), bcp.take(h_node, rep), self.plan.lam, sb)
-        best = best_candidates(two, num, den, len(nodes), k, sb)
-        told = two.trans_dec_many([best] * len(self.order), [self.user_keys[p] for p in self.order])
-        offsets = np.cumsum([0] + counts)
+        # the owner of each of a node's candidates (node-major: the same in every node)
+        owner = [j for j in range(len(self.order)) for _ in range(counts[j])]
+        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner)
+        offsets = np.cumsum([0] + counts)[:-1]
+        told = winner_notes(two, idx, who, offsets.tolist(), [self.user_keys[p] for p in self.order])
         out = []
         for j, p in enumerate(self.order):
-            payload = {"node": np.asarray(nodes, dtype=np.int64), "idx": told[j], "offset": int(offsets[j]),
-                       "count": int(counts[j])}
+            payload = {"node": np.asarray(nodes, dtype=np.int64), "idx": told[j], "count": int(counts[j])}
             out.append(self.mailbox.send("ssxgb_win", [p], payload, len(self.trees), depth))
         self.ops["candidates"] += k * len(nodes)
         return (None, *out)
@@ -207,17 +206,13 @@ class ServerCRole(PartyActor, CostCounters):
         return None, self.mailbox.send("ssxgb_partition", self.order, payload, len(self.trees), depth)
 
     def finish_tree(self) -> None:
-        """Leaf weights by the secure division (3 rounds with S), kept encrypted; every row's encrypted
-        margin moves by its leaf's weight."""
-        two, bcp, plan, f = self.two, self.two.bcp, self.plan, self.config.frac_bits
+        """Leaf weights by the secure division (Newton's iteration on masked values, ``3 k + 2`` rounds
+        with S), kept encrypted; every row's encrypted margin moves by its leaf's weight."""
+        bcp = self.two.bcp
         leaves = np.asarray(sorted(self.open_nodes), dtype=np.int64)
         G, H = self._node_sums(leaves.tolist())
-        n = len(leaves)
-        d = bcp.add(self.joint, H, two.encrypt_ints(self.joint, [plan.lam] * n, f))
-        a = two.exp(G, [-plan.eta] * n, f)  # scale 2F
-        big_k = plan.division_bits
-        inv = two.reciprocal(bcp.with_scale(d, 0), big_k, big_k - f)  # ~2^K / D, tagged K - F
-        w = two.trunc(two.mult(a, inv), big_k)  # scale F + K, truncated to F
+        sampled = self.node_of_row[self.pos_of_row >= 0]
+        w = leaf_weights(self.two, self.plan, G, H, [int((sampled == leaf).sum()) for leaf in leaves.tolist()])
         self.leaves.append((leaves, w))
         slot = np.searchsorted(leaves, self.node_of_row)
         self.margin = bcp.add(self.joint, self.margin, bcp.take(w, slot))

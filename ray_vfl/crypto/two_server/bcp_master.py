@@ -62,8 +62,8 @@ class _Master:
 
     def decrypt_small(self, logs: tuple[mpz, mpz], big_a: list[mpz], big_b: list[mpz]) -> list[mpz]:
         """Signed plaintexts known to satisfy ``|m| < p / 2``, from their residues mod ``p`` alone: two
-        half-size exponentiations per ciphertext instead of four (the masked values of Mult, LGT, Trunc
-        and Reciprocal are a few hundred bits; ``p`` has ``|N| / 2``). A ciphertext outside that range
+        half-size exponentiations per ciphertext instead of four (the masked values of Mult, LGT and
+        Trunc are a few hundred bits; ``p`` has ``|N| / 2``). A ciphertext outside that range
         decrypts to a wrong value, so the caller states the bound (:meth:`small_bound_bits`)."""
         p, p2 = self.p, self.p2
         (both,) = parallel_powmod(big_a + big_b, [(p - 1, p2)])

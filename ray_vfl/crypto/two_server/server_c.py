@@ -156,6 +156,8 @@ class ServerC:
         ``l``); the masks then have ``bx + kappa`` and ``by + kappa`` bits (a shared array: its largest
         bound), which hide ``x`` and ``y`` just as well (statistical distance ``<= 2^(1 - kappa)``) and
         make C's exponentiations by them cheaper (their cost follows the mask's bits). Default: ``l``.
+        S is told each bound and refuses an opened value outside ``(-2^b, 2^(b + kappa) + 2^b)``, the
+        range of every in-bound input's: an operand far past its bound is caught there.
 
         ``keep``: operands of this call (the same objects) that the *next* Mult also multiplies. S keeps
         their opened ``x + r`` for that call and C its ``r``, so the next call sends and opens them not
@@ -203,7 +205,8 @@ class ServerC:
         at = {i: k for k, i in enumerate(fresh + list(reused))}
         tokens = {i: next(self._tokens) for i, arr in enumerate(operands) if any(arr is a for a in keep)}
         replies = self.link.ask(ServerS.mult_step, masked, [(at[i], at[j]) for i, j in index],
-                                [(at[i], t) for i, t in tokens.items()], [reused[i][1] for i in reused])
+                                [(at[i], t) for i, t in tokens.items()], [reused[i][1] for i in reused],
+                                [bits[i] for i in fresh])
         self._held = [(operands[i], t, r[i], bits[i]) for i, t in tokens.items()]
         jobs = []  # per pair: -r_j Enc(x_i) and -r_i Enc(x_j), or -2 r_i Enc(x_i) for a square
         for i, j in index:
@@ -223,7 +226,7 @@ class ServerC:
             out.append(acc)
         return out
 
-    # -- Trunc and Reciprocal -----------------------------------------------------------------------
+    # -- Trunc ----------------------------------------------------------------------------------
     def trunc(self, c: CipherArray, k: int) -> CipherArray:
         """Trunc: ``Enc(floor(x / 2^k) + e)``, ``e`` in ``{0, 1}``, scale lowered by ``k`` (1 round)."""
         return self.trunc_many([c], k)[0]
@@ -246,21 +249,6 @@ class ServerC:
         return [self.bcp.add(pk, rep, self.bcp.with_scale(u, check(pk, rep)))
                 for rep, (pk, _), u in zip(replies, masks, unmask)]
 
-    def reciprocal(self, c: CipherArray, scale_bits: int, out_frac: int, rho: int | None = None) -> CipherArray:
-        """Reciprocal: ``Enc(~2^K / d)`` for positive integers ``0 < d < 2^l`` (``K`` = ``scale_bits``),
-        within ``2^(rho - 1)`` (``rho`` defaults to ``kappa``); the result is tagged ``out_frac``. 1 round."""
-        pk = self.key_of(c)
-        check(pk, c)
-        rho = self.config.kappa if rho is None else int(rho)
-        if not 1 <= rho <= self.config.kappa:
-            raise CryptoError(f"rho must be in [1, kappa = {self.config.kappa}], got {rho}")
-        rs = [(1 << (rho - 1)) | secrets.randbits(rho - 1) for _ in range(len(c))]
-        blinded = self.bcp.with_scale(self.bcp.mul_const(pk, c, rs, pool=self.pool), 0)
-        blinded = self.bcp.add(pk, blinded, self.bcp._encrypt_residues(pk, [0] * len(c), 0, self.pool, hiding=True))
-        inv = self.link.ask(ServerS.reciprocal_step, blinded, int(scale_bits), int(out_frac))
-        check(pk, inv)
-        return self.bcp.mul_const(pk, inv, rs, pool=self.pool)
-
     # -- LGT --------------------------------------------------------------------------------------
     def lgt(self, a: CipherArray, b: CipherArray) -> CipherArray:
         """LGT: ``Enc([x < y])`` element-wise (integers of one scale, ``|x|, |y| < 2^l``), 1 round.
@@ -270,7 +258,9 @@ class ServerC:
         iff ``x < y``), ``s`` a random sign, ``r`` in ``[2^(kappa-1), 2^kappa)``, ``r'`` in ``(-r, r)``
         (``r d + r'`` keeps the sign of ``d``, and ``|v| = r |d| +- r'`` is distributed alike for ``d`` and
         ``-d``: with ``r'`` in ``[0, r)`` it would be ``r |d| + r'`` against ``r |d| - r'``, which a KS test
-        tells apart at ``n = 400``); S returns ``Enc([v > 0])``; C flips it where ``s = -1``.
+        tells apart at ``n = 400``); S returns ``Enc([v > 0])``; C flips it where ``s = -1``. The elements
+        go to S in an order C shuffles afresh for every call, so the magnitude S can read off each
+        ``|v|`` belongs to no element S can name.
         """
         pk = self.key_of(a)
         fa, fb = check(pk, a), check(pk, b)
@@ -285,7 +275,10 @@ class ServerC:
         d = self.bcp.add(pk, d, self.bcp._encrypt_residues(pk, [-1] * k, 0, self.pool))
         blind = self.bcp._encrypt_residues(pk, [s * rp for s, rp in zip(signs, rps)], 0, self.pool, hiding=True)
         v = self.bcp.add(pk, self.bcp.mul_const(pk, d, [s * r for s, r in zip(signs, rs)], pool=self.pool), blind)
-        bit = self.link.ask(ServerS.lgt_step, v)
+        order = list(range(k))
+        secrets.SystemRandom().shuffle(order)
+        back = np.argsort(order)
+        bit = self.bcp.take(self.link.ask(ServerS.lgt_step, self.bcp.take(v, np.asarray(order, dtype=np.int64))), back)
         check(pk, bit)
         # s = +1: [v > 0] = [x < y];  s = -1: 1 - [v > 0]  ->  Enc(s b' + (1 - s) / 2), re-randomised
         return self.bcp.add(pk, self.bcp.mul_const(pk, bit, signs),

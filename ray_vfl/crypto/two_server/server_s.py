@@ -32,17 +32,17 @@ Mult (1)                ``Enc(x + r1)``, ``Enc(y + r2)`` (an       ``x + r1``, `
                         array in several products of one round     distance ``<= 2^(1 - kappa)`` from any
                         once; one kept from the previous Mult      other in-range input's; which products
                         not at all), index pairs, keep/reuse       share an operand, within a round and
-                        tokens                                     with the round before
-LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1    the sign is uniform (independent of
-                                                                   [x < y]); the magnitude reveals about
-                                                                   ``log2 |x - y|`` (bit length, +-1)
+                        tokens, each operand's bound               with the round before
+LGT (1)                 ``Enc(s (r d + r'))``, d = 2(y - x) - 1,   the sign is uniform (independent of
+                        elements in an order C shuffles            [x < y]); the magnitudes reveal about
+                                                                   ``log2 |x - y|`` (bit length, +-1) of
+                                                                   the elements, not which is which
 SArgmax (2 ceil lg k)   LGT and Mult requests, tournament         what those LGTs and Mults reveal
 Trunc (1)               ``Enc(x + r)``, shift ``k``                ``x + r``: as Mult's (``r`` of ``l + kappa``
                                                                    bits)
-Reciprocal (1)          ``Enc(d r)``, ``d > 0``, ``K``             ``M = d r``, ``r`` uniform in
-                                                                   ``[2^(rho-1), 2^rho)``: the bit length of ``d``
-                                                                   (within 1 bit) and any factor structure of
-                                                                   ``M``; not ``d`` itself
+Reciprocal (3 a step)   Mult and Trunc requests (Newton's          what those Mults and Truncs reveal:
+                        iteration, :mod:`~ray_vfl.crypto.          masked values only, statistically
+                        two_server.reciprocal`)                    independent of ``d``
 ======================  =========================================  ==========================================
 
 S -> C replies: fresh encryptions by S under a key C names (``Enc_pk(m + tau)`` re-encrypted, ``Enc(XY)``,
@@ -64,10 +64,11 @@ the outcome (``r'`` in ``[0, r)`` would make ``|v|`` larger when ``x < y``, a st
 outcome that a two-sample test detects at a few hundred comparisons).
 
 Ranges. Mult: S refuses (:class:`~ray_vfl.errors.CryptoError`) a masked value outside
-``(-2^l, 2^(l + kappa) + 2^l)``, the range of every in-range input's; this catches every input with
-``|x| >= 2^(l + kappa) + 2^l`` and one with ``2^l <= |x| < 2^(l + kappa) + 2^l`` only with probability
-about ``(|x| - 2^l) / 2^(l + kappa)`` (C cannot see the plaintexts; for such an input the hiding
-degrades to statistical distance ``|x - x'| / 2^(l + kappa)``). The product is correct whenever
+``(-2^b, 2^(b + kappa) + 2^b)``, the range of every in-range input's, where ``b`` is the operand's bound
+C declares with it (``l`` unless C knows a smaller one); this catches every input with
+``|x| >= 2^(b + kappa) + 2^b`` and one with ``2^b <= |x| < 2^(b + kappa) + 2^b`` only with probability
+about ``(|x| - 2^b) / 2^(b + kappa)`` (C cannot see the plaintexts; for such an input the hiding
+degrades to statistical distance ``|x - x'| / 2^(b + kappa)``). The product is correct whenever
 ``|x y| <= N // 3``. LGT: correct and accepted for ``|x|, |y| < 2^l``; S refuses
 ``|v| >= 2^(l + kappa + 2)``, which every pair with ``|y - x| >= 2^(l + 2)`` triggers
 (``|v| > r (|d| - 1)`` and ``r >= 2^(kappa - 1)``); a pair in between is accepted only when ``|v|`` is
@@ -79,13 +80,12 @@ Trunc (secure truncation, for fixed-point products): C sends ``Enc(x + r)`` with
 is ``floor(x / 2^k)`` or ``floor(x / 2^k) + 1`` (the carry of the low bits, which C cannot see):
 ``|result - x / 2^k| < 1``, one unit of the new scale, for every integer ``x`` with ``|x| < 2^l``.
 
-Reciprocal (secure division's first half): for ``0 < d < 2^l`` C sends ``Enc(d r)`` with ``r`` uniform in
-``[2^(rho - 1), 2^rho)`` (``rho`` = ``kappa`` by default); S returns ``Enc(round(2^K / (d r)))``; C multiplies
-by ``r`` (Exp): ``Enc(r round(2^K / (d r)))``, within ``r / 2 < 2^(rho - 1)`` of ``2^K / d``. Multiplicative
-blinding over the integers hides ``d`` less than an additive mask: S learns ``d r``, hence the bit length of
-``d`` within one bit, and ``d`` exactly if ``d r`` happens to factor uniquely into a ``rho``-bit part.
+Reciprocal (:mod:`~ray_vfl.crypto.two_server.reciprocal`): Newton's iteration for ``2^J / d`` from a
+linear start on ``d``'s public range, each step one Mult, one Mult and one Trunc; S needs no step of
+its own and opens nothing but masked values. (An earlier one-round division opened ``d r`` with a
+``rho``-bit ``r``: a factoring attack pinned ``d`` from it, :mod:`ray_vfl.ssxgb.attack`.)
 
-Decryption at S. Every value S opens in Mult, LGT, Trunc and Reciprocal is below ``2^(l + kappa + 2)``
+Decryption at S. Every value S opens in Mult, LGT and Trunc is below ``2^(l + kappa + 2)``
 in absolute value when C follows the protocol, far below ``p / 2`` (``p`` has ``|N| / 2`` bits), so S
 decrypts those modulo ``p`` alone (:meth:`~ray_vfl.crypto.two_server.bcp_arrays.BCP.mdecrypt_small`: two of mDec's
 four half-size exponentiations); when ``l + kappa + 2`` reaches ``|N| / 2 - 2`` it uses the full mDec.
@@ -252,12 +252,19 @@ class ServerS:
         return out
 
     def mult_step(self, operands: list[CipherArray], pairs: list[tuple[int, int]],
-                  keep: list[tuple[int, int]] = (), reuse: list[int] = ()) -> list[CipherArray]:
+                  keep: list[tuple[int, int]] = (), reuse: list[int] = (),
+                  bits: list[int] | None = None) -> list[CipherArray]:
         """Mult: open every masked operand ``X = x + r`` once and return ``Enc(X_i X_j)`` for each pair
         ``(i, j)`` of indices into ``operands``, under the pair's key (an operand in several pairs, or on
         both sides of one, is sent and opened once). ``reuse`` names operands the previous Mult kept
         (by token); they follow ``operands`` in the index order. ``keep`` holds ``(index, token)``: keep
-        that operand's opened value for the next Mult (and nothing longer)."""
+        that operand's opened value for the next Mult (and nothing longer). ``bits``: per operand of
+        ``operands``, the bound ``b`` C declared (``|x| < 2^b``, mask of ``b + kappa`` bits; default
+        ``l``); an opened value outside ``(-2^b, 2^(b + kappa) + 2^b)`` is refused."""
+        top = self.config.value_bits
+        bits = [top] * len(operands) if bits is None else list(bits)
+        if len(bits) != len(operands) or any(type(b) is not int or not 1 <= b <= top for b in bits):
+            raise CryptoError(f"mult_step: bits must hold one bound in [1, {top}] per operand")
         kept, self._kept = self._kept, {}
         if not all(type(t) is int and t in kept for t in reuse) or len(set(reuse)) != len(reuse):
             raise CryptoError("mult_step: reuse names an operand the previous Mult did not keep")
@@ -272,15 +279,17 @@ class ServerS:
             raise CryptoError(f"mult_step: pairs must be (i, j) indices into the {m} operands")
         if sorted({i for p in pairs for i in p}) != list(range(m)):
             raise CryptoError("mult_step: every operand must be used by a pair")
-        lo, hi = -(1 << self.config.value_bits), (1 << self.config.mask_bits) + (1 << self.config.value_bits)
         for i, j in pairs:
             x, y = operands[i], operands[j]
             if x.key_id != y.key_id or len(x) != len(y):
                 raise CryptoError("mult_step: operand arrays must share key and length")
         opened = self._open_many("mult", operands[:n_new])
-        if any(not lo < v < hi for vals in opened for v in vals):
-            raise CryptoError(f"Mult input outside |x| < 2^{self.config.value_bits} (value_bits): its "
-                              "mask no longer hides it; refused")
+        kappa = self.config.kappa
+        for b, vals in zip(bits, opened):
+            lo, hi = -(1 << b), (1 << (b + kappa)) + (1 << b)
+            if any(not lo < v < hi for v in vals):
+                raise CryptoError(f"Mult input outside its bound |x| < 2^{b} (value_bits = {top}): its mask no "
+                                  "longer hides it; refused")
         opened += [kept[t][1] for t in reuse]
         self._kept = {t: (operands[i], opened[i]) for i, t in keep}
         products = [[a * b for a, b in zip(opened[i], opened[j])] for i, j in pairs]
@@ -313,20 +322,6 @@ class ServerS:
         fresh = encrypt_many(self.bcp, [(self._key(c.key_id), [v >> k for v in vals])
                                         for c, k, vals in zip(masked, shifts, opened)], self.pool)
         return [self.bcp.with_scale(f, tag_frac_bits(c.tag) - k) for f, c, k in zip(fresh, masked, shifts)]
-
-    def reciprocal_step(self, masked: CipherArray, scale_bits: int, out_frac: int) -> CipherArray:
-        """Reciprocal: open ``M = d r`` (positive) and return ``Enc(round(2^K / M))`` tagged ``out_frac``."""
-        top = self._mk.params.key_bits - 2  # 2^K / M must stay below N / 3
-        for name, v in (("scale_bits", scale_bits), ("out_frac", out_frac)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= top:
-                raise CryptoError(f"reciprocal_step: {name} must be an int in [0, {top}], got {v!r}")
-        vals = self._open("reciprocal", masked, signed=True)
-        if any(v <= 0 or v >= 1 << self.config.mask_bits for v in vals):
-            raise CryptoError("Reciprocal input outside 0 < d r < 2^(l + kappa): the divisor must be positive "
-                              "and below 2^value_bits; refused")
-        big = 1 << scale_bits
-        return self.bcp._encrypt_residues(self._key(masked.key_id), [(2 * big + v) // (2 * v) for v in vals],
-                                          out_frac, self.pool)
 
 
 class LocalLink:
