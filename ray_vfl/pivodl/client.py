@@ -40,13 +40,15 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     """One PIVODL client (see the module docstring). Built by :func:`ray_vfl.pivodl.protocol.train`."""
 
     def __init__(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
-                 order: list[str]) -> None:
-        self.reset(name, table, categorical, config, pool, order)
+                 order: list[str], record_view: bool = False) -> None:
+        self.reset(name, table, categorical, config, pool, order, record_view)
 
     def reset(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
-              order: list[str]) -> None:
+              order: list[str], record_view: bool = False) -> None:
         self._start_party(name)
         self.config, self.pool, self.order = config, pool, list(order)
+        # For audits: keep what this client decrypted as a split client (:meth:`recorded_view`).
+        self.record_view, self.view_sums = record_view, []
         self.others = [p for p in self.order if p != name]
         self.missing_bin, self.n_bins = config.max_bin, config.max_bin + 1
         self.binner = PartyBinner(config.max_bin)
@@ -227,6 +229,16 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def released_weights(self) -> list[dict[int, float]]:
         """The leaf weights this client received (or released), per tree: its view of the leaves."""
         return [dict(t) for t in self.released]
+
+    def recorded_view(self) -> dict[str, Any]:
+        """What this client holds after training, for the attacks of :mod:`ray_vfl.pivodl.attack`: its own
+        labelled rows, who labels which rows, the base score, the released leaf weights and every training
+        row's leaf per tree (the public partitions), and -- with ``record_view`` -- every sum it decrypted
+        as a split client, beside its own part of that sum."""
+        return {"party": self.name, "objective": self.config.objective, "n_rows": self.n_rows,
+                "base_score": self.base_score, "own": self.own.copy(), "y_own": self.y_own.copy(), "labelled_by": dict(self.labelled_by),
+                "released": self.released_weights(), "leaf_of_row": [leaf.copy() for leaf in self.leaf_of_row],
+                "sums": list(self.view_sums)}
 
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes as every client knows them (who owns each split, who holds each leaf)."""

@@ -103,8 +103,8 @@ log = logging.getLogger(__name__)
 
 
 def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
-          eval_sets: Mapping[str, VerticalDataset] | None = None, callbacks: Sequence[TrainingCallback] = ()
-          ) -> PIVODLModel:
+          eval_sets: Mapping[str, VerticalDataset] | None = None, callbacks: Sequence[TrainingCallback] = (),
+          record_view: bool = False) -> PIVODLModel:
     """Train PIVODL with one actor per client.
 
     Parameters
@@ -120,6 +120,9 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     callbacks : sequence of TrainingCallback
         Progress bar, evaluation logging, early stopping, checkpoints
         (:class:`~ray_vfl.trees.checkpoint.Checkpoint`: a run started again resumes from it).
+    record_view : bool
+        Let every client keep the sums it decrypted as a split client, for audits and attacks
+        (:meth:`PIVODLModel.recorded_view`, :mod:`ray_vfl.pivodl.attack`).
 
     Example
     -------
@@ -137,7 +140,8 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     cats = data.categorical
     for p in order:
         workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
-        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order)
+        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order,
+                      record_view)
     calls = Calls(runtime, order, config.timeout_s)
     other = other_index(order)
     # step 1: keys, key-agreement keys, labelled rows; then every source's bins at every client's rows

@@ -67,6 +67,7 @@ class SourceRole:
             self.requests[msg.sender] = (p["node"], p["split"], p["order"])
         own_node = self.node_of_row[self.own]
         thr = self.config.instance_threshold
+        self._own_plain = {}
         jobs, where, refused = [], [], []
         for source in self.order:
             nodes, split, orders = self.requests[source]
@@ -79,6 +80,8 @@ class SourceRole:
                 G[bad], H[bad] = 0.0, 0.0
                 g = np.append(G, self.g[mine].sum())
                 h = np.append(H, self.h[mine].sum())
+                if self.record_view and self.order[c] == self.name:
+                    self._own_plain[(source, node)] = (g, h)
                 jobs.append((self.order[c], g, h))
                 where.append((source, node))
                 refused.append(np.packbits(bad))
@@ -231,6 +234,12 @@ class SplitRole:
             gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
             gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
             self.scored[(source, node)] = (GL, HL, G, H, gain)
+            if self.record_view:
+                own_g, own_h = self._own_plain[(source, node)]
+                self.view_sums.append({"tree": tree, "source": source, "node": node, "GL": GL, "HL": HL, "G": G, "H": H,
+                                       "dropped": np.unpackbits(bad, count=len(GL)).astype(bool),
+                                       "rows": np.flatnonzero(self.node_of_row == node),
+                                       "own_GL": own_g[:-1], "own_HL": own_h[:-1], "own_G": own_g[-1], "own_H": own_h[-1]})
             sources.append(self.order.index(source))
             nodes.append(node)
             gains.append(gain.max(initial=-np.inf))
