@@ -28,8 +28,10 @@ decrypted for one node -- left branches, right branches (total minus left), the 
 it subtracts the sums, and its own part; where the hessian difference equals the hessian of exactly
 one other client's row of the node and no other, and ``p - dG`` is a label (0 or 1), it has isolated
 that row's gradient and reads the label. It needs neither the candidates' features nor their order:
-it tries every pair. The instance threshold (:class:`~ray_vfl.pivodl.config.PIVODLConfig`) is what
-stops it.
+it tries every pair. The instance threshold (:mod:`ray_vfl.pivodl.threshold`) is what stops it.
+``scope="tree"`` goes further: every two sums the client decrypted in one tree, across nodes, which
+the threshold does not rule out (a difference of many rows whose other rows cancel, rows with the same
+margin and label having the same gradient pair).
 
 Example
 -------
@@ -99,29 +101,48 @@ def _margins(view: Mapping, trees: int) -> np.ndarray:
 def _isolate(G: np.ndarray, H: np.ndarray, rows: np.ndarray, p: np.ndarray, h: np.ndarray) -> list[tuple[int, int]]:
     """``(row, label)`` for every pair of sets whose difference is one of ``rows`` (by its hessian, unique among
     ``rows``) with a label that fits; ``G``, ``H`` are the sets' sums as grid integers, the empty set included."""
-    hc = h[rows]
-    values, first, counts = np.unique(hc, return_index=True, return_counts=True)
+    values, first, counts = np.unique(h[rows], return_index=True, return_counts=True)
     single = counts == 1
     values, owner = values[single], rows[first[single]]
+    out: list[tuple[int, int]] = []
     if not len(values):
-        return []
-    dH = H[:, None] - H[None, :]
-    dG = G[:, None] - G[None, :]
-    pos = np.searchsorted(values, dH)
-    hit = (dH > 0) & (pos < len(values))
-    hit[hit] = values[pos[hit]] == dH[hit]
-    row = owner[pos[hit]]
-    label = p[row] - dG[hit]  # g = p - y on the grid
-    fits = (label == 0) | (label == _ONE)
-    return list(zip(row[fits].tolist(), (label[fits] // _ONE).tolist()))
+        return out
+    step = max(1, (1 << 22) // len(H))  # pairs in chunks of about 4M
+    for i in range(0, len(H), step):
+        dH = H[i:i + step, None] - H[None, :]
+        dG = G[i:i + step, None] - G[None, :]
+        pos = np.searchsorted(values, dH)
+        hit = (dH > 0) & (pos < len(values))
+        hit[hit] = values[pos[hit]] == dH[hit]
+        row = owner[pos[hit]]
+        label = p[row] - dG[hit]  # g = p - y on the grid
+        fits = (label == 0) | (label == _ONE)
+        out += zip(row[fits].tolist(), (label[fits] // _ONE).tolist())
+    return out
 
 
-def differential_guesses(view: Mapping) -> np.ndarray:
+def _their_sums(entry: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """The sums of one node's decrypted sets -- left branches, right branches, the node -- without the
+    attacker's own part, as grid integers."""
+    kept = ~np.asarray(entry["dropped"], dtype=bool)
+    sums = []
+    for total, left, own_total, own_left in (("G", "GL", "own_G", "own_GL"), ("H", "HL", "own_H", "own_HL")):
+        theirs = _grid(entry[left])[kept] - _grid(entry[own_left])[kept]
+        whole = int(_grid(entry[total])) - int(_grid(entry[own_total]))
+        sums.append(np.concatenate([theirs, whole - theirs, [whole]]))
+    return sums[0], sums[1]
+
+
+def differential_guesses(view: Mapping, scope: str = "node") -> np.ndarray:
     """The split client's differential attack (see the module docstring) on its recorded view
     (:meth:`~ray_vfl.pivodl.protocol.PIVODLModel.recorded_view` of a model trained with
     ``record_view=True``): per training row, the label it isolated (0 or 1), NaN where it isolated
     none. Reads only what the client holds: the sums it decrypted with its own part of each, the
-    rows of each node, who labels which rows, the base score, released weights and partitions.
+    rows of each node, the base score, released weights and partitions.
+
+    ``scope="node"`` subtracts the sums of one node from each other (the attack the instance threshold
+    is built against); ``scope="tree"`` also every two sums the client decrypted in one tree, across
+    nodes (a row is then isolated by a hessian unique among the rows of all those nodes).
 
     Example
     -------
@@ -135,27 +156,28 @@ def differential_guesses(view: Mapping) -> np.ndarray:
     """
     if view["objective"] != "binary:logistic":
         raise DataError(f"the differential attack reads 0/1 labels (binary:logistic); this model is {view['objective']!r}")
+    if scope not in ("node", "tree"):
+        raise DataError(f"scope must be 'node' or 'tree', got {scope!r}")
     n_rows = view["n_rows"]
     own = np.zeros(n_rows, dtype=bool)
     own[np.asarray(view["own"], dtype=np.int64)] = True
+    groups: dict = {}
+    for i, entry in enumerate(view["sums"]):
+        if entry["tree"] <= len(view["released"]):  # later trees were dropped with their margins
+            groups.setdefault((entry["tree"], i), []).append(entry)
+            if scope == "tree":
+                groups.setdefault((entry["tree"], -1), []).append(entry)
     claims: dict[int, list[int]] = {}
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for entry in view["sums"]:
-        t = entry["tree"]
-        if t > len(view["released"]):
-            continue  # a tree dropped by early stopping after the last margins this client kept
-        if t not in cache:
+    gradients: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for (t, _), entries in groups.items():
+        if t not in gradients:
             g0, h = encoded_gradients(view["objective"], np.zeros(n_rows), _margins(view, t))
-            cache[t] = (_grid(g0), _grid(h))
-        p, h = cache[t]
-        kept = ~np.asarray(entry["dropped"], dtype=bool)
-        sums = []
-        for total, left, own_total, own_left in (("G", "GL", "own_G", "own_GL"), ("H", "HL", "own_H", "own_HL")):
-            theirs = _grid(entry[left])[kept] - _grid(entry[own_left])[kept]
-            whole = int(_grid(entry[total])) - int(_grid(entry[own_total]))
-            sums.append(np.concatenate([theirs, whole - theirs, [whole, 0]]))
-        rows = np.asarray(entry["rows"], dtype=np.int64)
-        for row, label in _isolate(sums[0], sums[1], rows[~own[rows]], p, h):
+            gradients[t] = (_grid(g0), _grid(h))
+        sums = [_their_sums(e) for e in entries]
+        G = np.concatenate([g for g, _ in sums] + [[0]])  # the empty set: a single sum is a difference too
+        H = np.concatenate([h for _, h in sums] + [[0]])
+        rows = np.unique(np.concatenate([np.asarray(e["rows"], dtype=np.int64) for e in entries]))
+        for row, label in _isolate(G, H, rows[~own[rows]], *gradients[t]):
             claims.setdefault(row, []).append(label)
     out = np.full(n_rows, np.nan)
     for row, labels in claims.items():

@@ -27,7 +27,7 @@ from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
-from .candidates import FeatureSpec, candidate_table, feature_spec
+from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
 from .messages import fetch
 from .prediction import PredictionRole
@@ -95,11 +95,10 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         rows = self.mailbox.send("pivodl_labelled_rows", self.others, np.packbits(labelled))
         return None, key, mask, rows
 
-    def meet(self, keys: list, masks: list, labelled: list) -> tuple:
-        """Take the others' public keys and labelled rows; refuse a row labelled twice or nowhere; then
-        send every other client the bins of this client's features at *its* labelled rows (once: the
-        root of the first tree reveals them anyway, a threshold at a time) and what it needs to list
-        this client's candidates."""
+    def meet(self, keys: list, masks: list, labelled: list) -> None:
+        """Take the others' public keys and labelled rows; refuse a row labelled twice or nowhere, and a
+        client that labels between 1 and ``instance_threshold - 1`` rows (the root's totals would sum
+        that few of its rows)."""
         ctx = {"backend_spec": self.backend_spec, "backend": self.backend,
                "key_bits": self.config.key_bits if self.backend.is_encrypted else 0}
         for msg in fetch(keys):
@@ -122,21 +121,13 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         if nowhere.size:
             raise DataError(f"{nowhere.size} training row(s) (row {int(nowhere[0])} first) are labelled at no client; "
                             "drop them or give their labels to one client")
-        bins = self.rows["train"]
-        self.peer_bins = {self.name: bins[self.own]}
-        self.peer_spec = {self.name: self.spec}
-        out = [self.mailbox.send("pivodl_source_bins", [p], {"bins": bins[self.labelled_by[p]], "top_bin": self.spec.top_bin,
-                                                      "has_missing": self.spec.has_missing})
-               for p in self.others]
-        return (None, *out)
-
-    def take_bins(self, messages: list) -> None:
-        """Keep every source's bins at this client's labelled rows, to sum its candidates."""
-        for msg in fetch(messages):
-            p = self.mailbox.open(msg, "pivodl_source_bins", {"n_own": len(self.own), "n_bins": self.n_bins}, self.others)
-            self.peer_bins[msg.sender] = p["bins"]
-            self.peer_spec[msg.sender] = FeatureSpec(p["top_bin"], p["has_missing"])
-        self.peer_tables = {s: candidate_table(spec) for s, spec in self.peer_spec.items()}
+        thr = self.config.instance_threshold
+        for p in self.order:
+            if 0 < len(self.labelled_by[p]) < thr:
+                raise DataError(f"client {p!r} labels {len(self.labelled_by[p])} row(s), fewer than instance_threshold "
+                                f"{thr}: every tree's root totals would sum that few of its rows; give it no labels or "
+                                f"at least {thr}, or lower instance_threshold")
+        self.client_of_row = owner
 
     # step 2: sums of all clients, decrypted by a random encryption client --------------------------
     def total_share(self, what: str, encryptor: str, aggregator: str) -> tuple:
