@@ -345,7 +345,7 @@ def test_released_leaf_noise_has_the_configured_deviation(runtime):
     frame, label, _, _ = load_named("energy")
     data = spread(frame.iloc[:3000].reset_index(drop=True), label, 3, (0.5, 0.3, 0.2))
     config = PIVODLConfig(n_trees=8, max_depth=5, backend="plain", objective="reg:squarederror", gradient_bound=4096.0,
-                          epsilon=2.0, leaf_clip=5.0)
+                          epsilon=2.0, leaf_clip=5.0, instance_threshold=1)  # every leaf depth 5 allows: > 100 leaves
     model = train(runtime, data, config)
     exact = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     released = model._calls().value("released_weights", model.order[:1], lambda p: (), "released")[0]

@@ -13,7 +13,8 @@ from ray_vfl.data.bundled import load_named
 from ray_vfl.pivodl import PIVODLConfig, train
 from ray_vfl.pivodl.attack import differential_guesses, differential_report
 from ray_vfl.pivodl.rounds import deal_split_clients
-from ray_vfl.pivodl.threshold import admissible
+from ray_vfl.pivodl.candidates import candidate_table, feature_spec
+from ray_vfl.pivodl.threshold import admissible, admissible_bins, left_members
 from ray_vfl.trees.callbacks import EarlyStopping
 
 
@@ -57,6 +58,21 @@ def test_admissible_is_the_rule_and_every_difference_holds_t_rows(seed):
             for b in sets:
                 assert _fine(int(((a ^ b) & mine).sum()), t) and _fine(int((~(a ^ b) & mine).sum()), t)
     assert admissible(members, client_of_row, 3, 1).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_admissible_from_bin_counts_equals_the_rule_on_row_sets(seed):
+    """The source's fast path (co-occurrence counts of bins) keeps the candidates the row-set definition keeps,
+    missing values sent either way included."""
+    rng = np.random.default_rng(seed)
+    n, features = int(rng.integers(50, 400)), int(rng.integers(1, 5))
+    bins = rng.integers(0, 8, (n, features))
+    bins[rng.random((n, features)) < 0.1] = 9  # the missing bin
+    owner = rng.integers(0, 3, n)
+    table = candidate_table(feature_spec(bins, 9))
+    for t in (1, 3, 10, 40):
+        np.testing.assert_array_equal(admissible_bins(bins, table, 9, owner, 3, t),
+                                      admissible(left_members(bins, table, 9), owner, 3, t))
 
 
 def test_split_clients_are_a_derangement_per_node():

@@ -48,6 +48,10 @@ class CandidateTable:
     def __len__(self) -> int:
         return len(self.feature)
 
+    def take(self, index: np.ndarray) -> "CandidateTable":
+        """The candidates at ``index``, in that order."""
+        return CandidateTable(self.feature[index], self.bin[index], self.default_left[index])
+
 
 def feature_spec(bins: np.ndarray, missing_bin: int) -> FeatureSpec:
     """The :class:`FeatureSpec` of a client's training bins ``(n, F)``."""

@@ -28,7 +28,7 @@ from ..trees.kernels import base_margin, encoded_gradients, goes_left, is_splitt
 from ..trees.reference import ReferenceTree
 from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
-from .threshold import admissible, left_members
+from .threshold import admissible_bins, left_members
 
 __all__ = ["fit_reference"]
 
@@ -39,9 +39,9 @@ def _best(bins: Sequence[np.ndarray], tables: list, rows: np.ndarray, client_of_
     G, H = g[rows].sum(), h[rows].sum()
     gains, who = [], []
     for k, (b, table) in enumerate(zip(bins, tables)):
-        members = left_members(b[rows], table, config.max_bin)
-        kept = np.flatnonzero(admissible(members, client_of_row[rows], len(bins), config.instance_threshold))
-        left = members[kept].astype(np.float64)
+        kept = np.flatnonzero(admissible_bins(b[rows], table, config.max_bin, client_of_row[rows], len(bins),
+                                              config.instance_threshold))
+        left = left_members(b[rows], table.take(kept), config.max_bin).astype(np.float64)
         GL, HL = left @ g[rows], left @ h[rows]
         gains.append(split_gains(GL, HL, G - GL, H - HL, G, H, config.reg_lambda, config.min_child_weight))
         who += [(k, int(c)) for c in kept]

@@ -24,7 +24,7 @@ import numpy as np
 from ..runtime.timeline import span_if, timed
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
 from .messages import fetch
-from .threshold import admissible, left_members
+from .threshold import admissible_bins, left_members
 
 __all__ = ["SourceRole", "SplitRole"]
 
@@ -53,15 +53,15 @@ class SourceRole:
         self._own_members = []
         for node in nodes.tolist():
             rows = np.flatnonzero(self.node_of_row == node)
-            members = left_members(bins[rows], self.candidates, self.missing_bin)
             owner = self.client_of_row[rows]
-            kept = np.flatnonzero(admissible(members, owner, len(self.order), self.config.instance_threshold))
+            kept = np.flatnonzero(admissible_bins(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
+                                                  self.config.instance_threshold))
             shuffled = kept[self.rng.permutation(len(kept))]
             records.append(shuffled)
-            members = members[shuffled]
+            members = left_members(bins[rows], self.candidates.take(shuffled), self.missing_bin)
             for p in self.others:
                 bits[p].append(np.packbits(members[:, owner == self.order.index(p)], axis=1))
-            self._own_members.append(members[:, owner == self.order.index(self.name)])
+            self._own_members.append(members[:, owner == self.order.index(self.name)].view(np.uint8))
         self.requests = {self.name: (nodes, split, [len(r) for r in records])}
         self.offers = (nodes, split, records)
         tree = len(self.trees) - 1
@@ -83,7 +83,7 @@ class SourceRole:
             p = self.mailbox.open(msg, "pivodl_candidate_request", {**ctx, "sender_index": self.order.index(msg.sender)},
                                   self.others)
             self.requests[msg.sender] = (p["node"], p["split"], [len(b) for b in p["bits"]])
-            members[msg.sender] = [np.unpackbits(b, axis=1, count=int(ctx["own_rows"][n])).astype(bool)
+            members[msg.sender] = [np.unpackbits(b, axis=1, count=int(ctx["own_rows"][n]))
                                    for n, b in zip(p["node"].tolist(), p["bits"])]
         members[self.name] = self._own_members
         thr = self.config.instance_threshold
@@ -94,9 +94,9 @@ class SourceRole:
             for node, c, left in zip(nodes.tolist(), split.tolist(), members[source]):
                 mine = np.flatnonzero(own_node == node)
                 g_mine, h_mine = self.g[mine], self.h[mine]
-                as_float = left.astype(np.float64)  # the sums are exact on the gradients' grid, in any order
-                G, H = as_float @ g_mine, as_float @ h_mine
-                rows = left.sum(axis=1)
+                # 0/1 times gradient pairs: the sums are exact on the gradients' grid, in any order
+                G, H = (left.astype(np.float64) @ np.column_stack([g_mine, h_mine])).T
+                rows = left.sum(axis=1, dtype=np.int64)
                 bad = ((rows > 0) & (rows < thr)) | ((len(mine) - rows > 0) & (len(mine) - rows < thr))
                 G[bad], H[bad] = 0.0, 0.0
                 g = np.append(G, g_mine.sum())
