@@ -13,22 +13,37 @@ from ray_vfl.data.binning import PartyBinner
 from ray_vfl.data.bundled import load_named
 from ray_vfl.errors import ConfigError, DataError, PartyFailedError
 from ray_vfl.pivodl import PIVODLConfig, train
+from ray_vfl.pivodl.reference import fit_reference as fit_pivodl_reference
 from ray_vfl.trees.kernels import base_margin
 from ray_vfl.trees.reference import fit_reference, predict_reference
 
 
-def reference_bins(data, max_bin, fitted_on=None):
+def party_bins(data, max_bin, fitted_on=None):
+    """Every client's bins, binned as the client bins its own columns."""
     fitted_on = fitted_on or data
-    return np.concatenate([PartyBinner(max_bin).fit(fitted_on.features[p], [], p).transform(data.features[p], p)
-                           for p in data.party_names], axis=1)
+    return [PartyBinner(max_bin).fit(fitted_on.features[p], [], p).transform(data.features[p], p)
+            for p in data.party_names]
+
+
+def reference_bins(data, max_bin, fitted_on=None):
+    return np.concatenate(party_bins(data, max_bin, fitted_on), axis=1)
+
+
+def client_of_row(data):
+    return np.array([data.party_names.index(o) for o in data.label_owner])
+
+
+def base_of(data, config):
+    y = data.label
+    return float(np.clip(y.mean(), 1e-6, 1 - 1e-6)) if config.objective == "binary:logistic" else float(y.mean())
 
 
 def assert_lossless(model, train_data, test_data, config):
-    """Every tree equals the centralized reference on the same bins, split for split and leaf for leaf;
-    secure prediction equals the reference's margins."""
-    y = train_data.label
-    base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6)) if config.objective == "binary:logistic" else float(y.mean())
-    ref = fit_reference(reference_bins(train_data, config.max_bin), y, config, base)
+    """Every tree equals the centralized reference (the same candidates, instance threshold and bins), split
+    for split and leaf for leaf; secure prediction equals the reference's margins."""
+    base = base_of(train_data, config)
+    ref = fit_pivodl_reference(party_bins(train_data, config.max_bin), client_of_row(train_data), train_data.label,
+                               config, base)
     fed = model.assembled_trees({p: train_data.n_features(p) for p in train_data.party_names})
     assert len(fed) == len(ref) == config.n_trees
     splits = 0
@@ -58,17 +73,36 @@ def spread(frame, label, clients, fractions, seed=0):
     return vertical_split(frame, clients, label=label, label_owners=owners, seed=seed)
 
 
-@pytest.mark.parametrize("clients, fractions", [
-    (2, (0.5, 0.5)),
-    (3, (0.7, 0.0, 0.3)),          # a client with no labels at all
-    (5, (0.1, 0.2, 0.3, 0.15, 0.25)),
+@pytest.mark.parametrize("clients, fractions, threshold", [
+    (2, (0.5, 0.5), 1),
+    (3, (0.7, 0.0, 0.3), None),       # a client with no labels at all; the default threshold
+    (5, (0.1, 0.2, 0.3, 0.15, 0.25), 20),
 ])
-def test_lossless_plain(runtime, credit_frame, clients, fractions):
+def test_lossless_plain(runtime, credit_frame, clients, fractions, threshold):
     frame, label = credit_frame
     train_data, test_data = spread(frame, label, clients, fractions, seed=clients).train_test_split(0.25, seed=1)
     config = PIVODLConfig(n_trees=3, max_depth=3, max_bin=16, backend="plain")
+    if threshold is not None:
+        config = config.replace(instance_threshold=threshold)
     model = train(runtime, train_data, config)
     assert_lossless(model, train_data, test_data, config)
+
+
+def test_reference_with_threshold_one_is_the_centralized_boosting(credit_frame):
+    """Threshold 1 keeps every candidate: the PIVODL reference is then the plain histogram boosting on the
+    clients' bins side by side, split for split (no Ray)."""
+    frame, label = credit_frame
+    data = spread(frame.iloc[:1200], label, 3, (0.5, 0.2, 0.3))
+    config = PIVODLConfig(n_trees=3, max_depth=4, max_bin=16, backend="plain", instance_threshold=1)
+    base = base_of(data, config)
+    ours = fit_pivodl_reference(party_bins(data, 16), client_of_row(data), data.label, config, base)
+    plain = fit_reference(reference_bins(data, 16), data.label, config, base)
+    for a, b in zip(ours, plain):
+        for key in ("left", "right", "feature", "bin", "default_left", "weight"):
+            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    held = fit_pivodl_reference(party_bins(data, 16), client_of_row(data), data.label,
+                                config.replace(instance_threshold=40), base)
+    assert sum(int((t.left >= 0).sum()) for t in held) < sum(int((t.left >= 0).sum()) for t in plain)
 
 
 def test_lossless_paillier_regression(runtime):
@@ -84,26 +118,29 @@ def test_lossless_paillier_regression(runtime):
     assert model.op_counts["encrypt"] > 0 and model.op_counts["decrypt"] > 0
 
 
-def test_instance_threshold_drops_exactly_the_small_splits(runtime):
-    """A hand-built case: client a labels rows 0-5, client b rows 6-11. With threshold 3 a candidate whose
-    left branch holds 1 or 2 of one client's rows is refused; the best split that is left wins."""
+def test_instance_threshold_offers_exactly_the_admissible_splits(runtime):
+    """A hand-built case: client bank labels rows 0-5, shop rows 6-11. With threshold 3 a source offers a
+    candidate only if its left and right branches, and its differences with every candidate offered before
+    it, hold 0 or at least 3 of each client's rows (written here with Python sets, apart from
+    pivodl/threshold.py); the best offered split wins."""
     x = np.arange(12, dtype=float)
     frame = pd.DataFrame({"xa": x, "xb": (x * 7) % 12, "y": [0] * 7 + [1] * 5})
     owners = ["bank"] * 6 + ["shop"] * 6
     data = vertical_split(frame, {"bank": ["xa"], "shop": ["xb"]}, label="y", label_owners=owners)
     base = dict(n_trees=1, max_depth=1, max_bin=16, backend="plain", min_child_weight=0.0, learning_rate=1.0)
     feats = {"bank": 1, "shop": 1}
-    f_free = train(runtime, data, PIVODLConfig(**base)).assembled_trees(feats)[0]  # a fit reuses the actors
+    f_free = train(runtime, data, PIVODLConfig(**base, instance_threshold=1)).assembled_trees(feats)[0]
     f_held = train(runtime, data, PIVODLConfig(**base, instance_threshold=3)).assembled_trees(feats)[0]
-    # what the reference says among only the candidates the threshold keeps
     bins = reference_bins(data, 16)
     y = data.label
     g = 5 / 12 - y  # the base score is the label mean: p - y
-    own = np.array(owners)
+    clients = [set(range(6)), set(range(6, 12))]
 
-    def allowed(f, b):
-        left = bins[:, f] <= b
-        return all(not (0 < int((left & (own == c)).sum()) < 3) for c in ("bank", "shop"))
+    def fine(n):
+        return n == 0 or n >= 3
+
+    def left_of(f, b):
+        return {i for i in range(12) if bins[i, f] <= b}
 
     def gain(f, b):
         left = bins[:, f] <= b
@@ -113,10 +150,20 @@ def test_instance_threshold_drops_exactly_the_small_splits(runtime):
             return -np.inf
         return gl**2 / (hl + 1) + gr**2 / (hr + 1) - g.sum()**2 / (12 * p * (1 - p) + 1)
 
+    offered = []
+    for f in range(2):  # each source lists its own candidates; each feature is one source's here
+        kept = []
+        for b in range(int(bins[:, f].max())):
+            left = left_of(f, b)
+            ok = all(fine(len(left & c)) and fine(len(c - left)) for c in clients)
+            ok = ok and all(fine(len((left ^ other) & c)) and fine(len(c - (left ^ other))) for other in kept for c in clients)
+            if ok:
+                kept.append(left)
+                offered.append((f, b))
     cands = [(f, b) for f in range(2) for b in range(int(bins[:, f].max()))]
+    assert len(offered) < len(cands)
     best_free = max(cands, key=lambda c: (gain(*c), -c[0], -c[1]))
-    kept = [c for c in cands if allowed(*c)]
-    best_held = max(kept, key=lambda c: (gain(*c), -c[0], -c[1]))
+    best_held = max(offered, key=lambda c: (gain(*c), -c[0], -c[1]))
     assert best_free != best_held  # the case is built so that the threshold matters
     assert (f_free["feature"][0], f_free["bin"][0]) == best_free
     assert (f_held["feature"][0], f_held["bin"][0]) == best_held
@@ -131,7 +178,7 @@ def test_views_match_the_table(runtime, credit_frame):
     config = PIVODLConfig(n_trees=2, max_depth=3, max_bin=8, backend="paillier", key_bits=1024, allow_weak_keys=True,
                           epsilon=5.0)
     model = train(runtime, data, config)
-    allowed = {"pivodl_public_key", "pivodl_mask_key", "pivodl_labelled_rows", "pivodl_source_bins", "pivodl_total_share",
+    allowed = {"pivodl_public_key", "pivodl_mask_key", "pivodl_labelled_rows", "pivodl_total_share",
                "pivodl_total_sum", "pivodl_totals", "pivodl_candidate_request", "pivodl_candidate_sums",
                "pivodl_forwarded_sums", "pivodl_best_gains", "pivodl_split_won", "pivodl_chosen_record",
                "pivodl_partition", "pivodl_leaf_weights"}
@@ -143,6 +190,8 @@ def test_views_match_the_table(runtime, credit_frame):
             assert "float" not in text, (r.kind, text)  # ciphertexts only, never a plaintext sum
         if r.kind == "pivodl_forwarded_sums":
             assert "feature" not in text and "bin" not in text
+        if r.kind == "pivodl_candidate_request":  # to one client: its own rows' memberships, no candidate order
+            assert "'bits'" in text and "order" not in text, text
     # released leaf weights differ from the exact ones the holders keep (partial DP)
     exact = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     released = model._calls().value("released_weights", model.order, lambda p: (), "released")
@@ -184,8 +233,9 @@ def test_secure_prediction_sums_the_holders_clipped_leaves(runtime, credit_frame
     assembled = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     trees = [ReferenceTree(t["left"], t["right"], t["feature"], t["bin"], t["default_left"], t["weight"])
              for t in assembled]
-    base = float(np.clip(data.label.mean(), 1e-6, 1 - 1e-6))
-    first = fit_reference(reference_bins(data, config.max_bin), data.label, config.replace(n_trees=1), base)[0]
+    base = base_of(data, config)
+    first = fit_pivodl_reference(party_bins(data, config.max_bin), client_of_row(data), data.label,
+                                 config.replace(n_trees=1), base)[0]
     np.testing.assert_array_equal(assembled[0]["left"], first.left)
     assert np.abs(first.weight).max() > 0.05  # the clip binds somewhere
     np.testing.assert_array_equal(assembled[0]["weight"], np.clip(first.weight, -0.05, 0.05))
@@ -208,6 +258,10 @@ def test_bad_inputs(runtime, credit_frame):
     one = vertical_split(frame, 1, label=label)
     with pytest.raises(DataError, match="at least two clients"):
         train(runtime, one, PIVODLConfig(backend="plain"))
+    few = spread(frame.iloc[:400], label, 2, (0.9, 0.1))  # party1 labels about 40 rows
+    with pytest.raises(DataError, match="client 'party1' labels .* fewer than instance_threshold 50"):
+        train(runtime, few, PIVODLConfig(n_trees=1, backend="plain"))
+    train(runtime, few, PIVODLConfig(n_trees=1, backend="plain", instance_threshold=20))  # enough at 20
 
 
 def test_failed_client_is_named(runtime, credit_frame):
@@ -291,7 +345,7 @@ def test_released_leaf_noise_has_the_configured_deviation(runtime):
     frame, label, _, _ = load_named("energy")
     data = spread(frame.iloc[:3000].reset_index(drop=True), label, 3, (0.5, 0.3, 0.2))
     config = PIVODLConfig(n_trees=8, max_depth=5, backend="plain", objective="reg:squarederror", gradient_bound=4096.0,
-                          epsilon=2.0, leaf_clip=5.0)
+                          epsilon=2.0, leaf_clip=5.0, instance_threshold=1)  # every leaf depth 5 allows: > 100 leaves
     model = train(runtime, data, config)
     exact = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     released = model._calls().value("released_weights", model.order[:1], lambda p: (), "released")[0]

@@ -1,4 +1,4 @@
-"""A source client's split candidates, and the left-branch sums every client computes for them.
+"""A source client's split candidates.
 
 Pure numpy, no parties. A *candidate* is ``(feature, bin, default_left)``: rows whose bin is at most
 ``bin`` go left, rows with a missing value go left iff ``default_left``. The candidates of a source
@@ -24,16 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trees.kernels import bucket_sum
-
-__all__ = ["FeatureSpec", "CandidateTable", "candidate_table", "feature_spec", "left_sums"]
+__all__ = ["FeatureSpec", "CandidateTable", "candidate_table", "feature_spec"]
 
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """What a source client says of each of its features so that others can list its candidates:
-    the highest bin of a present value in training (-1 if none) and whether any value is missing.
-    (The bins of each client's own labelled rows, which the source sends at set-up, show as much.)"""
+    """What lists a client's candidates: per feature, the highest bin of a present value in training
+    (-1 if none) and whether any value is missing. It stays with the client (and with the centralized
+    reference, :mod:`ray_vfl.pivodl.reference`)."""
 
     top_bin: np.ndarray  # int (F,)
     has_missing: np.ndarray  # bool (F,)
@@ -49,6 +47,10 @@ class CandidateTable:
 
     def __len__(self) -> int:
         return len(self.feature)
+
+    def take(self, index: np.ndarray) -> "CandidateTable":
+        """The candidates at ``index``, in that order."""
+        return CandidateTable(self.feature[index], self.bin[index], self.default_left[index])
 
 
 def feature_spec(bins: np.ndarray, missing_bin: int) -> FeatureSpec:
@@ -78,32 +80,3 @@ def candidate_table(spec: FeatureSpec) -> CandidateTable:
         return CandidateTable(empty, empty, np.zeros(0, dtype=bool))
     return CandidateTable(np.concatenate(feature).astype(np.int64), np.concatenate(bins).astype(np.int64),
                           np.concatenate(left))
-
-
-def left_sums(bins: np.ndarray, g: np.ndarray, h: np.ndarray, table: CandidateTable, n_bins: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Left-branch sums ``(G_L, H_L, rows)`` of every candidate over the given rows.
-
-    ``bins`` holds the source's bins ``(rows, F)`` of the rows summed (a client's own labelled rows
-    in one node), ``g`` and ``h`` their gradient pairs. Bin sums are cumulated over thresholds; the
-    missing bin (``n_bins - 1``) is added where missing values go left. On the 2**-32 grid of
-    :func:`~ray_vfl.trees.kernels.encoded_gradients` every sum is exact.
-
-    Example
-    -------
-    >>> table = candidate_table(FeatureSpec(np.array([2]), np.array([True])))
-    >>> G, H, rows = left_sums(np.array([[0], [2], [3]]), np.array([1.0, 2.0, 4.0]), np.ones(3), table, 4)
-    >>> G.tolist(), rows.tolist()
-    ([5.0, 5.0, 1.0, 1.0, 3.0], [2, 2, 1, 1, 2])
-    """
-    n_features = bins.shape[1] if bins.ndim == 2 else 0
-    width = n_features * n_bins
-    if len(bins):
-        keys = bins.astype(np.int64) + np.arange(n_features) * n_bins
-        hist = bucket_sum(np.column_stack([g, h, np.ones(len(g))]), keys, width).reshape(n_features, n_bins, 3)
-    else:
-        hist = np.zeros((n_features, n_bins, 3))
-    below = np.cumsum(hist[:, :-1, :], axis=1)  # (F, n_bins - 1, 3): bins 0..b
-    missing = hist[:, -1, :]  # (F, 3)
-    out = below[table.feature, table.bin] + np.where(table.default_left[:, None], missing[table.feature], 0.0)
-    return out[:, 0], out[:, 1], np.rint(out[:, 2]).astype(np.int64)

@@ -27,7 +27,7 @@ from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
-from .candidates import FeatureSpec, candidate_table, feature_spec
+from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
 from .messages import fetch
 from .prediction import PredictionRole
@@ -40,13 +40,15 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     """One PIVODL client (see the module docstring). Built by :func:`ray_vfl.pivodl.protocol.train`."""
 
     def __init__(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
-                 order: list[str]) -> None:
-        self.reset(name, table, categorical, config, pool, order)
+                 order: list[str], record_view: bool = False) -> None:
+        self.reset(name, table, categorical, config, pool, order, record_view)
 
     def reset(self, name: str, table: Any, categorical: list[str], config: PIVODLConfig, pool: TaskPool,
-              order: list[str]) -> None:
+              order: list[str], record_view: bool = False) -> None:
         self._start_party(name)
         self.config, self.pool, self.order = config, pool, list(order)
+        # For audits: keep what this client decrypted as a split client (:meth:`recorded_view`).
+        self.record_view, self.view_sums = record_view, []
         self.others = [p for p in self.order if p != name]
         self.missing_bin, self.n_bins = config.max_bin, config.max_bin + 1
         self.binner = PartyBinner(config.max_bin)
@@ -93,11 +95,10 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         rows = self.mailbox.send("pivodl_labelled_rows", self.others, np.packbits(labelled))
         return None, key, mask, rows
 
-    def meet(self, keys: list, masks: list, labelled: list) -> tuple:
-        """Take the others' public keys and labelled rows; refuse a row labelled twice or nowhere; then
-        send every other client the bins of this client's features at *its* labelled rows (once: the
-        root of the first tree reveals them anyway, a threshold at a time) and what it needs to list
-        this client's candidates."""
+    def meet(self, keys: list, masks: list, labelled: list) -> None:
+        """Take the others' public keys and labelled rows; refuse a row labelled twice or nowhere, and a
+        client that labels between 1 and ``instance_threshold - 1`` rows (the root's totals would sum
+        that few of its rows)."""
         ctx = {"backend_spec": self.backend_spec, "backend": self.backend,
                "key_bits": self.config.key_bits if self.backend.is_encrypted else 0}
         for msg in fetch(keys):
@@ -120,21 +121,13 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         if nowhere.size:
             raise DataError(f"{nowhere.size} training row(s) (row {int(nowhere[0])} first) are labelled at no client; "
                             "drop them or give their labels to one client")
-        bins = self.rows["train"]
-        self.peer_bins = {self.name: bins[self.own]}
-        self.peer_spec = {self.name: self.spec}
-        out = [self.mailbox.send("pivodl_source_bins", [p], {"bins": bins[self.labelled_by[p]], "top_bin": self.spec.top_bin,
-                                                      "has_missing": self.spec.has_missing})
-               for p in self.others]
-        return (None, *out)
-
-    def take_bins(self, messages: list) -> None:
-        """Keep every source's bins at this client's labelled rows, to sum its candidates."""
-        for msg in fetch(messages):
-            p = self.mailbox.open(msg, "pivodl_source_bins", {"n_own": len(self.own), "n_bins": self.n_bins}, self.others)
-            self.peer_bins[msg.sender] = p["bins"]
-            self.peer_spec[msg.sender] = FeatureSpec(p["top_bin"], p["has_missing"])
-        self.peer_tables = {s: candidate_table(spec) for s, spec in self.peer_spec.items()}
+        thr = self.config.instance_threshold
+        for p in self.order:
+            if 0 < len(self.labelled_by[p]) < thr:
+                raise DataError(f"client {p!r} labels {len(self.labelled_by[p])} row(s), fewer than instance_threshold "
+                                f"{thr}: every tree's root totals would sum that few of its rows; give it no labels or "
+                                f"at least {thr}, or lower instance_threshold")
+        self.client_of_row = owner
 
     # step 2: sums of all clients, decrypted by a random encryption client --------------------------
     def total_share(self, what: str, encryptor: str, aggregator: str) -> tuple:
@@ -227,6 +220,16 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def released_weights(self) -> list[dict[int, float]]:
         """The leaf weights this client received (or released), per tree: its view of the leaves."""
         return [dict(t) for t in self.released]
+
+    def recorded_view(self) -> dict[str, Any]:
+        """What this client holds after training, for the attacks of :mod:`ray_vfl.pivodl.attack`: its own
+        labelled rows, who labels which rows, the base score, the released leaf weights and every training
+        row's leaf per tree (the public partitions), and -- with ``record_view`` -- every sum it decrypted
+        as a split client, beside its own part of that sum."""
+        return {"party": self.name, "objective": self.config.objective, "n_rows": self.n_rows,
+                "base_score": self.base_score, "own": self.own.copy(), "y_own": self.y_own.copy(), "labelled_by": dict(self.labelled_by),
+                "released": self.released_weights(), "leaf_of_row": [leaf.copy() for leaf in self.leaf_of_row],
+                "sums": list(self.view_sums)}
 
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes as every client knows them (who owns each split, who holds each leaf)."""

@@ -21,11 +21,29 @@ class PIVODLConfig(BoostConfig):
     Parameters
     ----------
     instance_threshold : int
-        A client refuses to sum a candidate's left branch over fewer than this many of its own
-        labelled rows (it sums none at all without objection); a refused candidate is dropped.
-        1 (the default) refuses nothing: the trees then equal the centralized ones. Larger values
-        keep the split clients from decrypting sums over a handful of one client's rows, at some
-        accuracy.
+        ``t``: every sum a split client decrypts or derives at a node -- a candidate's left branch, its
+        right branch, the node's totals -- and every difference of two of them holds 0 or at least
+        ``t`` of each client's labelled rows. The source offers only the candidates that keep this
+        (:mod:`ray_vfl.pivodl.threshold`: adjacent thresholds closer than ``t`` rows are merged, a
+        candidate that cuts a node almost as an offered one does is dropped), each client refuses a
+        left or right branch over 1 to ``t - 1`` of its rows, and a client may label 0 or at least
+        ``t`` rows. 1 refuses nothing: the trees then equal the centralized ones (with any ``t``
+        they equal :func:`ray_vfl.pivodl.reference.fit_reference`'s, which applies the same rule).
+
+        Why 50 by default: a split client can compute every row's margin, so a sum over one other
+        client's row, found by its hessian, reads the row's label (``y = p - g``). With ``t`` = 1
+        the split client's differential attack (:func:`~ray_vfl.pivodl.attack.differential_guesses`)
+        read 2-34% of the other clients' labels in the runs below (more on less data), every one
+        right. With ``t`` >= 2 a difference
+        never sums fewer than ``t`` rows of a client, so isolating a row needs its ``t - 1`` others
+        to cancel exactly (rows of equal margin and label split evenly between the two sets): on
+        credit (2-4 clients, 6 trees of depth 5, 3,000-12,000 training rows) the attack within a
+        node still read one label at ``t`` = 2 and once at 20 (2 clients), none at 50 in any run;
+        across the nodes of a tree (``scope="tree"``), which no size bound rules out, it read up to
+        0.7% of the labels at 20, at most 0.2% at 50, at most 0.05% at 100. The test AUC stayed
+        within 0.01 of ``t`` = 1's at 50 and 100; energy's RMSE rose from 88.9 to 92.9 Wh at 50 (4
+        clients, 6 trees of depth 6). Small data or many clients may need less: a node splits only
+        where each part keeps ``t`` rows of every client that has rows there.
     epsilon : float or None
         Budget of the partial differential privacy of the released leaf weights over the whole
         training (each row's label reaches one leaf per tree: ``n_trees`` releases); ``None`` (the
@@ -59,7 +77,7 @@ class PIVODLConfig(BoostConfig):
     """
 
     backend: str = "paillier"
-    instance_threshold: int = 1
+    instance_threshold: int = 50
     epsilon: float | None = None
     delta: float = 1e-5
     leaf_clip: float | None = None

@@ -36,7 +36,7 @@ class _PIVODL(FederatedEstimator):
                  gamma: float = 0.0, min_child_weight: float = 1.0, max_bin: int = 32, base_score: float | None = None,
                  backend: str = "paillier", key_bits: int = 2048, allow_weak_keys: bool = False,
                  workers_per_party: int | None = None, timeout_s: float | None = None,
-                 gradient_bound: float | None = None, instance_threshold: int = 1, epsilon: float | None = None,
+                 gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
                  delta: float = 1e-5, leaf_clip: float | None = None, early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
                  runtime: Runtime | None = None) -> None:

@@ -29,28 +29,28 @@ def fetch(messages: Sequence[Any]) -> list[Message]:
     return [m for m in values if m is not None]
 
 
-def _packed_each(path: str, bits: str):
-    """Every item of list ``path`` packs ``ctx[bits]`` bits."""
+def _packed_each(path: str, bits_of):
+    """Item ``i`` of list ``path`` packs ``bits_of(p, c)[i]`` bits."""
     def problem(p, c):
-        want = -(-int(c[bits]) // 8)
-        for i, item in enumerate(p[path]):
+        for i, (item, bits) in enumerate(zip(p[path], bits_of(p, c))):
+            want = -(-int(bits) // 8)
             if not isinstance(item, np.ndarray) or item.dtype != np.uint8 or item.shape != (want,):
-                return f"{path}[{i}] is not {want} packed bytes ({c[bits]} bits)"
+                return f"{path}[{i}] is not {want} packed bytes ({bits} bits)"
         return None
     return Rule(problem)
 
 
-def _ciphers(keys_of):
+def _ciphers(keys_of, entries_of):
     """Every item of ``ciphers`` is a compressed array (plain arrays with the ``plain`` backend) under
-    the key ``keys_of(payload, ctx)[i]``, holding the receiver's ``entries`` entries."""
+    the key ``keys_of(payload, ctx)[i]``, holding ``entries_of(payload, ctx)[i]`` entries."""
     def problem(p, c):
         backend = c["backend"]
-        for i, (ct, pk) in enumerate(zip(p["ciphers"], keys_of(p, c))):
+        for i, (ct, pk, entries) in enumerate(zip(p["ciphers"], keys_of(p, c), entries_of(p, c))):
             bad = backend.peer_problem(pk, ct, compressed=True if backend.is_encrypted else None)
             if bad:
                 return f"ciphers[{i}] {bad}"
-            if backend.entry_count(ct) != c["entries"]:
-                return f"ciphers[{i}] holds {backend.entry_count(ct)} entries; expected {c['entries']}"
+            if backend.entry_count(ct) != entries:
+                return f"ciphers[{i}] holds {backend.entry_count(ct)} entries; expected {entries}"
         return None
     return Rule(problem)
 
@@ -60,13 +60,18 @@ def _open(path: str = "node"):
                 else f"{path} names a node that is not open at the receiver")
 
 
-def _orders(p, c) -> str | None:
-    """Each order is a permutation of the sender's candidates."""
-    want = np.arange(c["n_candidates"])
-    for i, order in enumerate(p["order"]):
-        if not isinstance(order, np.ndarray) or order.dtype.kind not in "iu" or not np.array_equal(np.sort(order), want):
-            return f"order[{i}] is not a permutation of the sender's {c['n_candidates']} candidates"
+def _member_bits(p, c) -> str | None:
+    """Per node, a packed ``(records, receiver's rows of the node)`` bit matrix."""
+    for i, (node, bits) in enumerate(zip(p["node"].tolist(), p["bits"])):
+        want = -(-int(c["own_rows"][node]) // 8)
+        if not isinstance(bits, np.ndarray) or bits.dtype != np.uint8 or bits.ndim != 2 or bits.shape[1] != want:
+            return f"bits[{i}] is not a (records, {want}) packed bit matrix of the receiver's {c['own_rows'][node]} rows"
     return None
+
+
+def _records(p, c) -> list[int]:
+    """The number of records of each node the sender forwards (the receiver counted them as a member)."""
+    return [c["records_of"][n] for n in p["node"].tolist()]
 
 
 def _mask_key(p, c) -> str | None:
@@ -78,39 +83,34 @@ register(  # every client -> every other, once: its backend, options and public 
 )
 register("pivodl_mask_key", Rule(_mask_key))  # every client -> every other, once
 register("pivodl_labelled_rows", Packed("", "n_rows"))  # every client -> every other, once (step 1)
-register(  # source -> each client, once: the source's bins at the receiver's labelled rows
-    "pivodl_source_bins",
-    Is("", dict),
-    Array("top_bin", "int", (None,), low=-1, high="n_bins"),
-    Array("has_missing", "bool", (length("top_bin"),)),
-    Array("bins", "uint8", ("n_own", length("top_bin")), high="n_bins"),
-)
 register("pivodl_total_share", Ciphers("", entries=1))  # every client -> aggregation client (step 2)
 register("pivodl_total_sum", Ciphers("", entries=1))  # aggregation client -> encryption client
 register("pivodl_totals", Array("", "float", (2,), finite=True))  # encryption client -> every client
-register(  # source -> every client, per level (step 3)
+register(  # source -> each other client, per level (step 3): per node its split client, the receiver's rows' memberships
     "pivodl_candidate_request",
     Is("", dict),
     Array("node", "int", (None,), unique=True), _open(),
     Array("split", "int", (length("node"),), low=0, high="n_clients"),
     Rule(lambda p, c: "split names the source itself" if (p["split"] == c["sender_index"]).any() else None),
-    Is("order", list), Size("order", length("node")), Rule(_orders),
+    Is("bits", list), Size("bits", length("node")), Rule(_member_bits),
 )
 register(  # every client -> source, per level (step 4): in the source's record order, node total last
     "pivodl_candidate_sums",
     Is("", dict),
     Array("node", "int", (None,), equals=Ref(lambda p, c: c["nodes"], "the source's open nodes")),
     Is("ciphers", list), Size("ciphers", length("node")),
-    _ciphers(lambda p, c: c["public_keys"]),
-    Is("refused", list), Size("refused", length("node")), _packed_each("refused", "n_candidates"),
+    _ciphers(lambda p, c: c["public_keys"], lambda p, c: [n + 1 for n in c["records"]]),
+    Is("refused", list), Size("refused", length("node")), _packed_each("refused", lambda p, c: c["records"]),
 )
 register(  # source -> split client, per level: by record number only
     "pivodl_forwarded_sums",
     Is("", dict),
     Array("node", "int", (None,), unique=True), _open(),
+    Rule(lambda p, c: None if all(n in c["records_of"] for n in p["node"].tolist())
+         else "node names a node the sender offered no records of"),
     Is("ciphers", list), Size("ciphers", length("node")),
-    _ciphers(lambda p, c: [c["public_key"]] * len(p["ciphers"])),
-    Is("dropped", list), Size("dropped", length("node")), _packed_each("dropped", "n_candidates"),
+    _ciphers(lambda p, c: [c["public_key"]] * len(p["ciphers"]), lambda p, c: [n + 1 for n in _records(p, c)]),
+    Is("dropped", list), Size("dropped", length("node")), _packed_each("dropped", _records),
 )
 register(  # split client -> every client, per level (step 5)
     "pivodl_best_gains",
@@ -125,10 +125,10 @@ register(  # winning split client -> source
     Is("", dict),
     Array("node", "int", (None,), unique=True, among=Ref(lambda p, c: c["nodes"], "the source's open nodes")),
     Is("records", list), Size("records", length("node")),
-    Rule(lambda p, c: next((f"records[{i}] is empty or not record numbers below {c['n_candidates']}"
-                            for i, r in enumerate(p["records"])
+    Rule(lambda p, c: next((f"records[{i}] is empty or not record numbers below {c['records'][n]}"
+                            for i, (n, r) in enumerate(zip(p["node"].tolist(), p["records"]))
                             if not isinstance(r, np.ndarray) or r.dtype.kind not in "iu" or not r.size
-                            or r.min() < 0 or r.max() >= c["n_candidates"]), None)),
+                            or r.min() < 0 or r.max() >= c["records"][n]), None)),
 )
 register(  # source -> winning split client: the record chosen among the tied ones
     "pivodl_chosen_record",

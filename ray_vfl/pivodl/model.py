@@ -155,6 +155,14 @@ class PIVODLModel:
             out.append(arrays)
         return out
 
+    def recorded_view(self, client: str) -> dict:
+        """What ``client`` holds after training (:meth:`~ray_vfl.pivodl.client.Client.recorded_view`); the
+        sums it decrypted are there if the model was trained with ``record_view=True``. For experiments in
+        simulation only."""
+        if client not in self.order:
+            raise DataError(f"{client!r} is not a client of this model; the clients are {self.order}")
+        return self._calls().value("recorded_view", [client], lambda p: (), "recorded view")[0]
+
     def label_guess_scores(self) -> dict[str, dict[str, np.ndarray]]:
         """Every client's label-guess scores of the training rows from its own view (the paper's attack).
         For experiments in simulation only: it returns what a curious client could compute."""

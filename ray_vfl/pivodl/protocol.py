@@ -3,11 +3,11 @@ distributed labels", IEEE TAI 2021): federated XGBoost when the labels are sprea
 
 Every client holds some features of every row and the labels of some rows; each row's label is at
 exactly one client. There is no label party: every client sums the gradients of its own labelled
-rows, in plaintext, and encrypts only sums. Each client is a *source* of its own features and picks,
-per node, a random *split client* among the others, which scores its candidates by record numbers
-alone. Trees grow level by level; the driver is a coordinator: it calls the clients' actors and hands
-each message (a Ray reference) to its receiver, and never fetches one (it sees node ids and
-statuses only).
+rows, in plaintext, and encrypts only sums. Each client is a *source* of its own features; per node,
+a *split client* among the others scores its candidates by record numbers alone. Trees grow level by
+level; the driver is a coordinator: it calls the clients' actors and hands each message (a Ray
+reference) to its receiver, and never fetches one (it sees node ids and statuses only), and it deals
+the split clients.
 
 Rounds (``K`` clients; ``s`` a source, ``c`` its split client for a node, ``a``/``e`` random
 aggregation and encryption clients; every message through the metered send path):
@@ -17,23 +17,25 @@ step       sender -> receiver    payload                                 what th
 =========  ====================  ======================================  ============================================
 1, once    every -> every        public key, key-agreement key,          which rows each client labels (the paper's
                                  the set of rows it labels               exchange of labelled ID sets); keys
-1, once    s -> every k          s's bins at k's labelled rows, and      s's bin of every feature at k's own rows: what
-                                 s's feature spec (top bin, missing?)    the root's per-threshold left sets show
-                                                                         anyway. Bins per feature carry the same
-                                                                         information as the paper's ID lists per
-                                                                         threshold, in far fewer bytes, once.
 2, once    every -> a -> e       Enc_e(sum of own labels, own count)     a: nothing (ciphertexts); e: the label mean,
            e -> every            the base score                          which it broadcasts (the base score)
 2, tree    every -> a -> e       Enc_e(G_k, H_k) of the root             a: nothing; every client: the root's G, H
            e -> every            G, H of the root
-3, level   s -> every            per node: split client c, a random      the candidates' order (record numbers) and
-                                 order of s's candidates                 who scores each node
+3, level   driver -> every       per node, the split client of every     who scores each node: a random derangement
+                                 source                                  (each client scores one source per node)
+3, level   s -> every k          per node: split client c, and for       k: which of its own rows go left at each
+                                 each record (fresh numbers, random      record; no feature, threshold or order (the
+                                 order, over the candidates the          paper sends ID sets; here only k's rows of
+                                 instance threshold admits) which of     them, from which k can still order the
+                                 k's labelled rows of the node go left   records of one feature by set inclusion)
 4, level   every k -> s          per node: Enc_c(left sums of k's rows   s: nothing (ciphertexts under c's key), and
                                  per record, then k's node total),       which records k refused (s can count k's rows
                                  refused records                         itself: it knows the node and k's rows)
-4, level   s -> c                per node: the sum of every client's     c: the left sums and node totals of all
-                                 ciphertexts, dropped records            clients together, per record number; never
-                                                                         which feature or threshold a record is
+4, level   s -> c                per node: the sum of every client's     c: per record number, every client's left
+                                 ciphertexts, dropped records            sums and node totals together; every such
+                                                                         set, and every difference of two of one
+                                                                         node, sums 0 or at least
+                                                                         ``instance_threshold`` rows of each client
 5, level   c -> every            best gain per (source, node)            the best gains (the paper: split clients
                                                                          compare their gains)
 5, level   winning c -> s        the records tied with the best gain     s: which of its candidates won
@@ -57,6 +59,16 @@ Departures from the paper, and why:
   client appends its node total to its encrypted candidate sums, so a node's totals reach only the
   split clients that score it (who need them for the gains) and, for a child, the split client that
   chose its split.
+- The paper's source sends every client the instance space (ID list) of every candidate under a
+  temporary record number. Here it sends each client only its own labelled rows' membership, per
+  node, under fresh record numbers in a random order; the split client learns no feature, threshold
+  or candidate order. The instance threshold covers every set a split client decrypts or derives
+  (left, right, node) and every difference of two of them (:mod:`ray_vfl.pivodl.threshold`); the
+  paper's covers left sets alone, which leaves one bin's sum (adjacent thresholds subtracted) to the
+  split client (:func:`~ray_vfl.pivodl.attack.differential_guesses`).
+- The paper's sources each pick a random split client; here the driver deals them as a random
+  derangement per node (each source's split client still uniform among the others), so that no
+  client holds two sources' sums over the same node's rows.
 - Ties: the split client returns every record whose gain ties the best (within ``1e-9``), and the
   source picks the first in the reference order, so that the trees equal the centralized ones
   split for split, thresholds included.
@@ -64,10 +76,11 @@ Departures from the paper, and why:
   every split client that scored it knows its totals (a small leak the view audit lists).
 
 What DP covers: with ``epsilon`` set, each released leaf weight is a Gaussian mechanism on the labels
-of the rows in the leaf, given the model so far (each row's label reaches one leaf per tree:
-``n_trees`` releases, accounted by :func:`ray_vfl.crypto.privacy.gaussian_dp.accounted_epsilon`). It does not
-cover the split clients' decrypted gradient sums (the paper's protection there is the instance
-threshold), nor the trees' structure. The partitions (step 5) reach every client and were chosen on
+of the rows in the leaf, given the model so far (each row's label reaches one leaf per tree: one
+release per tree grown, early stopping or not, accounted by
+:func:`ray_vfl.crypto.privacy.gaussian_dp.accounted_epsilon`). It does not cover the split clients'
+decrypted gradient sums (the paper's protection there is the instance threshold), nor the trees'
+structure. The partitions (step 5) reach every client and were chosen on
 every client's labels, so a client that holds labels reads the other clients' label rates off its own
 labels in each leaf: on credit that guess ranks the others' rows with two-sided AUC about 0.77 at every
 epsilon from 0.1 to 64, against 0.79 without DP (:mod:`ray_vfl.pivodl.attack`, ``partition``; measured
@@ -95,7 +108,7 @@ from .client import Client
 from .config import PIVODLConfig
 from .model import PIVODLModel
 from ..runtime.calls import Calls
-from .rounds import evaluate, grow_tree, other_index, secure_total
+from .rounds import evaluate, grow_tree, secure_total
 
 __all__ = ["train", "PIVODLModel"]
 
@@ -103,8 +116,8 @@ log = logging.getLogger(__name__)
 
 
 def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
-          eval_sets: Mapping[str, VerticalDataset] | None = None, callbacks: Sequence[TrainingCallback] = ()
-          ) -> PIVODLModel:
+          eval_sets: Mapping[str, VerticalDataset] | None = None, callbacks: Sequence[TrainingCallback] = (),
+          record_view: bool = False) -> PIVODLModel:
     """Train PIVODL with one actor per client.
 
     Parameters
@@ -120,6 +133,16 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     callbacks : sequence of TrainingCallback
         Progress bar, evaluation logging, early stopping, checkpoints
         (:class:`~ray_vfl.trees.checkpoint.Checkpoint`: a run started again resumes from it).
+    record_view : bool
+        Let every client keep the sums it decrypted as a split client, for audits and attacks
+        (:meth:`PIVODLModel.recorded_view`, :mod:`ray_vfl.pivodl.attack`).
+
+    Returns
+    -------
+    PIVODLModel
+        With ``epsilon``, under partial DP, accounted over every tree grown (a checkpoint's run
+        included): early stopping keeps the best trees, but every grown tree's noisy weights were
+        released.
 
     Example
     -------
@@ -137,14 +160,12 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     cats = data.categorical
     for p in order:
         workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
-        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order)
+        runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order,
+                      record_view)
     calls = Calls(runtime, order, config.timeout_s)
-    other = other_index(order)
-    # step 1: keys, key-agreement keys, labelled rows; then every source's bins at every client's rows
+    # step 1: keys, key-agreement keys, labelled rows
     hello = calls.each("make_keys", order, lambda p: (), 3, "keys")
-    bins = calls.each("meet", order, lambda p: tuple(calls.to(p, hello, lambda s, r: i) for i in range(3)),
-                      len(order) - 1, "set-up")
-    calls.value("take_bins", order, lambda p: (calls.to(p, bins, other),), "set-up")
+    calls.value("meet", order, lambda p: tuple(calls.to(p, hello, lambda s, r: i) for i in range(3)), "set-up")
     secure_total(calls, order, "base")
     for key, eval_data in eval_sets.items():
         eval_tables = eval_data.tables(runtime)
@@ -153,12 +174,13 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
         owned = calls.each("eval_labelled", order, lambda p: (key,), 1, f"eval set {key!r}")
         calls.value("take_eval_labelled", order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), f"eval set {key!r}")
     model = PIVODLModel(runtime, order, config, 0)
-    start = _resume(calls, model, callbacks)
+    start, released = _resume(calls, model, callbacks)
     cb = CallbackList(callbacks)
     cb.before_training(config)
     for t in range(start, config.n_trees):
         grow_tree(calls, order, config, t)
         model.n_trees = t + 1
+        released = max(released, t + 1)
         logs = {key: evaluate(calls, config, key, t + 1) for key in eval_sets}
         for key, metrics in logs.items():
             model.history.setdefault(key, []).append(metrics)
@@ -176,14 +198,14 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     counts = calls.value("op_counts", order, lambda p: (), "counts")
     model.op_counts_by_client = dict(zip(order, counts))
     model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
-    if config.dp:
-        model.epsilon = accounted_epsilon(config.noise_multiplier, model.n_trees, config.delta)
+    if config.dp:  # every grown tree released its noisy weights, kept by early stopping or not
+        model.epsilon = accounted_epsilon(config.noise_multiplier, released, config.delta)
     return model
 
 
-def _resume(calls: Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> int:
+def _resume(calls: Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallback]) -> tuple[int, int]:
     """Every client takes up the run's checkpoint, if a :class:`Checkpoint` callback has one; returns
-    the number of trees already grown (0 for a new run)."""
+    the tree to grow next and the number of trees the checkpoint's run grew (0, 0 for a new run)."""
     checkpoint = checkpoint_of(callbacks)
     trees = 0 if checkpoint is None else take_up(checkpoint, model)
     start = min(trees, model.config.n_trees)
@@ -192,7 +214,7 @@ def _resume(calls: Calls, model: PIVODLModel, callbacks: Sequence[TrainingCallba
     if trees:
         log.info("resuming from tree %d of %d (%s)", start, model.config.n_trees, checkpoint.directory)
     model.n_trees = start
-    return start
+    return start, trees
 
 
 def _check_input(data: VerticalDataset, config: PIVODLConfig, eval_sets: Mapping[str, VerticalDataset]) -> None:

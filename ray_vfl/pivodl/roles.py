@@ -1,7 +1,8 @@
 """What a PIVODL client does in one level of a tree, role by role (steps 3-6 of the protocol).
 
-:class:`SourceRole` -- a client as the source of its own features: it picks a random split client
-per node and a random order of its candidates (temporary record numbers), adds every client's
+:class:`SourceRole` -- a client as the source of its own features: per node it offers the candidates
+the instance threshold admits (:mod:`ray_vfl.pivodl.threshold`) under fresh temporary record numbers,
+telling each client only which of *its* labelled rows go left at each record; it adds every client's
 encrypted candidate sums, keeps the winning split in its lookup table and broadcasts the partition.
 Every client also sums its own labelled rows' gradients for every source's candidates
 (:meth:`SourceRole.sum_candidates`: the member's part) and moves its rows by the partitions.
@@ -22,8 +23,8 @@ import numpy as np
 
 from ..runtime.timeline import span_if, timed
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
-from .candidates import left_sums
 from .messages import fetch
+from .threshold import admissible_bins, left_members
 
 __all__ = ["SourceRole", "SplitRole"]
 
@@ -39,46 +40,69 @@ def _encrypt_job(job: list, spec: tuple, keys: dict) -> list:
 class SourceRole:
     """A client as the source of its own features, and as a member summing its own rows."""
 
-    # -- step 3: the source's requests ------------------------------------------------------------------
-    def propose(self, depth: int, nodes: list[int]) -> tuple:
-        """For every open node: a split client drawn among the other clients (evenly over the level) and a
-        random order of this client's candidates (record number ``r`` is candidate ``order[r]``), told to every client."""
+    # -- step 3: the source's offers ----------------------------------------------------------------------
+    def propose(self, depth: int, nodes: list[int], split: list[int]) -> tuple:
+        """For every open node (scored by split client ``split[i]``, dealt by the driver): the candidates the
+        instance threshold admits, under fresh record numbers in a random order (record ``r`` is candidate
+        ``records[r]``); each other client gets, per node, its split client and which of the receiver's own
+        labelled rows of the node go left at each record. No feature, threshold or order goes with them."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        # Each node's split client is uniform among the others, and the level's nodes are dealt evenly
-        # (a random rotation of a shuffled deck): no split client decrypts much more than the others.
-        deal = np.resize(self.rng.permutation(len(self.others)), len(nodes))
-        split = np.array([self.order.index(self.others[i]) for i in self.rng.permutation(deal)], dtype=np.int64)
-        orders = [self.rng.permutation(len(self.candidates)).astype(np.int32) for _ in nodes]
-        self.requests = {self.name: (nodes, split, orders)}
-        payload = {"node": nodes, "split": split, "order": orders}
-        return None, self.mailbox.send("pivodl_candidate_request", self.others, payload, len(self.trees) - 1, depth)
+        split = np.asarray(split, dtype=np.int64)
+        bins = self.rows["train"]
+        records, bits = [], {p: [] for p in self.others}
+        self._own_members = []
+        for node in nodes.tolist():
+            rows = np.flatnonzero(self.node_of_row == node)
+            owner = self.client_of_row[rows]
+            kept = np.flatnonzero(admissible_bins(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
+                                                  self.config.instance_threshold))
+            shuffled = kept[self.rng.permutation(len(kept))]
+            records.append(shuffled)
+            members = left_members(bins[rows], self.candidates.take(shuffled), self.missing_bin)
+            for p in self.others:
+                bits[p].append(np.packbits(members[:, owner == self.order.index(p)], axis=1))
+            self._own_members.append(members[:, owner == self.order.index(self.name)].view(np.uint8))
+        self.requests = {self.name: (nodes, split, [len(r) for r in records])}
+        self.offers = (nodes, split, records)
+        tree = len(self.trees) - 1
+        return (None, *[self.mailbox.send("pivodl_candidate_request", [p], {"node": nodes, "split": split, "bits": bits[p]},
+                                          tree, depth) for p in self.others])
 
     # -- step 4: every client sums its own labelled rows for every source --------------------------------
     def sum_candidates(self, depth: int, requests: list) -> tuple:
-        """Left-branch sums of this client's labelled rows for every source's candidates, in each source's
-        record order, plus the node total as the last entry; each encrypted under the node's split client's
-        key. A candidate whose left branch holds between 1 and ``instance_threshold - 1`` of this client's
-        rows is refused (its sum is sent as 0 and flagged, and the source drops it)."""
+        """Left-branch sums of this client's labelled rows for every source's records, plus the node total
+        as the last entry; each encrypted under the node's split client's key. A record whose left or right
+        branch holds between 1 and ``instance_threshold - 1`` of this client's rows of the node is refused
+        (its sum is sent as 0 and flagged, and the source drops it); an honest source never offers one."""
         tree = len(self.trees) - 1
-        ctx = {"open_nodes": set(self.open_nodes), "n_clients": len(self.order)}
-        for msg in fetch(requests):
-            p = self.mailbox.open(msg, "pivodl_candidate_request", {**ctx, "n_candidates": len(self.peer_tables[msg.sender]),
-                                                             "sender_index": self.order.index(msg.sender)}, self.others)
-            self.requests[msg.sender] = (p["node"], p["split"], p["order"])
         own_node = self.node_of_row[self.own]
+        ctx = {"open_nodes": set(self.open_nodes), "n_clients": len(self.order),
+               "own_rows": np.bincount(own_node, minlength=max(self.open_nodes) + 1)}
+        members = {}
+        for msg in fetch(requests):
+            p = self.mailbox.open(msg, "pivodl_candidate_request", {**ctx, "sender_index": self.order.index(msg.sender)},
+                                  self.others)
+            self.requests[msg.sender] = (p["node"], p["split"], [len(b) for b in p["bits"]])
+            members[msg.sender] = [np.unpackbits(b, axis=1, count=int(ctx["own_rows"][n]))
+                                   for n, b in zip(p["node"].tolist(), p["bits"])]
+        members[self.name] = self._own_members
         thr = self.config.instance_threshold
+        self._own_plain = {}
         jobs, where, refused = [], [], []
         for source in self.order:
-            nodes, split, orders = self.requests[source]
-            table, bins = self.peer_tables[source], self.peer_bins[source]
-            for node, c, order in zip(nodes.tolist(), split.tolist(), orders):
+            nodes, split, _ = self.requests[source]
+            for node, c, left in zip(nodes.tolist(), split.tolist(), members[source]):
                 mine = np.flatnonzero(own_node == node)
-                G, H, rows = left_sums(bins[mine], self.g[mine], self.h[mine], table, self.n_bins)
-                G, H, rows = G[order], H[order], rows[order]
-                bad = (rows > 0) & (rows < thr)
+                g_mine, h_mine = self.g[mine], self.h[mine]
+                # 0/1 times gradient pairs: the sums are exact on the gradients' grid, in any order
+                G, H = (left.astype(np.float64) @ np.column_stack([g_mine, h_mine])).T
+                rows = left.sum(axis=1, dtype=np.int64)
+                bad = ((rows > 0) & (rows < thr)) | ((len(mine) - rows > 0) & (len(mine) - rows < thr))
                 G[bad], H[bad] = 0.0, 0.0
-                g = np.append(G, self.g[mine].sum())
-                h = np.append(H, self.h[mine].sum())
+                g = np.append(G, g_mine.sum())
+                h = np.append(H, h_mine.sum())
+                if self.record_view and self.order[c] == self.name:
+                    self._own_plain[(source, node)] = (g, h)
                 jobs.append((self.order[c], g, h))
                 where.append((source, node))
                 refused.append(np.packbits(bad))
@@ -114,20 +138,21 @@ class SourceRole:
         """Add every client's ciphertexts per node (this client's own included) and send each split client
         the nodes it scores: ciphertexts in record order and which records were refused, nothing else."""
         tree = len(self.trees) - 1
-        nodes, split, orders = self.requests[self.name]
+        nodes, split, counts = self.requests[self.name]
+        count = dict(zip(nodes.tolist(), counts))
         total = {n: c for n, c in zip(self._own_sums["node"], self._own_sums["ciphers"])}
-        dropped = {n: np.unpackbits(b, count=len(self.candidates)).astype(bool)
+        dropped = {n: np.unpackbits(b, count=count[n]).astype(bool)
                    for n, b in zip(self._own_sums["node"], self._own_sums["refused"])}
         splitter = dict(zip(nodes.tolist(), [self.order[c] for c in split.tolist()]))
         for msg in fetch(sums):
             ctx = {"nodes": nodes, "backend": self.backend, "public_keys": [self.peer_pk[splitter[n]] for n in nodes.tolist()],
-                   "entries": len(self.candidates) + 1, "n_candidates": len(self.candidates)}
+                   "records": counts}
             p = self.mailbox.open(msg, "pivodl_candidate_sums", ctx, self.others)
             with span_if("crypto", self.backend.is_encrypted):
                 for n, c, bad in zip(p["node"].tolist(), p["ciphers"], p["refused"]):
                     total[n] = self.backend.add(self.peer_pk[splitter[n]], total[n], c)
                     self.ops["add"] += len(c)
-                    dropped[n] |= np.unpackbits(bad, count=len(self.candidates)).astype(bool)
+                    dropped[n] |= np.unpackbits(bad, count=count[n]).astype(bool)
         out = []
         for p in self.others:
             mine = [n for n in nodes.tolist() if splitter[n] == p]
@@ -142,12 +167,13 @@ class SourceRole:
         among the tied records becomes a record of the lookup table; the partition of the node's rows goes
         to every client, the chosen record number to the split client alone."""
         tree = len(self.trees) - 1
-        nodes, split, orders = self.requests[self.name]
-        order_of = dict(zip(nodes.tolist(), orders))
+        nodes, _, offered = self.offers
+        order_of = dict(zip(nodes.tolist(), offered))
+        ctx = {"nodes": nodes, "records": {n: len(r) for n, r in order_of.items()}}
         bins = self.rows["train"]
         won, records, lefts, chosen = [], [], [], {}
         for msg in fetch(wins):
-            p = self.mailbox.open(msg, "pivodl_split_won", {"nodes": nodes, "n_candidates": len(self.candidates)}, self.others)
+            p = self.mailbox.open(msg, "pivodl_split_won", ctx, self.others)
             for node, tied in zip(p["node"].tolist(), p["records"]):
                 order = order_of[node]
                 record = int(tied[np.argmin(order[tied])])
@@ -217,9 +243,9 @@ class SplitRole:
         cfg = self.config
         sources, nodes, gains, work = [], [], [], []
         for msg in fetch(forwarded):
-            ctx = {"backend": self.backend, "public_key": self.pk,
-                   "entries": len(self.peer_tables[msg.sender]) + 1, "open_nodes": set(self.open_nodes),
-                   "n_candidates": len(self.peer_tables[msg.sender])}
+            offered, _, counts = self.requests[msg.sender]
+            ctx = {"backend": self.backend, "public_key": self.pk, "open_nodes": set(self.open_nodes),
+                   "records_of": dict(zip(offered.tolist(), counts))}
             p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
             work += [(msg.sender, node, c, bad) for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"])]
         with span_if("crypto", self.backend.is_encrypted):
@@ -231,6 +257,12 @@ class SplitRole:
             gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
             gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
             self.scored[(source, node)] = (GL, HL, G, H, gain)
+            if self.record_view:
+                own_g, own_h = self._own_plain[(source, node)]
+                self.view_sums.append({"tree": tree, "source": source, "node": node, "GL": GL, "HL": HL, "G": G, "H": H,
+                                       "dropped": np.unpackbits(bad, count=len(GL)).astype(bool),
+                                       "rows": np.flatnonzero(self.node_of_row == node),
+                                       "own_GL": own_g[:-1], "own_HL": own_h[:-1], "own_G": own_g[-1], "own_H": own_h[-1]})
             sources.append(self.order.index(source))
             nodes.append(node)
             gains.append(gain.max(initial=-np.inf))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import secrets
 
+import numpy as np
+
 from ..runtime.calls import Calls
 from .config import PIVODLConfig
 
-__all__ = ["other_index", "route", "evaluate", "secure_total", "grow_tree"]
+__all__ = ["other_index", "route", "evaluate", "secure_total", "deal_split_clients", "grow_tree"]
 
 
 def other_index(order: list[str]):
@@ -57,6 +59,28 @@ def secure_total(calls: Calls, order: list[str], what: str) -> None:
     calls.value("take_total", [p for p in order if p != e], lambda p: (opened[e][0], what), "totals")
 
 
+def deal_split_clients(n_clients: int, n_nodes: int) -> np.ndarray:
+    """``(n_nodes, n_clients)``: the split client of every source at every node, a uniformly random
+    derangement per node drawn from OS entropy. Each source's split client is uniform among the other
+    clients, as in the paper, and each client scores exactly one source per node: no client decrypts
+    two sources' sums over the same rows (which it could subtract), and the work is even.
+
+    Example
+    -------
+    >>> deal_split_clients(2, 3).tolist()
+    [[1, 0], [1, 0], [1, 0]]
+    """
+    draw = secrets.SystemRandom()
+    out = np.empty((n_nodes, n_clients), dtype=np.int64)
+    for i in range(n_nodes):
+        while True:  # rejection: about e tries
+            perm = draw.sample(range(n_clients), n_clients)
+            if all(c != s for s, c in enumerate(perm)):
+                break
+        out[i] = perm
+    return out
+
+
 def grow_tree(calls: Calls, order: list[str], config: PIVODLConfig, tree: int) -> None:
     """One tree, level by level (steps 2-6)."""
     other = other_index(order)
@@ -69,8 +93,10 @@ def grow_tree(calls: Calls, order: list[str], config: PIVODLConfig, tree: int) -
         last = depth + 1 == config.max_depth
         phase = f"tree {tree + 1}, depth {depth}"
         calls.value("set_open_nodes", order, lambda p: (open_nodes,), phase)
-        req = calls.each("propose", order, lambda p: (depth, open_nodes), 1, phase)
-        sums = calls.each("sum_candidates", order, lambda p: (depth, calls.to(p, req, lambda s, r: 0)), len(order) - 1, phase)
+        split = deal_split_clients(len(order), len(open_nodes))
+        req = calls.each("propose", order, lambda p: (depth, open_nodes, split[:, order.index(p)].tolist()),
+                         len(order) - 1, phase)
+        sums = calls.each("sum_candidates", order, lambda p: (depth, calls.to(p, req, other)), len(order) - 1, phase)
         fwd = calls.each("forward", order, lambda p: (depth, calls.to(p, sums, other)), len(order) - 1, phase)
         best = calls.each("score", order, lambda p: (depth, calls.to(p, fwd, other)), 1, phase)
         won = calls.each("decide", order, lambda p: (depth, calls.to(p, best, lambda s, r: 0)), len(order), phase)

@@ -1,0 +1,103 @@
+"""Centralized reference of PIVODL's trees: every client's features and labels in one place, the same
+candidates, the same instance threshold, the same kernels.
+
+The federated trees equal these split for split and leaf for leaf (without partial DP): per node every
+client's candidates are listed in the reference order (:mod:`ray_vfl.pivodl.candidates`), the instance
+threshold keeps the same ones (:func:`~ray_vfl.pivodl.threshold.admissible`, which needs who labels each
+row), and the first candidate tied with the best gain wins. With threshold 1 every candidate is kept and
+the trees are also those of :func:`ray_vfl.trees.reference.fit_reference` on the clients' bins side by side.
+
+Example
+-------
+>>> rng = np.random.default_rng(0)
+>>> bins = [rng.integers(0, 4, (40, 2)), rng.integers(0, 4, (40, 1))]
+>>> y = (bins[0][:, 0] + rng.integers(0, 2, 40) > 2).astype(float)
+>>> config = PIVODLConfig(backend="plain", n_trees=1, max_depth=2, max_bin=4, instance_threshold=5)
+>>> tree = fit_reference(bins, np.arange(40) % 2, y, config, float(y.mean()))[0]
+>>> int(tree.feature[0]), int(tree.bin[0])
+(0, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..trees.kernels import base_margin, encoded_gradients, goes_left, is_splittable, leaf_weights, split_gains, ties_with
+from ..trees.reference import ReferenceTree
+from .candidates import candidate_table, feature_spec
+from .config import PIVODLConfig
+from .threshold import admissible_bins, left_members
+
+__all__ = ["fit_reference"]
+
+
+def _best(bins: Sequence[np.ndarray], tables: list, rows: np.ndarray, client_of_row: np.ndarray, g: np.ndarray,
+          h: np.ndarray, config: PIVODLConfig) -> tuple[float, int, int]:
+    """Best gain at a node and its ``(client, candidate)`` among the candidates the threshold keeps."""
+    G, H = g[rows].sum(), h[rows].sum()
+    gains, who = [], []
+    for k, (b, table) in enumerate(zip(bins, tables)):
+        kept = np.flatnonzero(admissible_bins(b[rows], table, config.max_bin, client_of_row[rows], len(bins),
+                                              config.instance_threshold))
+        left = left_members(b[rows], table.take(kept), config.max_bin).astype(np.float64)
+        GL, HL = left @ g[rows], left @ h[rows]
+        gains.append(split_gains(GL, HL, G - GL, H - HL, G, H, config.reg_lambda, config.min_child_weight))
+        who += [(k, int(c)) for c in kept]
+    gain = np.concatenate(gains)
+    top = gain.max(initial=-np.inf)
+    if not is_splittable(top, config.gamma):
+        return top, -1, -1
+    return (top, *who[int(np.argmax(ties_with(gain, top)))])
+
+
+def _grow(bins: Sequence[np.ndarray], tables: list, client_of_row: np.ndarray, g: np.ndarray, h: np.ndarray,
+          config: PIVODLConfig) -> tuple[ReferenceTree, np.ndarray]:
+    offset = np.cumsum([0] + [b.shape[1] for b in bins])
+    left, right, feature, split_bin, dleft = [-1], [-1], [-1], [-1], [False]
+    node_of_row = np.zeros(len(g), dtype=np.int64)
+    open_nodes = [0]
+    for _ in range(config.max_depth):
+        next_open = []
+        for node in open_nodes:
+            rows = np.flatnonzero(node_of_row == node)
+            _, k, c = _best(bins, tables, rows, client_of_row, g, h, config)
+            if k < 0:
+                continue
+            f, b, dl = int(tables[k].feature[c]), int(tables[k].bin[c]), bool(tables[k].default_left[c])
+            l_child, r_child = len(left), len(left) + 1
+            for arr, v in ((left, -1), (right, -1), (feature, -1), (split_bin, -1), (dleft, False)):
+                arr.extend([v, v])
+            left[node], right[node], feature[node], split_bin[node], dleft[node] = (l_child, r_child, offset[k] + f,
+                                                                                   b, dl)
+            go = goes_left(bins[k][rows, f], b, dl, config.max_bin)
+            node_of_row[rows[go]], node_of_row[rows[~go]] = l_child, r_child
+            next_open += [l_child, r_child]
+        open_nodes = next_open
+    size = len(left)
+    is_leaf = np.asarray(left) < 0
+    weight = np.zeros(size)
+    G = np.bincount(node_of_row, weights=g, minlength=size)
+    H = np.bincount(node_of_row, weights=h, minlength=size)
+    weight[is_leaf] = leaf_weights(G[is_leaf], H[is_leaf], config.reg_lambda, config.learning_rate)
+    tree = ReferenceTree(np.asarray(left), np.asarray(right), np.asarray(feature), np.asarray(split_bin),
+                         np.asarray(dleft), weight)
+    return tree, node_of_row
+
+
+def fit_reference(bins: Sequence[np.ndarray], client_of_row: np.ndarray, y: np.ndarray, config: PIVODLConfig,
+                  base_score: float) -> list[ReferenceTree]:
+    """``config.n_trees`` trees on every client's binned features (``bins``, one ``(rows, F_k)`` array per
+    client, in client order, missing bin = ``config.max_bin``), the labels ``y`` and the index of the
+    client that labels each row; split features are global indices (the clients' features side by side)."""
+    tables = [candidate_table(feature_spec(b, config.max_bin)) for b in bins]
+    client_of_row = np.asarray(client_of_row, dtype=np.int64)
+    margin = np.full(len(y), base_margin(config.objective, base_score))
+    trees = []
+    for _ in range(config.n_trees):
+        g, h = encoded_gradients(config.objective, y, margin)
+        tree, node_of_row = _grow(bins, tables, client_of_row, g, h, config)
+        trees.append(tree)
+        margin = margin + tree.weight[node_of_row]
+    return trees

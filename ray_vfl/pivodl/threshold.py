@@ -1,0 +1,132 @@
+"""The instance threshold: which of its candidates a source may offer a split client at a node.
+
+Pure numpy, no parties. A split client decrypts, for every candidate a source offers at a node, the
+summed gradients of the candidate's left branch over every client's labelled rows, and the node's
+totals; it derives each right branch (total minus left), it holds its own rows' part of every sum,
+and it can subtract any two sums of the node. Every client can compute every row's margin (base
+score, released leaf weights, public partitions), so a sum over a *single* row of another client,
+found by its hessian, reads that row's label as ``y = p - g``. With adjacent thresholds, a
+difference of two left branches is one bin's sum: the differential attack
+(:func:`~ray_vfl.pivodl.attack.differential_guesses`).
+
+Rule, for threshold ``t``: a candidate is offered only if, for *every* client ``k`` (the split
+client included: who scores a node does not change the tree), its left branch and its right branch
+each hold 0 or at least ``t`` of ``k``'s labelled rows of the node, and, against every candidate
+offered before it (in the reference order: feature by feature, missing-left before missing-right,
+thresholds ascending), the rows where the two differ (left at one, right at the other) and the rows
+where they agree each hold 0 or at least ``t`` of ``k``'s rows. Then every sum the split client
+decrypts or derives for the node -- a left branch, a right branch, the node's totals (the children
+of offered candidates, so by induction from the root) -- and every difference of two of them sums 0
+or at least ``t`` rows of each client, its own part removed or not. Adjacent thresholds with fewer
+than ``t`` of some client's rows between them are merged (the first is kept); a candidate that cuts
+the node almost as an offered one does is dropped, which costs little: its split was nearly on offer.
+
+:func:`admissible` states the rule on row sets; :func:`admissible_bins`, which the sources and the
+centralized reference run, computes the same from each client's co-occurrence counts of bins.
+
+Not covered: sums of different nodes (a parent's and a child's, say) combined, the tracker problem
+of statistical databases, which no bound on set sizes closes. (The driver deals each node's split
+clients so that no client scores two sources' candidates at one node.)
+
+Example
+-------
+>>> members = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=bool)  # three nested left branches
+>>> admissible(members, np.zeros(4, dtype=np.int64), 1, 2).tolist()  # 1 row left; 2 and 2; 1 row right
+[False, True, False]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .candidates import CandidateTable
+
+__all__ = ["left_members", "admissible", "admissible_bins"]
+
+
+def left_members(bins: np.ndarray, table: CandidateTable, missing_bin: int) -> np.ndarray:
+    """``(candidates, rows)``: does each row (binned ``(rows, F)``) go left at each candidate.
+
+    Example
+    -------
+    >>> from ray_vfl.pivodl.candidates import FeatureSpec, candidate_table
+    >>> table = candidate_table(FeatureSpec(np.array([1]), np.array([True])))  # 2 bins and missing values
+    >>> left_members(np.array([[0], [1], [9]]), table, missing_bin=9).astype(int).tolist()
+    [[1, 0, 1], [1, 0, 0], [1, 1, 0]]
+    """
+    col = bins[:, table.feature].T
+    return np.where(col == missing_bin, table.default_left[:, None], col <= table.bin[:, None])
+
+
+def _fine(count: np.ndarray, threshold: int) -> np.ndarray:
+    return (count == 0) | (count >= threshold)
+
+
+def _keep(left: np.ndarray, both: np.ndarray, size: np.ndarray, threshold: int) -> np.ndarray:
+    """The greedy of the module docstring from per-client counts: ``left`` ``(clients, C)`` rows left at each
+    candidate, ``both`` ``(clients, C, C)`` rows left at both of two, ``size`` ``(clients,)`` rows in all."""
+    size = size[:, None]
+    single = (_fine(left, threshold) & _fine(size - left, threshold)).all(axis=0)
+    differ = left[:, :, None] + left[:, None, :] - 2 * both
+    pair = (_fine(differ, threshold) & _fine(size[:, :, None] - differ, threshold)).all(axis=0)
+    kept = np.zeros(left.shape[1], dtype=bool)
+    for i in np.flatnonzero(single):
+        if pair[i, kept].all():
+            kept[i] = True
+    return kept
+
+
+def admissible(members: np.ndarray, client_of_row: np.ndarray, n_clients: int, threshold: int) -> np.ndarray:
+    """Which candidates (rows of ``members``, each a left branch as a row mask, in the reference order) the
+    rule of the module docstring offers; ``client_of_row`` is the index of the client that labels each of the
+    node's rows. Threshold 1 offers every candidate."""
+    n = len(members)
+    if threshold <= 1 or n == 0:
+        return np.ones(n, dtype=bool)
+    left, both, size = [], [], []
+    for k in range(n_clients):
+        m = members[:, client_of_row == k].astype(np.float64)  # integer counts stay exact
+        left.append(m.sum(axis=1))
+        both.append(m @ m.T)
+        size.append(m.shape[1])
+    return _keep(np.rint(left).astype(np.int64), np.rint(both).astype(np.int64), np.asarray(size), threshold)
+
+
+def admissible_bins(bins: np.ndarray, table: CandidateTable, missing_bin: int, client_of_row: np.ndarray,
+                    n_clients: int, threshold: int) -> np.ndarray:
+    """:func:`admissible` for the candidates of ``table`` at rows binned ``(rows, F)``, from each client's
+    co-occurrence counts of bins (feature by feature) instead of row masks: its cost does not grow with
+    the rows beyond one count per row and feature pair.
+
+    Example
+    -------
+    >>> from ray_vfl.pivodl.candidates import FeatureSpec, candidate_table
+    >>> table = candidate_table(FeatureSpec(np.array([3]), np.array([False])))
+    >>> bins = np.array([[0], [1], [1], [2], [2], [3]])
+    >>> admissible_bins(bins, table, 9, np.zeros(6, dtype=np.int64), 1, 2).tolist()
+    [False, True, False]
+    """
+    n = len(table)
+    if threshold <= 1 or n == 0:
+        return np.ones(n, dtype=bool)
+    width = missing_bin + 1
+    values = np.arange(width)
+    # which bins of its feature go left at each candidate
+    goes = np.where(values == missing_bin, table.default_left[:, None], values <= table.bin[:, None]).astype(np.float64)
+    features = np.unique(table.feature)
+    of = {f: np.flatnonzero(table.feature == f) for f in features.tolist()}
+    left = np.zeros((n_clients, n), dtype=np.int64)
+    both = np.zeros((n_clients, n, n), dtype=np.int64)
+    size = np.bincount(client_of_row, minlength=n_clients)
+    for k in range(n_clients):
+        b = bins[client_of_row == k].astype(np.int64)
+        for i, f in enumerate(features.tolist()):
+            cf = of[f]
+            for g in features[i:].tolist():
+                cg = of[g]
+                counts = np.bincount(b[:, f] * width + b[:, g], minlength=width * width).reshape(width, width)
+                block = np.rint(goes[cf] @ counts @ goes[cg].T).astype(np.int64)
+                both[k][np.ix_(cf, cg)] = block
+                both[k][np.ix_(cg, cf)] = block.T
+            left[k, cf] = np.diagonal(both[k])[cf]
+    return _keep(left, both, size, threshold)
