@@ -71,9 +71,10 @@ def load_split(dataset: str, clients: int, data_dir: str | None = None, rows: in
 
 def pivodl_config(objective: str, trees: int, depth: int, backend: str = "plain", key_bits: int = 2048,
                   epsilon: float | None = None, gradient_bound: float = 4096.0, leaf_clip: float = 100.0,
-                  bins: int = 32, instance_threshold: int = 1):
+                  bins: int = 32, instance_threshold: int | None = None):
     """The configuration every study uses; ``gradient_bound`` and ``leaf_clip`` apply to regression
-    (logistic gradients are bounded by 1 and the leaf clip defaults to 1)."""
+    (logistic gradients are bounded by 1 and the leaf clip defaults to 1); ``instance_threshold`` None keeps
+    the library's default (PIVODLConfig: the one that stops the split client's differential attack)."""
     from ray_vfl.pivodl import PIVODLConfig
 
     regression = objective == "reg:squarederror"
@@ -81,7 +82,7 @@ def pivodl_config(objective: str, trees: int, depth: int, backend: str = "plain"
                         allow_weak_keys=key_bits < 2048, objective=objective,
                         gradient_bound=gradient_bound if regression else None, epsilon=epsilon,
                         leaf_clip=leaf_clip if regression and epsilon is not None else None,
-                        instance_threshold=instance_threshold)
+                        **({} if instance_threshold is None else {"instance_threshold": instance_threshold}))
 
 
 def test_metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:

@@ -50,7 +50,7 @@ SWEEPABLE = {
     "backend": "a crypto backend name: plain, paillier, ou",
     "dataset": "credit, bank, energy, mnist, iris, synthetic or a CSV/Parquet path",
     "rows": "an integer >= 10 (the dataset's first rows; for synthetic and fedads_like, the rows generated)",
-    "instance_threshold": "an integer >= 1 (PIVODL: fewest own labelled rows a client sums a left branch over)",
+    "instance_threshold": "an integer >= 1 (PIVODL: fewest rows of each client in any set whose sum a client decrypts; default 50)",
     "method": f"a FedAds Table 3 method (splitnn): one of {list(SPLITNN_METHODS)}",
     "defense": f"a FedAds Table 4 defense (splitnn): one of {list(SPLITNN_DEFENSES)}",
     "epochs": "an integer >= 1 (splitnn: epochs over the aligned rows)",
