@@ -137,6 +137,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     for p in order:
         workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
         runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order)
+    runtime.introduce(order, config.timeout_s)  # the clients' public keys, before the first sealed message
     calls = Calls(runtime, order, config.timeout_s)
     other = other_index(order)
     # step 1: keys, key-agreement keys, labelled rows; then every source's bins at every client's rows

@@ -1,7 +1,8 @@
 """The runtime layer: party actors on Ray, their task pools, and the one metered send path.
 
 :mod:`.actors` (the :class:`Runtime`, task pools, waiting with blame), :mod:`.comm` (messages and
-their byte counts), :mod:`.local_ray` (a Ray started on this machine), :mod:`.payload_shapes`
+their byte counts), :mod:`.codec` (the typed wire payloads travel in, never pickle), :mod:`.seal`
+(every message sealed for its receivers, proving its sender), :mod:`.local_ray` (a Ray started on this machine), :mod:`.payload_shapes`
 (what a message carries, for the records), :mod:`.party` (what every party actor shares: rows
 by key, records, its saved part), :mod:`.validation` (what each message kind may carry, checked on
 receipt) and :mod:`.estimator` (what every scikit-learn style estimator shares). Names load on first use, so a crypto task that needs only :mod:`.payload_shapes` does

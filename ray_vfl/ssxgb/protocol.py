@@ -156,6 +156,7 @@ class SSXGBModel:
         for p in order:
             runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
         roles = order + [SERVER_C, SERVER_S]
+        runtime.introduce(roles, timeout)
         Calls(runtime, [], timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
         return cls(runtime, order, lbp, config, n_trees)
 
@@ -220,6 +221,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
                   _pool(runtime, SERVER_C, config))
     for p in order:
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
+    runtime.introduce(order + [SERVER_C, SERVER_S], timeout)  # public keys, before the first sealed message
     calls = Calls(runtime, order, timeout)
     C, parts = [SERVER_C], order
     model = SSXGBModel(runtime, order, lbp, config, 1)
