@@ -59,7 +59,8 @@ _CODE = {dt: i for i, dt in enumerate(DTYPES)}
 _CODE.update({dt.newbyteorder("="): i for i, dt in enumerate(DTYPES)})  # the native spelling (little-endian hosts)
 
 # The dataclasses that travel, by wire name: "module:class". A decoder imports the module of a
-# name it meets for the first time (only these modules; the sender cannot name another).
+# name it meets for the first time (only these modules; the sender cannot name another). A backend
+# added with ray_vfl.crypto.register_backend whose public key is a class of its own adds it here.
 WIRE_TYPES: dict[str, str] = {
     "CipherArray": "ray_vfl.crypto.ciphertexts:CipherArray",
     "PlainPublicKey": "ray_vfl.crypto.plain:PlainPublicKey",
