@@ -7,7 +7,8 @@ rows, in plaintext, and encrypts only sums. Each client is a *source* of its own
 per node, a random *split client* among the others, which scores its candidates by record numbers
 alone. Trees grow level by level; the driver is a coordinator: it calls the clients' actors and hands
 each message (a Ray reference) to its receiver, and never fetches one (it sees node ids and
-statuses only).
+statuses only). Small messages come back to it inline all the same; each is sealed for its receivers
+(:mod:`ray_vfl.runtime.seal`), so the driver holds their ciphertext only.
 
 Rounds (``K`` clients; ``s`` a source, ``c`` its split client for a node, ``a``/``e`` random
 aggregation and encryption clients; every message through the metered send path):

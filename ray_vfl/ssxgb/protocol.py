@@ -6,7 +6,8 @@ Participants each hold some features of every row; exactly one, the label-bearin
 holds the labels. Server C talks to everyone and computes on BCP ciphertexts under the joint key;
 server S holds the BCP master key, talks only to C, and answers the two-server steps
 (:mod:`ray_vfl.crypto.two_server`) on values C has masked. The driver is a coordinator: it calls the
-actors and hands each message (a Ray reference) to its receiver, never fetching one.
+actors and hands each message (a Ray reference) to its receiver, never fetching one; small messages
+still come back to it inline, sealed for their receivers (:mod:`ray_vfl.runtime.seal`): ciphertext.
 
 Rounds (``P`` participants; ``i`` a participant; every message through the metered send path):
 
