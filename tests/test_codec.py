@@ -123,6 +123,8 @@ def test_the_messages_of_a_level_round_trip():
     for payload in (step, (("paillier", {"frac_bits": 40, "max_rows": 2**20}), pk), {"n": 2**2047 + 1, "g": 3}):
         assert _same(decode(encode(payload)), payload)
     assert isinstance(decode(encode(step)).orders.bin, np.ndarray)
+    big_endian = decode(encode(np.arange(3, dtype=">f8")))  # travels little-endian, same values
+    assert big_endian.dtype == np.float64 and big_endian.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_arrays_are_aligned_views_of_the_decoded_buffer():

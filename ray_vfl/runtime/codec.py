@@ -159,7 +159,7 @@ class _Encoder:
                        f"bytes, lists, tuples, str-keyed dicts, numpy arrays or one of {sorted(WIRE_TYPES)}")
 
     def array(self, a: np.ndarray) -> msgpack.ExtType:
-        code = _CODE.get(a.dtype)
+        code = _CODE.get(a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype)
         if code is None:
             raise VFLError(f"an array of dtype {a.dtype} cannot travel; send one of {_dtype_names()}")
         if a.ndim > _MAX_NDIM:
@@ -277,8 +277,8 @@ def decode(wire: bytes | bytearray | memoryview, sender: str = "?", kind: str = 
     """The payload of wire bytes made by :func:`encode`; anything else raises
     :class:`~ray_vfl.errors.ProtocolError` ``(sender, kind, what)`` before any object of it is
     built. Arrays are views of ``wire``: writable if ``wire`` is a ``bytearray``."""
-    view = memoryview(wire).cast("B") if not isinstance(wire, memoryview) else wire.cast("B")
     try:
+        view = memoryview(wire).cast("B")
         if len(view) < _HEAD.size or bytes(view[:4]) != MAGIC:
             raise WireRefused(f"the payload is not ray_vfl wire bytes (it starts with {bytes(view[:4])!r})")
         _, n = _HEAD.unpack_from(view)
