@@ -79,7 +79,7 @@ class Mailbox:
     >>> box, shop = Mailbox("bank"), Mailbox("shop")
     >>> msg = box.send("hello", ["shop"], np.zeros(3), tree=0)
     >>> box.records[0].receiver, box.records[0].kind, box.records[0].shape, box.records[0].nbytes
-    ('shop', 'hello', ('ndarray', 'float64', (3,)), 140)
+    ('shop', 'hello', ('ndarray', 'float64', (3,)), 92)
     >>> shop.open(msg, "hello").shape
     (3,)
     """
@@ -156,8 +156,8 @@ class CommStats:
     """Bytes exchanged, per channel (sender -> receiver) and per message kind.
 
     The bytes are the sealed messages' (:attr:`Message.wire`): the encoded payload plus the seal,
-    36 bytes and 48 per receiver (:func:`ray_vfl.runtime.seal.sealed_size`). A message to several
-    receivers counts once for each.
+    36 bytes, and 48 per receiver if there are several (:func:`ray_vfl.runtime.seal.sealed_size`). A
+    message to several receivers counts once for each.
 
     Example
     -------

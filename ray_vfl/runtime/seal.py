@@ -2,18 +2,19 @@
 
 Each party's actor makes an X25519 key pair (OS entropy) the first time it opens a mailbox; the
 private key never leaves that process. At set-up the driver collects the parties' public keys and
-hands every party the others' (:meth:`ray_vfl.runtime.actors.Runtime.introduce`). A message's
-encoded payload (:mod:`ray_vfl.runtime.codec`) is then sealed once for all its receivers:
+hands every party the others' (:meth:`ray_vfl.runtime.actors.Runtime.introduce`). Sender ``s``
+and receiver ``r`` share ``K(s -> r) = HKDF-SHA256(X25519(sk_s, pk_r))``, a key only the two of
+them can compute (static-static Diffie-Hellman; the HKDF info binds both names, both public keys
+and the direction). A message's encoded payload (:mod:`ray_vfl.runtime.codec`) is sealed once for
+all its receivers, with ChaCha20-Poly1305 (RFC 8439) and the message's *header* as associated data
+(kind, sender, receivers, tree, depth and a random 16-byte message id, whose first 12 bytes are
+the nonce under a pair key):
 
-- a fresh random content key ``ck`` encrypts the payload with ChaCha20-Poly1305 (RFC 8439; a key
-  used once, so a fixed nonce), with the message's header as associated data: kind, sender,
-  receivers, tree, depth and a random 16-byte message id;
-- for each receiver ``r``, ``ck`` is wrapped (ChaCha20-Poly1305 again, nonce = the first 12
-  bytes of the message id) under ``K(s -> r) = HKDF-SHA256(X25519(sk_s, pk_r))``, a key only
-  the sender and that receiver can compute (static-static Diffie-Hellman; the HKDF info binds
-  both names and both public keys, and the direction). A wrap authenticates the header; with
-  several receivers it also authenticates the encrypted payload, so one receiver, who knows
-  ``ck``, cannot hand another a payload of its own under the sender's name.
+- to one receiver: the payload is encrypted under ``K(s -> r)``;
+- to several: a fresh random content key ``ck`` encrypts the payload (a key used once, so a fixed
+  nonce), and ``ck`` is wrapped for each receiver under ``K(s -> r)``. A wrap authenticates the
+  encrypted payload too, so one receiver, who knows ``ck``, cannot hand another a payload of its
+  own under the sender's name.
 
 The receiver recomputes ``K(claimed sender -> itself)``: a message whose wrap does not open was not
 sealed by the party it names, was altered on the way, or was meant for another party; one whose
@@ -42,6 +43,7 @@ ray_vfl.errors.ProtocolError: party 'bank' sent a malformed 'hello' to 'shop': t
 from __future__ import annotations
 
 import os
+import struct
 from typing import Mapping, Sequence
 
 from cryptography.exceptions import InvalidTag
@@ -64,14 +66,14 @@ _INFO = b"ray_vfl/seal/v1"
 
 
 def sealed_size(plain_bytes: int, receivers: int) -> int:
-    """Bytes of a sealed message: the payload's, plus 36 and 48 per receiver.
+    """Bytes of a sealed message: the payload's plus 36, and 48 per receiver if there are several.
 
     Example
     -------
-    >>> sealed_size(1000, 1)
-    1084
+    >>> sealed_size(1000, 1), sealed_size(1000, 2)
+    (1036, 1132)
     """
-    return len(SEAL_MAGIC) + _ID + _WRAP * receivers + plain_bytes + _TAG
+    return len(SEAL_MAGIC) + _ID + (_WRAP * receivers if receivers != 1 else 0) + plain_bytes + _TAG
 
 
 def _lp(text: str) -> bytes:
@@ -79,11 +81,19 @@ def _lp(text: str) -> bytes:
     return len(raw).to_bytes(2, "big") + raw
 
 
+_ROUTE = struct.Struct(">qq")
+_PREFIXES: dict[tuple, bytes] = {}  # (kind, sender, receivers) -> the header's first part, built once
+
+
 def _header(kind: str, sender: str, receivers: Sequence[str], tree: int, depth: int, msg_id: bytes) -> bytes:
     """What a seal authenticates besides the payload (unambiguous: every part length-prefixed)."""
-    return b"".join([SEAL_MAGIC, _lp(kind), _lp(sender), len(receivers).to_bytes(2, "big"),
-                     *map(_lp, receivers), int(tree).to_bytes(8, "big", signed=True),
-                     int(depth).to_bytes(8, "big", signed=True), msg_id])
+    route = (kind, sender, tuple(receivers))
+    prefix = _PREFIXES.get(route)
+    if prefix is None:
+        prefix = b"".join([SEAL_MAGIC, _lp(kind), _lp(sender), len(receivers).to_bytes(2, "big"), *map(_lp, receivers)])
+        if len(_PREFIXES) < 4096:
+            _PREFIXES[route] = prefix
+    return prefix + _ROUTE.pack(tree, depth) + msg_id
 
 
 class _KeyPair:
@@ -170,10 +180,12 @@ class Seal:
             peers.append(key)
         msg_id = os.urandom(_ID)
         header = _header(kind, self.name, receivers, tree, depth, msg_id)
+        if len(receivers) == 1:
+            return b"".join([SEAL_MAGIC, msg_id, self._keys.pair(self.name, receivers[0], peers[0]).encrypt(
+                msg_id[:12], plain, header)])
         content_key = os.urandom(32)
         body = ChaCha20Poly1305(content_key).encrypt(_ZERO_NONCE, plain, header)
-        bind = header if len(receivers) == 1 else body
-        wraps = [self._keys.pair(self.name, r, key).encrypt(msg_id[:12], content_key, bind)
+        wraps = [self._keys.pair(self.name, r, key).encrypt(msg_id[:12], content_key, body)
                  for r, key in zip(receivers, peers)]
         return b"".join([SEAL_MAGIC, msg_id, *wraps, body])
 
@@ -196,12 +208,15 @@ class Seal:
         if msg_id in self._seen:
             raise refuse("the message was opened before (a replay)")
         header = _header(kind, sender, receivers, tree, depth, msg_id)
-        start = 4 + _ID + _WRAP * receivers.index(self.name)
-        body = memoryview(sealed)[4 + _ID + _WRAP * n:]
+        pair = self._keys.pair(sender, self.name, key)
         try:
-            content_key = self._keys.pair(sender, self.name, key).decrypt(
-                msg_id[:12], sealed[start:start + _WRAP], header if n == 1 else body)
-            plain = ChaCha20Poly1305(content_key).decrypt(_ZERO_NONCE, body, header)
+            if n == 1:
+                plain = pair.decrypt(msg_id[:12], memoryview(sealed)[4 + _ID:], header)
+            else:
+                start = 4 + _ID + _WRAP * receivers.index(self.name)
+                body = memoryview(sealed)[4 + _ID + _WRAP * n:]
+                content_key = pair.decrypt(msg_id[:12], sealed[start:start + _WRAP], body)
+                plain = ChaCha20Poly1305(content_key).decrypt(_ZERO_NONCE, body, header)
         except InvalidTag:
             raise refuse(f"the seal does not verify: the message was not sealed by {sender!r} for {self.name!r}, "
                          "or it was altered on the way") from None
