@@ -193,13 +193,14 @@ def test_a_pickled_object_is_refused_and_never_built():
 
 
 def test_a_record_of_an_unknown_type_is_refused_before_its_fields_are_decoded():
-    fields = msgpack.packb([_ext(codec._EXT_DATACLASS, bytes([3]) + b"Spy" + msgpack.packb([]))])
-    _refused(_wire(msgpack.packb(_ext(codec._EXT_DATACLASS, bytes([3]) + b"Spy" + fields))),
+    bad_array = _ext(codec._EXT_ARRAY, b"not an array header")  # never reached: the name is refused first
+    _refused(_wire(msgpack.packb([_ext(codec._EXT_DATACLASS, b"Spy"), bad_array])),
              "names a type 'Spy' that does not travel")
-    _refused(_wire(msgpack.packb(_ext(codec._EXT_DATACLASS, bytes([15]) + b"tests.test_codec:Spy"))),
-             "does not travel")
-    known = _ext(codec._EXT_DATACLASS, bytes([11]) + b"RouteAnswer" + msgpack.packb([1, 2, 3]))
+    _refused(_wire(msgpack.packb([_ext(codec._EXT_DATACLASS, b"tests.test_codec:Spy")])), "does not travel")
+    known = [_ext(codec._EXT_DATACLASS, b"RouteAnswer"), 1, 2, 3]
     _refused(_wire(msgpack.packb(known)), "a RouteAnswer must have the fields ['bits', 'count']")
+    _refused(_wire(msgpack.packb([_ext(codec._EXT_DATACLASS, b"CipherArray"), 5, bytes(16), "num"])),
+             "a CipherArray refused its fields (CryptoError")
 
 
 def test_a_lambda_or_any_other_object_cannot_be_sent():
@@ -234,7 +235,10 @@ def test_keys_other_than_strings_are_refused():
      "does not match its number of dimensions"),
     (lambda: _wire(msgpack.packb(_ext(codec._EXT_ARRAY, struct.pack("<BBQ", 0, 1, 0) + struct.pack("<Q", 2))),
                    bytes([1, 2]) + bytes(6)), "a bool array holds a byte other than 0 or 1"),
-    (lambda: _wire(msgpack.packb(_ext(codec._EXT_TUPLE, msgpack.packb({"a": 1})))), "a tuple does not hold a list"),
+    (lambda: _wire(msgpack.packb([_ext(codec._EXT_TUPLE, b"x"), 1])), "a tuple marker carries bytes"),
+    (lambda: _wire(msgpack.packb({"a": _ext(codec._EXT_TUPLE, b"")})), "marker stands elsewhere"),
+    (lambda: _wire(msgpack.packb([1, _ext(codec._EXT_DATACLASS, b"RouteAnswer")])), "marker stands elsewhere"),
+    (lambda: _wire(msgpack.packb(_ext(codec._EXT_TUPLE, b""))), "marker stands elsewhere"),
     (lambda: _wire(msgpack.packb(_ext(codec._EXT_SCALAR, bytes([200, 1])))), "unknown dtype"),
     (lambda: _wire(b"\x91" * 2000), "not valid wire bytes"),  # nested deeper than the decoder goes
 ])

@@ -13,8 +13,8 @@ run, because the decoder only builds the types above and a dataclass only by its
 name, from exactly its registered fields (then its own constructor checks them).
 
 Layout. ``MAGIC``, the length of a structure, the structure (msgpack, with extension types for
-arrays, tuples, big integers, numpy scalars and the registered dataclasses), then the arrays'
-bytes, each C-contiguous, little-endian and 8-byte aligned, in the order the structure names
+arrays, big integers and numpy scalars; a tuple or a registered dataclass is a msgpack array whose
+first item is an extension type naming it, then its items or fields), then the arrays' bytes, each C-contiguous, little-endian and 8-byte aligned, in the order the structure names
 them. An array costs one copy when encoded (into the message) and none when decoded: it is a
 view of the decoded buffer, writable if that buffer is (a ``bytearray``, as
 :meth:`~ray_vfl.runtime.comm.Mailbox.open` hands it). ``benchmarks/wire.py`` measures encoding
@@ -75,6 +75,7 @@ WIRE_TYPES: dict[str, str] = {
 }
 
 _EXT_ARRAY, _EXT_TUPLE, _EXT_INT, _EXT_SCALAR, _EXT_DATACLASS = 1, 2, 3, 4, 5
+_TUPLE_HEAD = msgpack.ExtType(_EXT_TUPLE, b"")
 _ARRAY_HEAD = struct.Struct("<BBQ")  # dtype code, ndim, offset of the bytes; then ndim sizes
 _SIZES = [struct.Struct(f"<{n}Q") for n in range(33)]
 _MAX_NDIM = 32
@@ -88,6 +89,20 @@ class WireRefused(Exception):
 # the registry of dataclasses
 _classes: dict[str, type] = {}  # wire name -> class (resolved on first use)
 _names: dict[type, tuple[str, tuple[str, ...]]] = {}  # class -> (wire name, its public fields)
+_HEADS: dict[str, msgpack.ExtType] = {}  # wire name -> the marker that heads a record of it
+
+
+class _Mark:
+    """What a marker decodes to: the head of the array holding a tuple's items or a record's fields."""
+
+    __slots__ = ("cls", "fields")
+
+    def __init__(self, cls: type | None, fields: tuple[str, ...] = ()) -> None:
+        self.cls, self.fields = cls, fields
+
+
+_MARKS: dict[str, _Mark] = {}  # wire name -> its decoded marker
+_TUPLE_MARK = _Mark(None)
 
 
 def wire_type(name: str) -> type:
@@ -109,6 +124,8 @@ def wire_type(name: str) -> type:
         _classes[name] = cls
         # Private fields (a leading "_": process-local caches) never travel, as in the send records.
         _names[cls] = (name, tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")))
+        _HEADS[name] = msgpack.ExtType(_EXT_DATACLASS, name.encode())
+        _MARKS[name] = _Mark(cls, _names[cls][1])
     return cls
 
 
@@ -137,12 +154,12 @@ class _Encoder:
     def pack(self, obj: Any) -> bytes:
         return msgpack.packb(obj, default=self.default, strict_types=True, use_bin_type=True, datetime=False)
 
-    def default(self, obj: Any) -> msgpack.ExtType:
+    def default(self, obj: Any) -> Any:
         t = type(obj)
         if t is np.ndarray:
             return self.array(obj)
-        if t is tuple:
-            return msgpack.ExtType(_EXT_TUPLE, self.pack(list(obj)))
+        if t is tuple:  # [tuple marker, *items]: packed in the same pass, no nested encoding
+            return [_TUPLE_HEAD, *obj]
         if t is int:  # beyond 64 bits (msgpack packs the others)
             return msgpack.ExtType(_EXT_INT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True))
         if isinstance(obj, np.generic):
@@ -151,10 +168,9 @@ class _Encoder:
                 raise VFLError(f"a numpy value of dtype {obj.dtype} cannot travel; send one of {_dtype_names()}")
             return msgpack.ExtType(_EXT_SCALAR, bytes((code,)) + np.array(obj, dtype=DTYPES[code]).tobytes())
         entry = _registered(t)
-        if entry is not None:
-            name, fields = entry
-            values = [getattr(obj, f) for f in fields]
-            return msgpack.ExtType(_EXT_DATACLASS, bytes((len(name),)) + name.encode() + self.pack(values))
+        if entry is not None:  # [its name, *its public fields]
+            head, fields = _HEADS[entry[0]], entry[1]
+            return [head, *[getattr(obj, f) for f in fields]]
         raise VFLError(f"a {t.__module__}.{t.__qualname__} cannot travel between parties: send numbers, strings, "
                        f"bytes, lists, tuples, str-keyed dicts, numpy arrays or one of {sorted(WIRE_TYPES)}")
 
@@ -196,24 +212,40 @@ def encode(payload: Any) -> bytes:
 class _Decoder:
     """One wire's decoding: ``ext_hook`` builds the extension types, arrays as views of ``data``."""
 
-    __slots__ = ("data", "cursor")
+    __slots__ = ("data", "cursor", "marks")
 
     def __init__(self, data: memoryview) -> None:
         self.data = data  # the arrays' bytes
         self.cursor = 0
+        self.marks = 0  # markers met and not yet at the head of their array
 
     def unpack(self, packed: bytes) -> Any:
-        return msgpack.unpackb(packed, ext_hook=self.ext_hook, object_pairs_hook=_str_keyed, strict_map_key=True,
-                               raw=False, use_list=True, timestamp=0)
+        return msgpack.unpackb(packed, ext_hook=self.ext_hook, list_hook=self.list_hook, object_pairs_hook=_str_keyed,
+                               strict_map_key=True, raw=False, use_list=True, timestamp=0)
+
+    def list_hook(self, items: list) -> Any:
+        """A msgpack array: a tuple or a record if a marker heads it, else a list."""
+        if not items or type(items[0]) is not _Mark:
+            return items
+        self.marks -= 1
+        mark = items[0]
+        if mark.cls is None:
+            return tuple(items[1:])
+        if len(items) != 1 + len(mark.fields):
+            raise WireRefused(f"a {mark.cls.__name__} must have the fields {list(mark.fields)}")
+        try:
+            return mark.cls(**dict(zip(mark.fields, items[1:])))
+        except Exception as exc:  # its own constructor refused the values
+            raise WireRefused(f"a {mark.cls.__name__} refused its fields ({type(exc).__name__}: {exc})") from None
 
     def ext_hook(self, code: int, data: bytes) -> Any:
         if code == _EXT_ARRAY:
             return self.array(data)
         if code == _EXT_TUPLE:
-            items = self.unpack(data)
-            if type(items) is not list:
-                raise WireRefused("a tuple does not hold a list of items")
-            return tuple(items)
+            if data:
+                raise WireRefused("a tuple marker carries bytes")
+            self.marks += 1
+            return _TUPLE_MARK
         if code == _EXT_INT:
             if not data:
                 raise WireRefused("a big integer has no bytes")
@@ -222,8 +254,17 @@ class _Decoder:
             if not data or data[0] >= len(DTYPES) or len(data) != 1 + DTYPES[data[0]].itemsize:
                 raise WireRefused("a numpy scalar has an unknown dtype or the wrong size")
             return np.frombuffer(data, DTYPES[data[0]], 1, 1)[0]
-        if code == _EXT_DATACLASS:
-            return self.dataclass(data)
+        if code == _EXT_DATACLASS:  # refuses an unknown name before the record's fields are decoded
+            try:
+                name = data.decode()
+            except UnicodeDecodeError:
+                raise WireRefused("a record's type name is not text") from None
+            mark = _MARKS.get(name)
+            if mark is None:
+                wire_type(name)
+                mark = _MARKS[name]
+            self.marks += 1
+            return mark
         raise WireRefused(f"it holds an extension type {code} that does not exist on the wire")
 
     def array(self, head: bytes) -> np.ndarray:
@@ -248,23 +289,6 @@ class _Decoder:
             raise WireRefused("a bool array holds a byte other than 0 or 1")
         return np.frombuffer(self.data, dtype, count, offset).reshape(shape)
 
-    def dataclass(self, data: bytes) -> Any:
-        if not data or len(data) < 1 + data[0]:
-            raise WireRefused("a record's type name is cut short")
-        try:
-            name = bytes(data[1:1 + data[0]]).decode()
-        except UnicodeDecodeError:
-            raise WireRefused("a record's type name is not text") from None
-        cls = wire_type(name)  # refuses an unknown name before its fields are decoded
-        fields = _names[cls][1]
-        values = self.unpack(data[1 + data[0]:])
-        if type(values) is not list or len(values) != len(fields):
-            raise WireRefused(f"a {name} must have the fields {list(fields)}")
-        try:
-            return cls(**dict(zip(fields, values)))
-        except Exception as exc:  # its own constructor refused the values
-            raise WireRefused(f"a {name} refused its fields ({type(exc).__name__}: {exc})") from None
-
 
 def _str_keyed(pairs: list) -> dict:
     for key, _ in pairs:
@@ -288,6 +312,8 @@ def decode(wire: bytes | bytearray | memoryview, sender: str = "?", kind: str = 
         arrays = -(-body // _ALIGN) * _ALIGN
         decoder = _Decoder(view[arrays:])
         payload = decoder.unpack(view[_HEAD.size:body])
+        if decoder.marks or type(payload) is _Mark:
+            raise WireRefused("a tuple or record marker stands elsewhere than at the head of an array")
         if arrays + decoder.cursor != len(view):
             raise WireRefused(f"the wire holds {len(view)} bytes; its payload ends at byte {arrays + decoder.cursor}")
         return payload

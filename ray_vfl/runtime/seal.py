@@ -16,7 +16,7 @@ the nonce under a pair key):
   encrypted payload too, so one receiver, who knows ``ck``, cannot hand another a payload of its
   own under the sender's name.
 
-The receiver recomputes ``K(claimed sender -> itself)``: a message whose wrap does not open was not
+The receiver recomputes ``K(claimed sender -> itself)``: a message whose seal does not open was not
 sealed by the party it names, was altered on the way, or was meant for another party; one whose
 id it has opened before is a replay. Both raise :class:`~ray_vfl.errors.ProtocolError`. The
 sender is thus proven by the seal, not by a field the sender fills in. The driver, Ray's object
@@ -26,7 +26,7 @@ Trust. The driver is honest but curious: it may read what passes through it (cip
 but follows the protocol, so it hands out the real public keys. A malicious driver could hand
 out its own keys and read or alter every message (a man in the middle); against that, the
 cross-organisation mode pins each party's key by a certificate instead of taking it from the
-driver. Wrap nonces are random (96 bits) under one pair key: safe for 2**32 messages per pair.
+driver. Nonces under a pair key are random (96 bits): safe for 2**32 messages per direction of a pair.
 
 Example
 -------
