@@ -49,7 +49,7 @@ class Passive:
     """Answers every round with payloads of the real sizes (made once, up front), computing nothing."""
 
     def __init__(self) -> None:
-        self.box = Mailbox("passive")
+        self.box = self.mailbox = Mailbox("passive")  # mailbox: what Runtime.introduce hands the keys to
         be, pk = get_backend("plain"), _plain_key()
         self.hists = {n: NodeHistograms(np.packbits(np.ones(n * CELLS, bool)),
                                         [be.encrypt_gh(pk, np.zeros(CELLS), np.zeros(CELLS)) for _ in range(n)])
@@ -74,6 +74,7 @@ class Active:
 
     def __init__(self, peer) -> None:
         self.box, self.peer = Mailbox("active"), peer
+        self.mailbox = self.box
         self.gh = get_backend("plain").encrypt_gh(_plain_key(), np.zeros(ROWS), np.zeros(ROWS))
         self.steps = []
         for depth in range(DEPTH):
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     rt.connect(["active", "passive"])
     passive = rt.spawn("passive", Passive)
     active = rt.spawn("active", Active, passive)
+    rt.introduce(["active", "passive"])  # their public keys: every message is sealed
     ray.get(active.run.remote(2), timeout=120)  # warm both actors
     skeleton = [ray.get(active.run.remote(args.trees), timeout=600) for _ in range(args.repeat)]
 

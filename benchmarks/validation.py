@@ -8,7 +8,7 @@ every :func:`ray_vfl.runtime.validation.check_payload` call can be timed where i
 payloads of the protocol (a 24,000-row Enc(g, h), every level's histograms and steps, the prediction
 rounds). The table gives the checks' time per kind and per tree, against this process's tree time;
 compare the per-tree seconds with ``benchmarks/secureboost.py``'s s/tree (Ray actors, the same data)
-for the share of a distributed tree. Unpickling is not counted: every message was unpickled before.
+for the share of a distributed tree. Opening and decoding are not counted (benchmarks/wire.py measures them).
 """
 
 from __future__ import annotations

@@ -122,3 +122,23 @@ def data_file(name: str) -> Path:
     from ray_vfl.data.bundled import BUNDLED_DIR
 
     return Path(BUNDLED_DIR) / name
+
+
+def read_payload(message, mailbox=None):
+    """What a receiver reads in a sealed message: opened with the key pair of ``mailbox`` (default: the
+    message's first receiver's in this process) and decoded, but not checked against its kind's schema
+    (tests build malformed payloads from it)."""
+    from ray_vfl.runtime.codec import decode
+    from ray_vfl.runtime.seal import Seal
+
+    seal = Seal(message.receivers[0]) if mailbox is None else mailbox.seal
+    return decode(seal.unseal(message.kind, message.sender, message.receivers, message.tree, message.depth,
+                              message.wire))
+
+
+def introduce(runtime, party: str, mailbox) -> None:
+    """Let a mailbox of this process and the actor of ``party`` seal messages to each other (what
+    ``Runtime.introduce`` does between actors)."""
+    name, key = runtime.get([(party, runtime.actor(party).mailbox_key.remote())], "introduce")[0]
+    mailbox.trust({name: key})
+    runtime.get([(party, runtime.actor(party).trust_mailboxes.remote({mailbox.name: mailbox.public_key}))], "introduce")

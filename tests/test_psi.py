@@ -45,6 +45,8 @@ from ray_vfl.psi.protocol import private_set_intersection
 from ray_vfl.runtime.task_pool import TaskPool
 from ray_vfl.runtime.comm import Mailbox
 
+from conftest import introduce, read_payload
+
 PARTIES = ["party0", "party1", "party2", "party3", "party4"]
 
 
@@ -182,9 +184,9 @@ def test_a_party_refuses_invalid_points_naming_the_sender():
     pool = TaskPool(resource=None, workers=1)
     leader = PsiParty("party0", np.arange(10), "int", pool)
     follower = PsiParty("party1", np.arange(5, 15), "int", pool)
-    theirs = follower.blind_own(["party0"], shuffle=True).payload
+    theirs = read_payload(follower.blind_own(["party0"], shuffle=True))
     assert leader.blind_theirs(Mailbox("party1").send("psi_points", ["party0"], theirs)) == 10
-    ours = leader.blind_own(["party1"], shuffle=False).payload.copy()
+    ours = read_payload(leader.blind_own(["party1"], shuffle=False)).copy()
     ours[3] = 0  # the identity
     with pytest.raises(CryptoError, match="party 'party0' sent an invalid point"):
         follower.reblind(Mailbox("party0").send("psi_points", ["party1"], ours))
@@ -201,9 +203,11 @@ def test_invalid_points_on_ray_are_refused_by_the_receiver_naming_the_sender(ray
     try:
         rt.connect(["party1"])
         handle = rt.spawn("party1", PsiParty, "party1", np.arange(3), "int", rt.pool("party1", 2))
+        box = Mailbox("party0")
+        introduce(rt, "party1", box)
         points = hash_and_blind(np.arange(2048), "int", new_scalar())
         points[1500] = 0  # in the second pool task's chunk
-        bad = Mailbox("party0").send("psi_points", ["party1"], points)
+        bad = box.send("psi_points", ["party1"], points)
         with pytest.raises(CryptoError) as err:
             rt.get([("party1", handle.reblind.remote(bad))], "psi")
         assert str(err.value).startswith("party 'party1': party 'party0' sent an invalid point (0000000000000000...)")
@@ -268,12 +272,12 @@ def test_no_raw_id_reaches_another_party(runtime, kind):
         inbox = runtime.get([(party, runtime.actor(party).received.remote())], "audit")[0]
         records = result.comm_stats.received_by(party)
         assert len(inbox) == len(records) > 0  # every message it opened went through the metered send path
-        for message, record in zip(sorted(inbox, key=lambda m: (m.kind, m.sender)),
-                                   sorted(records, key=lambda r: (r.kind, r.sender))):
+        for (message, payload), record in zip(sorted(inbox, key=lambda m: (m[0].kind, m[0].sender)),
+                                              sorted(records, key=lambda r: (r.kind, r.sender))):
             assert message.sender != party and (message.kind, message.sender) == (record.kind, record.sender)
-            assert record.nbytes >= message.payload.nbytes  # metered at least at its size
+            assert record.nbytes == len(message.wire) >= payload.nbytes  # metered at its sealed size
             assert record.shape[0] == "ndarray" and record.shape[1] in ("uint8", "int64")
-            blob = pickle.dumps(message.payload) + np.asarray(message.payload).tobytes()
+            blob = pickle.dumps(payload) + np.asarray(payload).tobytes() + message.wire
             leaked = [f for f in forms if f in blob]
             assert not leaked, f"{party} received raw IDs in {message.kind}: {leaked[:3]}"
 

@@ -32,6 +32,9 @@ from ray_vfl.trees.kernels import (
     gradients,
 )
 from ray_vfl.trees.reference import fit_reference, predict_reference
+from ray_vfl.runtime.comm import Mailbox
+
+from conftest import introduce, read_payload
 
 
 def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDataset | None = None) -> np.ndarray:
@@ -336,7 +339,9 @@ def test_paillier_privacy_audit(runtime, small_credit):
     # the one cell of each feature the active party derives (node sum minus the feature's other cells) is the
     # feature's most populated bin, which the first tree's root hessian sums show anyway (every row has the base
     # score's hessian there, so they are the bins' row counts times one constant)
-    layout = ray.get(runtime.actor("party1").histogram_layout.remote("party0")).payload
+    auditor = Mailbox("auditor")  # the layout, sealed for a mailbox of this process (party0's opens in party0 only)
+    introduce(runtime, "party1", auditor)
+    layout = read_payload(ray.get(runtime.actor("party1").histogram_layout.remote("auditor"), timeout=60), auditor)
     n_bins = 16 + 1
     block = reference_bins(train_data, 16)[:, train_data.n_features("party0"):]
     counts = np.stack([np.bincount(block[:, f], minlength=n_bins) for f in range(block.shape[1])])

@@ -161,10 +161,11 @@ def test_a_ciphertext_under_another_joint_key_is_refused():
     (pk1, _), (pk2, _) = keygen(params), keygen(params)
     bcp = BCP(24)
     c = bcp.encrypt_ints(pk2, [1, 2], 24)
+    server_c = Mailbox("server_c")
     msg = Mailbox("party1").send("ssxgb_left_sums", ["server_c"], {"node": np.array([0]), "k": 2, "gl": c, "hl": c})
     ctx = {"nodes": np.array([0]), "key": pk1, "frac_bits": 24, "max_candidates": 100}
     with pytest.raises(ProtocolError, match="party 'party1'.*keys must not be mixed"):
-        Mailbox("server_c").open(msg, "ssxgb_left_sums", ctx)
+        server_c.open(msg, "ssxgb_left_sums", ctx)
 
 
 def test_estimator_checkpoint_resume_save_load_and_server_c_failing(runtime, tmp_path):

@@ -32,6 +32,8 @@ from ray_vfl.secureboost import rounds
 from ray_vfl.secureboost.active import ActiveParty
 from ray_vfl.secureboost.passive import PassiveParty
 
+from conftest import introduce, read_payload
+
 REPO = Path(__file__).resolve().parents[1]
 ACTIVE, PASSIVE = "party0", "party1"
 N_ROWS = 300
@@ -62,10 +64,14 @@ def test_protocol_error_keeps_its_fields_across_processes():
     assert str(err) == "party 'party1' sent a malformed 'level_step' to 'party0': orders.bin[0] = 40 is outside [0, 33)"
 
 
-def test_bytes_that_do_not_unpickle_are_the_senders_fault():
-    message = Message("psi_points", "party1", ("party0",), -1, -1, b"not a pickle")
-    with pytest.raises(ProtocolError, match="party 'party1' sent a malformed 'psi_points'.*does not unpickle"):
-        Mailbox("party0").open(message, "psi_points")
+def test_bytes_that_are_not_sealed_or_not_wire_are_the_senders_fault():
+    receiver = Mailbox("party0")
+    message = Message("psi_points", "party1", ("party0",), -1, -1, pickle.dumps(np.zeros((2, 32), np.uint8)))
+    with pytest.raises(ProtocolError, match="party 'party1' sent a malformed 'psi_points'.*the message is not sealed"):
+        receiver.open(message, "psi_points")
+    sealed = Mailbox("party1").seal.seal("psi_points", ("party0",), -1, -1, b"not wire bytes")
+    with pytest.raises(ProtocolError, match="party 'party1' sent a malformed 'psi_points'.*not ray_vfl wire bytes"):
+        receiver.open(Message("psi_points", "party1", ("party0",), -1, -1, sealed), "psi_points")
 
 
 # ---------------------------------------------------------------------------
@@ -82,7 +88,8 @@ class Local:
         if isinstance(value, list):
             return [self.tamper(v) for v in value]
         if isinstance(value, Message) and value.kind == self.kind:
-            return Mailbox(value.sender).send(value.kind, value.receivers, self.bad(value.payload), value.tree, value.depth)
+            return Mailbox(value.sender).send(value.kind, value.receivers, self.bad(read_payload(value)), value.tree,
+                                              value.depth)
         return value
 
     def __getattr__(self, method: str):
@@ -200,7 +207,7 @@ def _psi_pair():
 
 def test_psi_points_of_the_wrong_width_are_refused():
     leader, follower = _psi_pair()
-    theirs = follower.blind_own(["party0"], shuffle=True).payload
+    theirs = read_payload(follower.blind_own(["party0"], shuffle=True))
     with pytest.raises(ProtocolError) as err:
         leader.blind_theirs(Mailbox("party1").send("psi_points", ["party0"], theirs[:, :16]))
     assert (err.value.sender, err.value.kind) == ("party1", "psi_points")
@@ -213,7 +220,7 @@ def test_psi_double_blinded_must_answer_every_point():
     leader, follower = _psi_pair()
     ours = leader.blind_own(["party1"], shuffle=False)
     leader.blind_theirs(follower.blind_own(["party0"], shuffle=True))
-    digests = follower.reblind(ours).payload
+    digests = read_payload(follower.reblind(ours))
     with pytest.raises(ProtocolError) as err:
         leader.match(Mailbox("party1").send("psi_double_blinded", ["party0"], digests[:-1]))
     assert (err.value.sender, err.value.kind) == ("party1", "psi_double_blinded")
@@ -236,7 +243,9 @@ def test_a_psi_actor_refuses_a_malformed_message_and_the_error_crosses_the_proce
     try:
         rt.connect(["party1"])
         handle = rt.spawn("party1", PsiParty, "party1", np.arange(3), "int", rt.pool("party1", 1))
-        bad = Mailbox("party0").send("psi_points", ["party1"], np.zeros((4, 31), np.uint8))
+        box = Mailbox("party0")
+        introduce(rt, "party1", box)
+        bad = box.send("psi_points", ["party1"], np.zeros((4, 31), np.uint8))
         with pytest.raises(ProtocolError) as err:
             rt.get([("party1", handle.reblind.remote(bad))], "psi")
         assert (err.value.sender, err.value.kind, err.value.receiver) == ("party0", "psi_points", "party1")
@@ -276,7 +285,7 @@ def splitnn_pair():
 
 def test_embeddings_with_nan_or_the_wrong_shape_are_refused(splitnn_pair):
     label, other, cfg = splitnn_pair
-    emb = other.step(None, 0).payload
+    emb = read_payload(other.step(None, 0))
     rows = label.schedule[0]
     own = label.bottom(label.rows["train"][rows])
     for bad, words in ((_set(emb, (2, 1), np.nan), "payload[2, 1] = nan is not finite"),
@@ -291,7 +300,7 @@ def test_embeddings_with_nan_or_the_wrong_shape_are_refused(splitnn_pair):
 
 def test_embedding_gradients_with_inf_or_the_wrong_shape_are_refused(splitnn_pair):
     _, other, cfg = splitnn_pair
-    emb = other.step(None, 0).payload
+    emb = read_payload(other.step(None, 0))
     for bad, words in ((_set(np.zeros_like(emb), (0, 0), np.inf), "payload[0, 0] = inf is not finite"),
                        (np.zeros((len(emb), cfg.embedding_width + 1), emb.dtype), "has shape")):
         with pytest.raises(ProtocolError) as err:

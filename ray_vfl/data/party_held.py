@@ -132,6 +132,7 @@ class PartyHeldDataset:
         runtime = runtime or Runtime()
         runtime.connect(list(specs))
         stores = {p: runtime.spawn_helper(p, "data", PartyStore, p, keep=True) for p in specs}
+        runtime.introduce([f"{p}:data" for p in specs])  # the stores send each other split rows, sealed
         base = f"source-{uuid.uuid4().hex[:8]}"
         # A path source takes the common label name if its table has that column (only its party can tell).
         # Missing labels are allowed while opening, and refused below if one party holds every label.

@@ -119,6 +119,7 @@ class PIVODLModel:
         runtime.connect(order)
         for p in order:
             runtime.spawn(p, Client, p, None, [], config, runtime.pool(p, 1), order)
+        runtime.introduce(order)
         model = cls(runtime, order, config, n_trees, epsilon=meta.get("epsilon"))
         calls = model._calls()
         calls.value("load_part", order, lambda p: (os.path.join(directory, f"{p}.json"),), "load")

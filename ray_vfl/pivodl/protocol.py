@@ -7,7 +7,8 @@ rows, in plaintext, and encrypts only sums. Each client is a *source* of its own
 a *split client* among the others scores its candidates by record numbers alone. Trees grow level by
 level; the driver is a coordinator: it calls the clients' actors and hands each message (a Ray
 reference) to its receiver, and never fetches one (it sees node ids and statuses only), and it deals
-the split clients.
+the split clients. Small messages come back to it inline all the same; each is sealed for its
+receivers (:mod:`ray_vfl.runtime.seal`), so the driver holds their ciphertext only.
 
 Rounds (``K`` clients; ``s`` a source, ``c`` its split client for a node, ``a``/``e`` random
 aggregation and encryption clients; every message through the metered send path):
@@ -162,6 +163,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
         workers = config.workers_per_party or max(1, runtime.party_cpus(p) // len(order))
         runtime.spawn(p, Client, p, tables[p], cats.get(p, []), config, runtime.pool(p, workers), order,
                       record_view)
+    runtime.introduce(order, config.timeout_s)  # the clients' public keys, before the first sealed message
     calls = Calls(runtime, order, config.timeout_s)
     # step 1: keys, key-agreement keys, labelled rows
     hello = calls.each("make_keys", order, lambda p: (), 3, "keys")

@@ -3,7 +3,8 @@
 The driver never fetches a message: each client method returns a status and one Ray reference per
 message (``num_returns``), the driver waits on the statuses only (a failed or silent client is named by
 :meth:`~ray_vfl.runtime.actors.Runtime.get`) and passes each reference to its receiver, whose actor
-resolves it. The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pivodl.protocol`.
+resolves it (a small message still sits in the driver's process, inline, sealed for its receiver:
+ciphertext only). The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pivodl.protocol`.
 """
 
 from __future__ import annotations

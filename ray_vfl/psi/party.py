@@ -281,7 +281,7 @@ class PsiParty:
         self.pool = pool
         self.mailbox = Mailbox(name)
         self.audit = audit
-        self.inbox: list[Message] = []
+        self.inbox: list[tuple[Message, Any]] = []
         self._scalar = new_scalar()
         self._perm: np.ndarray | None = None  # follower: shuffled position -> own row
         self._theirs: dict[str, np.ndarray] = {}  # leader: follower -> [a][f]H(y) digests
@@ -291,7 +291,7 @@ class PsiParty:
     def _open(self, message: Message, kind: str, context: dict | None = None) -> Any:
         payload = self.mailbox.open(message, kind, context)
         if self.audit:
-            self.inbox.append(message)
+            self.inbox.append((message, payload))
         return payload
 
     def _map(self, fn, items: np.ndarray, *shared: Any) -> np.ndarray:
@@ -382,6 +382,7 @@ class PsiParty:
         """Hand over (and forget) what this party's send path recorded."""
         return self.mailbox.drain()
 
-    def received(self) -> list[Message]:
-        """Every message this party opened (kept only with ``audit=True``)."""
+    def received(self) -> list[tuple[Message, Any]]:
+        """Every message this party opened, with its payload (kept only with ``audit=True``: the
+        payloads then go to whoever asks, the driver included, for tests)."""
         return list(self.inbox)

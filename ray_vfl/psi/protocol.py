@@ -122,7 +122,8 @@ def private_set_intersection(
     workers : int, optional
         Pool tasks per party (default: all CPUs).
     audit : bool
-        Have every party keep the payloads it receives (``runtime.actor(p).received``).
+        Have every party keep the messages it receives and their payloads (``runtime.actor(p).received``;
+        tests only: the payloads then go to the driver).
     timeout_s : float, optional
         Longest wait for the whole protocol (default: the runtime's).
     keep_rows : bool
@@ -154,6 +155,7 @@ def private_set_intersection(
     runtime.connect(names)
     handles = {p: runtime.spawn(p, PsiParty, p, arr, kind, runtime.pool(p, workers), audit, keep_rows)
                for p, (arr, kind) in checked.items()}
+    runtime.introduce(names, timeout_s)  # the parties' public keys, before the first sealed message
     kinds = dict(zip(names, runtime.get([(p, handles[p].id_kind.remote()) for p in names], "psi id kinds", timeout_s)))
     if len(set(kinds.values())) > 1:
         raise DataError(f"parties use different ID kinds {kinds}; convert the ID columns to one kind "

@@ -2,7 +2,8 @@
 
 :mod:`.actors` (the :class:`Runtime` and its party actors), :mod:`.waiting` (waiting with blame,
 and settling what a failed wait leaves unfetched), :mod:`.task_pool` (a party's crypto tasks),
-:mod:`.comm` (messages and their byte counts), :mod:`.local_ray` (a Ray started on this machine),
+:mod:`.comm` (messages and their byte counts), :mod:`.codec` (the typed wire payloads travel in,
+never pickle), :mod:`.seal` (every message sealed for its receivers, proving its sender), :mod:`.local_ray` (a Ray started on this machine),
 :mod:`.payload_shapes` (what a message carries, for the records), :mod:`.party` (what every party
 actor shares: rows by key, records, its saved part), :mod:`.validation` (what each message kind
 may carry, checked on receipt) and :mod:`.estimator` (what every scikit-learn style estimator

@@ -98,11 +98,23 @@ def _drain_timeline(self) -> dict[str, Any]:
     return {"spans": timeline.drain(), "peak_rss_mb": timeline.peak_rss_mb()}
 
 
+def _mailbox_key(self) -> tuple[str, bytes]:
+    """The name and public key of this party's mailbox (:meth:`Runtime.introduce`)."""
+    return self.mailbox.name, self.mailbox.public_key
+
+
+def _trust_mailboxes(self, keys: dict[str, bytes], sealed: bool = True) -> None:
+    """Take the other parties' public keys from the driver (:meth:`Runtime.introduce`)."""
+    self.mailbox.trust(keys, sealed)
+
+
 @functools.lru_cache(maxsize=None)
 def _actor_class(cls: type) -> type:
     methods = {n: _guarded(n, f) for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
     methods["alive"] = ray.method(concurrency_group=PROBE_GROUP)(_alive)
     methods["drain_timeline"] = _drain_timeline
+    methods["mailbox_key"] = _guarded("mailbox_key", _mailbox_key)
+    methods["trust_mailboxes"] = _guarded("trust_mailboxes", _trust_mailboxes)
     return type(f"{cls.__name__}Actor", (cls,), methods)
 
 
@@ -145,6 +157,8 @@ class Runtime:
         self._classes: dict[str, type] = {}
         self._token = uuid.uuid4().hex[:8]
         self._serial = itertools.count()
+        # Messages are sealed. benchmarks/wire.py alone sets this False, to measure what sealing costs.
+        self._seal_messages = True
 
     # connection ----------------------------------------------------------
     def connect(self, parties: Sequence[str]) -> None:
@@ -229,6 +243,26 @@ class Runtime:
         self._actors[key] = handle
         self._classes[key] = cls
         return handle
+
+    def introduce(self, keys: Sequence[str], timeout_s: float | None = None) -> None:
+        """Hand every actor of ``keys`` (parties, or ``"<party>:<role>"`` helpers) the public keys of
+        the others' mailboxes, so they can seal messages to each other (:mod:`ray_vfl.runtime.seal`).
+
+        Every protocol driver calls it once its actors are spawned, before the first message. Each
+        actor made its key pair in its own process; the driver only carries the public keys. (An
+        honest-but-curious driver hands out the real ones; a malicious one could substitute its own,
+        which the cross-organisation mode rules out by pinning keys with certificates.)
+        """
+        keys = list(keys)
+        named = self.get([(k.split(":")[0], self.actor(k).mailbox_key.remote()) for k in keys], "introduce", timeout_s)
+        directory: dict[str, bytes] = {}
+        for key, (name, public) in zip(keys, named):
+            if name in directory:
+                raise VFLError(f"two actors introduced together have a mailbox named {name!r}; introduce "
+                               "each group of talking actors on its own")
+            directory[name] = public
+        self.get([(k.split(":")[0], self.actor(k).trust_mailboxes.remote(directory, self._seal_messages)) for k in keys],
+                 "introduce", timeout_s)
 
     @staticmethod
     def _answers(handle) -> bool:

@@ -3,7 +3,9 @@
 A round calls one method on several parties; each returns a small status first and then one
 ``ObjectRef`` per message it sends. The driver waits on the statuses only (a failed party is named
 at once, :meth:`~ray_vfl.runtime.actors.Runtime.get`) and passes the message references on to their
-receivers unopened: payloads go party to party through the object store, never through the driver.
+receivers unopened. Small messages come back inline to the driver, which owns the references, and
+larger ones sit in Ray's object store; either way they are sealed for their receivers
+(:mod:`ray_vfl.runtime.seal`), so the driver and the store hold ciphertext only.
 
 Example
 -------

@@ -1,40 +1,43 @@
 """The one metered send path between parties, and communication statistics.
 
-Every payload that crosses from one party to another is serialized once by
-:meth:`Mailbox.send` into a :class:`Message` (pickle protocol 5, in band: the
-bytes counted are the bytes that travel), and ``send`` records one
-:class:`Record` per receiver: tree, depth, sender, receiver, kind, bytes and
-the payload's *shape* (types, dtypes and lengths, never values).
-:class:`CommStats` aggregates the records per channel and per kind; privacy
-tests read the same records to audit what each party received.
+Every payload that crosses from one party to another is encoded once by
+:meth:`Mailbox.send` (the typed wire of :mod:`ray_vfl.runtime.codec`, never pickle) and sealed
+for its receivers (:mod:`ray_vfl.runtime.seal`) into a :class:`Message`: the driver, Ray's object
+store and any relay hold ciphertext only. ``send`` records one :class:`Record` per receiver:
+tree, depth, sender, receiver, kind, the sealed bytes and the payload's *shape* (types, dtypes
+and lengths, never values). :meth:`Mailbox.open` verifies the seal (which proves the sender),
+decodes and checks the payload against its kind's schema. :class:`CommStats` aggregates the
+records per channel and per kind; privacy tests read the same records to audit what each party
+received.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping
 
-from ..errors import VFLError
+from ..errors import ProtocolError, VFLError
+from .codec import MAGIC, decode, encode
 from .payload_shapes import describe
+from .seal import Seal, sealed_size
 from .timeline import span
-from .validation import check_payload, unpickle_payload
+from .validation import check_payload
 
 __all__ = ["Message", "Record", "Mailbox", "CommStats", "payload_nbytes"]
 
 
 @dataclass(frozen=True)
 class Message:
-    """A typed payload in flight from ``sender`` to ``receivers``, serialized once.
+    """A typed payload in flight from ``sender`` to ``receivers``, encoded and sealed once.
 
-    ``wire`` is the payload pickled in band (protocol 5), the bytes that are
-    metered and the bytes Ray ships. Handing Ray the payload itself (numpy
-    arrays in dataclasses) made it serialize every array on its own: a
-    plaintext tree's round trips took 3.5 ms each instead of 2.9 ms
-    (``benchmarks/round_trips.py``). Unpickling a peer's bytes trusts the
-    peer's code exactly as far as Ray's own argument passing already does
-    (both are pickle): the parties are semi-honest, as in SecureBoost.
+    ``wire`` is the payload encoded (:func:`ray_vfl.runtime.codec.encode`) and sealed for the
+    receivers (:class:`ray_vfl.runtime.seal.Seal`): the bytes that are metered and the bytes
+    Ray ships, readable by the receivers only. The header fields travel in the clear for routing
+    and metering, and the seal authenticates every one of them: ``sender`` is a claim that only
+    the sender's seal makes true (:meth:`Mailbox.open` checks it). Handing Ray the payload
+    itself (numpy arrays in dataclasses) made it serialize every array on its own: a plaintext
+    tree's round trips took 3.5 ms each instead of 2.9 ms (``benchmarks/round_trips.py``).
     """
 
     kind: str
@@ -43,11 +46,6 @@ class Message:
     tree: int
     depth: int
     wire: bytes
-
-    @property
-    def payload(self) -> Any:
-        """The payload, deserialized (a new copy at each access)."""
-        return pickle.loads(self.wire)
 
 
 @dataclass(frozen=True)
@@ -63,54 +61,74 @@ class Record:
     shape: Any
 
 
-def _wire(payload: Any) -> bytes:
-    """``payload`` as it travels (a :attr:`Message.wire`)."""
-    return pickle.dumps(payload, protocol=5)
-
-
-def payload_nbytes(payload: Any) -> int:
-    """Size of ``payload`` as serialized for transport (a :attr:`Message.wire`), in bytes."""
-    return len(_wire(payload))
+def payload_nbytes(payload: Any, receivers: int = 1) -> int:
+    """Size of ``payload`` as it travels to ``receivers`` parties (a sealed :attr:`Message.wire`), in bytes."""
+    return sealed_size(len(encode(payload)), receivers)
 
 
 class Mailbox:
-    """A party's end of the network: sends through the one metered path.
+    """A party's end of the network: sends through the one metered path, opens what is sealed for it.
+
+    The party's key pair is made in its own process (:mod:`ray_vfl.runtime.seal`); at set-up the
+    driver hands each mailbox the other parties' public keys (:meth:`trust`, through
+    :meth:`ray_vfl.runtime.actors.Runtime.introduce`). Mailboxes of one process know each other.
 
     Example
     -------
     >>> import numpy as np
-    >>> box = Mailbox("bank")
+    >>> box, shop = Mailbox("bank"), Mailbox("shop")
     >>> msg = box.send("hello", ["shop"], np.zeros(3), tree=0)
-    >>> box.records[0].receiver, box.records[0].kind, box.records[0].shape
-    ('shop', 'hello', ('ndarray', 'float64', (3,)))
-    >>> Mailbox("shop").open(msg, "hello").shape
+    >>> box.records[0].receiver, box.records[0].kind, box.records[0].shape, box.records[0].nbytes
+    ('shop', 'hello', ('ndarray', 'float64', (3,)), 92)
+    >>> shop.open(msg, "hello").shape
     (3,)
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.records: list[Record] = []
+        self.seal = Seal(name)
+        self.sealed = True
+
+    @property
+    def public_key(self) -> bytes:
+        """This party's public key (32 bytes), which the driver hands to the other parties."""
+        return self.seal.public_key
+
+    def trust(self, keys: Mapping[str, bytes], sealed: bool = True) -> None:
+        """Take the other parties' public keys (party -> key) from the driver, at set-up.
+
+        ``sealed=False`` sends every message unsealed and opens only unsealed ones: it exists for
+        one purpose, to measure what sealing costs (``benchmarks/wire.py``); no estimator or
+        protocol option reaches it.
+        """
+        self.seal.trust(keys)
+        self.sealed = bool(sealed)
 
     def send(self, kind: str, receivers: Iterable[str], payload: Any, tree: int = -1, depth: int = -1) -> Message:
         receivers = tuple(receivers)
-        with span("wire"):
-            wire = _wire(payload)
-            shape = describe(payload)
         for receiver in receivers:
             if receiver == self.name:
                 raise VFLError(f"party {self.name!r} tried to send {kind!r} to itself")
+        with span("wire"):
+            plain = encode(payload)
+            wire = self.seal.seal(kind, receivers, tree, depth, plain) if self.sealed else plain
+            shape = describe(payload)
+        for receiver in receivers:
             self.records.append(Record(tree, depth, self.name, receiver, kind, len(wire), shape))
         return Message(kind, self.name, receivers, tree, depth, wire)
 
     def open(self, message: Message, kind: str, context: Mapping[str, Any] | None = None,
              senders: Collection[str] | None = None) -> Any:
-        """Unwrap a message addressed to this party, checking its kind and its payload.
+        """Unwrap a message addressed to this party, checking its seal, its kind and its payload.
 
-        The payload is checked against the schema of ``kind``
-        (:mod:`ray_vfl.runtime.validation`) with this party's ``context``
-        (the sizes of its tables, its key) before anyone uses it; a malformed
-        one raises :class:`~ray_vfl.errors.ProtocolError` naming the sender,
-        the kind and the field. ``senders``: the parties it may come from.
+        The seal must prove that the message comes from the sender it names, for this party, and
+        was not opened before (:meth:`ray_vfl.runtime.seal.Seal.unseal`); the payload must decode
+        as the typed wire (:func:`ray_vfl.runtime.codec.decode`: no pickle) and fit the schema of
+        ``kind`` (:mod:`ray_vfl.runtime.validation`) with this party's ``context`` (the sizes of
+        its tables, its key) before anyone uses it. Anything else raises
+        :class:`~ray_vfl.errors.ProtocolError` naming the sender, the kind and what is wrong.
+        ``senders``: the parties it may come from. Arrays of the payload are read-only.
         """
         if not isinstance(message, Message):
             raise VFLError(f"party {self.name!r} expected a {kind!r} message, got {type(message).__name__}")
@@ -119,7 +137,13 @@ class Mailbox:
                 f"party {self.name!r} expected a {kind!r} message for itself, got {message.kind!r} for {message.receivers}"
             )
         with span("wire"):
-            payload = unpickle_payload(message.wire, message.sender, kind, self.name)
+            if senders is not None and message.sender not in senders:  # before any work on its bytes
+                raise ProtocolError(message.sender, kind, f"the receiver expects this message only from "
+                                    f"{sorted(senders)}", self.name)
+            wire = message.wire
+            if self.sealed or not (isinstance(wire, bytes) and wire.startswith(MAGIC)):
+                wire = self.seal.unseal(kind, message.sender, message.receivers, message.tree, message.depth, wire)
+            payload = decode(wire, message.sender, kind, self.name)
             check_payload(kind, payload, message.sender, context, self.name, senders)
         return payload
 
@@ -130,6 +154,10 @@ class Mailbox:
 
 class CommStats:
     """Bytes exchanged, per channel (sender -> receiver) and per message kind.
+
+    The bytes are the sealed messages' (:attr:`Message.wire`): the encoded payload plus the seal,
+    36 bytes, and 48 per receiver if there are several (:func:`ray_vfl.runtime.seal.sealed_size`). A
+    message to several receivers counts once for each.
 
     Example
     -------

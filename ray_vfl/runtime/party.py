@@ -66,7 +66,8 @@ def resolve_rows(rows: Any) -> tuple[Any, Any]:
 class PartyActor:
     """Base of every party role: name, mailbox, data sets kept by key, and the saved part.
 
-    Subclasses set ``self.name`` and ``self.mailbox`` through :meth:`_start_party`, implement
+    Subclasses set ``self.name`` and ``self.mailbox`` (whose key pair is made here, in the party's
+    own actor; :mod:`ray_vfl.runtime.seal`) through :meth:`_start_party`, implement
     :meth:`encode_rows` (a data set's rows in the form the role computes on) and ``model_part``
     / ``restore`` (its share of the model, as JSON-able values) or override :meth:`save_part` /
     :meth:`load_part` for another format.

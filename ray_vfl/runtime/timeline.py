@@ -8,7 +8,7 @@ kind      measured around
 ========  ====================================================================================
 busy      every protocol method the driver calls on the party's actor (``runtime.actors``)
 crypto    the party's encryption, decryption and homomorphic sums, in-process or on its task pool
-wire      serializing a payload in the metered send path and unpickling and checking one on receipt
+wire      encoding and sealing a payload in the metered send path; opening, decoding and checking one on receipt
 ========  ====================================================================================
 
 :func:`breakdown` splits a training's wall time into exclusive shares by sweeping the intervals of

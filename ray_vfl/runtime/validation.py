@@ -8,7 +8,10 @@ receiver's own. :meth:`~ray_vfl.runtime.comm.Mailbox.open` checks every
 payload against its kind's schema, with the receiver's *context* (its table
 sizes, its public key), and raises :class:`~ray_vfl.errors.ProtocolError`
 naming the sender, the kind and the field. Nothing a peer sends is then used
-to index, allocate or decrypt before it has been checked.
+to index, allocate or decrypt before it has been checked, and nothing it sends
+runs before that either: payloads are decoded from the typed wire
+(:mod:`ray_vfl.runtime.codec`), which builds numbers, strings, arrays and a few
+registered records only, never pickle.
 
 Where the schemas live: :mod:`ray_vfl.secureboost.messages` (SecureBoost),
 :mod:`ray_vfl.psi.party` (ECDH-PSI), :mod:`ray_vfl.data.store` (``split_rows``),
@@ -23,7 +26,6 @@ earlier one (a length checked before it is used as a shape).
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
@@ -33,7 +35,7 @@ from ..errors import ProtocolError, VFLError
 
 __all__ = [
     "Ref", "length", "total", "not_in", "Is", "Scalar", "Size", "Array", "Packed", "Ciphers", "Rule", "Schema",
-    "register", "schema_of", "registered_kinds", "check_payload", "unpickle_payload",
+    "register", "schema_of", "registered_kinds", "check_payload",
 ]
 
 _DTYPES = {"int": "iu", "float": "f", "bool": "b", "uint8": None}
@@ -378,15 +380,6 @@ def schema_of(kind: str) -> Schema | None:
 
 def registered_kinds() -> list[str]:
     return sorted(_SCHEMAS)
-
-
-def unpickle_payload(wire: bytes, sender: str, kind: str, receiver: str | None = None) -> Any:
-    """A message's payload; bytes that do not unpickle are the sender's malformed message."""
-    try:
-        return pickle.loads(wire)
-    except Exception as exc:  # any failure to decode is the sender's: it sent these bytes
-        raise ProtocolError(sender, kind, f"the payload does not unpickle ({type(exc).__name__}: {exc})",
-                            receiver) from None
 
 
 def check_payload(kind: str, payload: Any, sender: str, context: Mapping[str, Any] | None = None,

@@ -213,6 +213,7 @@ class FederatedModel:
                 handle = runtime.spawn(p, PassiveParty, p, None, [], config, pool)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.json"))))
         runtime.get(calls, "load")
+        runtime.introduce(meta["order"])
         peers = {p: runtime.actor(p) for p in meta["order"] if p != meta["label_party"]}
         runtime.get([(meta["label_party"], runtime.actor(meta["label_party"]).set_peers.remote(peers))], "load")
         return cls(runtime, meta["order"], meta["label_party"], config, meta["n_trees"])
@@ -272,6 +273,7 @@ def train(
                            config, pools[active_name], order, init[active_name])
     passives = [(p, runtime.spawn(p, PassiveParty, p, tables[p], cats.get(p, []), config, pools[p], init[p]))
                 for p in passive_names]
+    runtime.introduce(order, config.timeout_s)  # the parties' public keys, before the first sealed message
     key_msg = active.public_key_message.remote()
     setup = warm + [(active_name, key_msg), (active_name, active.set_peers.remote(dict(passives)))]
     setup += [(p, h.set_public_key.remote(key_msg)) for p, h in passives]

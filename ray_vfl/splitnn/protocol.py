@@ -169,6 +169,7 @@ class SplitNNModel:
             handle = runtime.spawn(p, role, p, None, [], config, label_name, i)
             calls.append((p, handle.load_part.remote(os.path.join(directory, f"{p}.pt"))))
         runtime.get(calls, "load", config.timeout_s)
+        runtime.introduce([label_name] + nonlabel, config.timeout_s)
         model = cls(runtime, label_name, nonlabel, config, defense, int(meta.get("n_rows", 0)), privacy=defense.accounting())
         if options is not None:
             model.unaligned_options = options
@@ -250,6 +251,7 @@ def train(
     handles = [runtime.spawn(p, NonLabelParty, p, tables[p], cats.get(p, []), config, label_name, i)
                for i, p in enumerate(nonlabel)]
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", config.timeout_s)
+    runtime.introduce([label_name] + nonlabel, config.timeout_s)  # public keys, before the first sealed message
 
     runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", config.timeout_s)
     n_batches = len(batch_schedule(data.n_rows, config.batch_size, config.epochs, config.seed))

@@ -204,6 +204,7 @@ def train_unaligned(
     role = HybridNonLabelParty if options.method == "fedhssl" else NonLabelParty
     handles = [runtime.spawn(p, role, p, tables[p], cats.get(p, []), total, label_name, i) for i, p in enumerate(nonlabel)]
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", total.timeout_s)
+    runtime.introduce([label_name] + nonlabel, total.timeout_s)  # public keys, before the first sealed message
     runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", total.timeout_s)
 
     start = time.perf_counter()

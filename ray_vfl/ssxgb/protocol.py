@@ -6,7 +6,8 @@ Participants each hold some features of every row; exactly one, the label-bearin
 holds the labels. Server C talks to everyone and computes on BCP ciphertexts under the joint key;
 server S holds the BCP master key, talks only to C, and answers the two-server steps
 (:mod:`ray_vfl.crypto.two_server.server_s`) on values C has masked. The driver is a coordinator: it calls the
-actors and hands each message (a Ray reference) to its receiver, never fetching one.
+actors and hands each message (a Ray reference) to its receiver, never fetching one; small messages
+still come back to it inline, sealed for their receivers (:mod:`ray_vfl.runtime.seal`): ciphertext.
 
 Rounds (``P`` participants; ``i`` a participant; every message through the metered send path):
 
@@ -162,6 +163,7 @@ class SSXGBModel:
         for p in order:
             runtime.spawn(p, Participant, p, None, [], config, lbp, SERVER_C)
         roles = order + [SERVER_C, SERVER_S]
+        runtime.introduce(roles, timeout)
         Calls(runtime, [], timeout).value("load_part", roles, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
         return cls(runtime, order, lbp, config, n_trees)
 
@@ -226,6 +228,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
                   _pool(runtime, SERVER_C, config))
     for p in order:
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
+    runtime.introduce(order + [SERVER_C, SERVER_S], timeout)  # public keys, before the first sealed message
     calls = Calls(runtime, order, timeout)
     C, parts = [SERVER_C], order
     model = SSXGBModel(runtime, order, lbp, config, 1)
