@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 from ray_vfl import ProtocolError
 from ray_vfl.crypto import available_backends, get_backend
-from ray_vfl.crypto.ciphertexts import CipherArray
+from ray_vfl.crypto.he.ciphertexts import CipherArray
 from ray_vfl.errors import VFLError
 from ray_vfl.runtime import codec
 from ray_vfl.runtime.codec import DTYPES, MAGIC, WIRE_TYPES, decode, encode, wire_type
@@ -29,7 +29,7 @@ from ray_vfl.runtime.validation import Is, registered_kinds, schema_of
 from ray_vfl.secureboost.messages import LevelStep, Partition, RouteAnswer, SplitOrders
 
 MESSAGE_MODULES = ["ray_vfl.secureboost.messages", "ray_vfl.pivodl.messages", "ray_vfl.ssxgb.messages",
-                   "ray_vfl.psi.party", "ray_vfl.data.store", "ray_vfl.splitnn.parties"]
+                   "ray_vfl.psi.party", "ray_vfl.data.store", "ray_vfl.splitnn.network.parties"]
 
 
 # ---------------------------------------------------------------------------

@@ -62,10 +62,10 @@ _CODE.update({dt.newbyteorder("="): i for i, dt in enumerate(DTYPES)})  # the na
 # name it meets for the first time (only these modules; the sender cannot name another). A backend
 # added with ray_vfl.crypto.register_backend whose public key is a class of its own adds it here.
 WIRE_TYPES: dict[str, str] = {
-    "CipherArray": "ray_vfl.crypto.ciphertexts:CipherArray",
-    "PlainPublicKey": "ray_vfl.crypto.plain:PlainPublicKey",
-    "PaillierPublicKey": "ray_vfl.crypto.paillier:PaillierPublicKey",
-    "OUPublicKey": "ray_vfl.crypto.ou:OUPublicKey",
+    "CipherArray": "ray_vfl.crypto.he.ciphertexts:CipherArray",
+    "PlainPublicKey": "ray_vfl.crypto.he.plain:PlainPublicKey",
+    "PaillierPublicKey": "ray_vfl.crypto.he.paillier:PaillierPublicKey",
+    "OUPublicKey": "ray_vfl.crypto.he.ou:OUPublicKey",
     "SplitOrders": "ray_vfl.secureboost.messages:SplitOrders",
     "Partition": "ray_vfl.secureboost.messages:Partition",
     "LevelStep": "ray_vfl.secureboost.messages:LevelStep",
