@@ -213,6 +213,7 @@ def main(argv=None) -> list[dict]:
     # the CPUs with the parties' mask reserves still filling their last orders: floors moved by 20%), and
     # again after Ray has shut down; the floor uses the mean of the two (this machine's speed drifts
     # by 10-15% within the run's 20 minutes).
+    load_start = os.getloadavg()[0]  # other processes sharing the cores show up here, not in the CPU-time rates
     splits = {(d, n): split(d, n) for d in args.datasets for n in args.parties}
     for train, _ in splits.values():
         for case in args.cases:
@@ -239,11 +240,13 @@ def main(argv=None) -> list[dict]:
                 rows.append(r)
                 print(f"# {dataset} {parties}p {case}: {r['train_s']:.2f} s, AUC {r['auc']:.4f}", file=sys.stderr)
     runtime.shutdown()
+    load_end = os.getloadavg()[0]
     _COSTS.clear()
     for r in rows:
         name, bits, *_ = parse_case(r["case"], args.trees)
         r["floor_after_s"] = floor_seconds(r["ops"], op_costs(name, bits, r["n_rows"]), r["cores"])
         r["floor_s"] = (r["floor_before_s"] + r["floor_after_s"]) / 2
+        r["load_start"], r["load_end"] = load_start, load_end
     header = ("| data | parties | backend | bits | trees | train s | runs s | fit s | s/tree | floor s | floors s | train/floor | AUC | xgb AUC | "
               "dAUC | MB | xgb s | ours/xgb | ref s | cores |")
     print(header)
@@ -261,7 +264,9 @@ def main(argv=None) -> list[dict]:
     print(f"\nThis machine: python-paillier encrypts {machine['phe_encrypt_per_s']:.0f} values/s on one core at 2048 bits "
           f"(the issues' machine: {REF_PHE_ENCRYPT_PER_S:.0f}/s, so {slower:.2f}x as slow for big-integer work); an empty "
           f"actor call takes {machine['actor_call_ms']:.2f} ms (RAY_NOTES: {REF_ACTOR_CALL_MS} ms). Seconds above are "
-          f"this machine's; the ratios (train/floor, ours/xgb) were measured in this run and carry over.")
+          f"this machine's; the ratios (train/floor, ours/xgb) were measured in this run and carry over. The 1-minute load "
+          f"average was {load_start:.1f} at the start and {load_end:.1f} at the end ({os.cpu_count()} cores: above that, other "
+          f"processes shared them, and seconds and ratios both suffer).")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2, default=float)
