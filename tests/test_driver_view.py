@@ -183,19 +183,20 @@ def test_the_driver_holds_ciphertext_only(runtime):
     found = leaks(held, needles)
     kinds = {m.kind for m in held if isinstance(m, Message)}
     # the driver handled messages of every protocol: the recorder saw them
-    assert found["messages held"] > 20 and {"public_key", "pivodl_source_bins", "psi_points"} <= kinds
+    assert found["messages held"] > 20 and {"public_key", "pivodl_candidate_request", "psi_points"} <= kinds
     assert found == {"messages held": found["messages held"], "unsealed": [], "label": [], "feature": [],
                      "bins": [], "gradient": [], "raw id": []}
 
 
 def test_without_seals_the_driver_reads_payloads(runtime):
-    """The same recorder with sealing switched off (what the code did before): payloads and the
-    sources' feature bins are in the driver's hands (PIVODL and PSI suffice to show it)."""
+    """The same recorder with sealing switched off (what the code did before): every payload is in the
+    driver's hands (PIVODL and PSI suffice to show it). Before issue 37 (3a) PIVODL's sources also sent
+    their feature bins to every client, which this recorder found; they now send no bins at all, only
+    each receiver's own rows' memberships per candidate, which the recorder finds unsealed here."""
     runtime._seal_messages = False
     try:
         held, needles = what_the_driver_holds(runtime, secureboost=False)
     finally:
         runtime._seal_messages = True
     found = leaks(held, needles)
-    assert {"pivodl_source_bins", "pivodl_labelled_rows", "psi_points", "psi_result"} <= set(found["unsealed"])
-    assert found["bins"], "the PIVODL sources' feature bins pass through the driver unsealed"
+    assert {"pivodl_candidate_request", "pivodl_labelled_rows", "psi_points", "psi_result"} <= set(found["unsealed"])
