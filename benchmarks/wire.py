@@ -254,17 +254,19 @@ def print_seal_cost(cost: dict, trees: dict[str, int], runs: dict[str, dict]) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capture-trees", type=int, default=3)
+    parser.add_argument("--capture-trees", type=int, default=3, help="main-job trees to capture (0: no CPU tables)")
     parser.add_argument("--codec-repeat", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3, help="main-job fits per mode (0: skip)")
     parser.add_argument("--plain-repeat", type=int, default=7, help="plaintext fits per mode (0: skip)")
     args = parser.parse_args(argv)
-    records = capture(args.capture_trees)
-    print(f"Codec vs pickle: {sum(r[0] == 'main' for r in records)} payloads of {args.capture_trees} trees of the main "
-          f"job and its test scoring, CPU time, best of {args.codec_repeat} alternating")
-    codec_table(records, args.codec_repeat)
-    cost = seal_cost(records, args.codec_repeat)
-    del records
+    cost = {}
+    if args.capture_trees:
+        records = capture(args.capture_trees)
+        print(f"Codec vs pickle: {sum(r[0] == 'main' for r in records)} payloads of {args.capture_trees} trees of the "
+              f"main job and its test scoring, CPU time, best of {args.codec_repeat} alternating")
+        codec_table(records, args.codec_repeat)
+        cost = seal_cost(records, args.codec_repeat)
+        del records
     runs = {}
     if args.repeat or args.plain_repeat:
         train, test = credit()
@@ -277,7 +279,8 @@ def main(argv: list[str] | None = None) -> None:
                     print_alternating(name, 10, runs[job])
         finally:
             rt.shutdown()
-    print_seal_cost(cost, {"main": args.capture_trees, "plain": 10}, runs)
+    if cost:
+        print_seal_cost(cost, {"main": args.capture_trees, "plain": 10}, runs)
 
 
 if __name__ == "__main__":

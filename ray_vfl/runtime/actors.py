@@ -251,7 +251,8 @@ class Runtime:
         Every protocol driver calls it once its actors are spawned, before the first message. Each
         actor made its key pair in its own process; the driver only carries the public keys. (An
         honest-but-curious driver hands out the real ones; a malicious one could substitute its own,
-        which the cross-organisation mode rules out by pinning keys with certificates.)
+        which the cross-organisation mode, still to come, is to rule out by pinning keys with
+        certificates.)
         """
         keys = list(keys)
         named = self.get([(k.split(":")[0], self.actor(k).mailbox_key.remote()) for k in keys], "introduce", timeout_s)

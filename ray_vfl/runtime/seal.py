@@ -25,8 +25,8 @@ store and any relay see headers and ciphertext only.
 Trust. The driver is honest but curious: it may read what passes through it (ciphertext now),
 but follows the protocol, so it hands out the real public keys. A malicious driver could hand
 out its own keys and read or alter every message (a man in the middle); against that, the
-cross-organisation mode pins each party's key by a certificate instead of taking it from the
-driver. Nonces under a pair key are random (96 bits): safe for 2**32 messages per direction of a pair.
+cross-organisation mode (still to come) is to pin each party's key by a certificate instead of
+taking it from the driver. Nonces under a pair key are random (96 bits): safe for 2**32 messages per direction of a pair.
 
 Example
 -------
