@@ -177,9 +177,10 @@ def seal_cost(records: list, repeat: int) -> dict[str, dict[str, float]]:
 
 
 def _actor_cpu(rt: Runtime) -> float:
-    """CPU seconds the runtime's actor processes (the parties and their helpers; not their pool tasks)
-    have used so far: unlike wall time, what other work on the machine does not change."""
-    pids = [pid for _, pid in rt.get([(k.split(":")[0], h.alive.remote()) for k, h in rt.actors.items()], "pids")]
+    """CPU seconds the parties' actor processes (where messages are sealed and opened; not their pool
+    tasks, nor the label party's mask reserve, which takes whatever CPU is idle) have used so far."""
+    parties = [(k, h) for k, h in rt.actors.items() if ":" not in k]
+    pids = [pid for _, pid in rt.get([(k, h.alive.remote()) for k, h in parties], "pids")]
     ticks = 0
     for pid in pids:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
@@ -221,7 +222,8 @@ def print_alternating(name: str, trees: int, runs: dict) -> None:
     med = {s: {k: statistics.median(run[k] for run in runs[s]) for k in runs[s][0]} for s in runs}
     print(f"\n{name}: {trees} trees, median of {repeat} fits each, alternating (wall clock; the machine's load "
           f"average {min(r['load'] for s in runs for r in runs[s]):.1f}-{max(r['load'] for s in runs for r in runs[s]):.1f})\n")
-    print("| | train s (each fit) | fit s | wire s (all parties, wall clock) | actors' CPU s (each fit) | MB | test AUC |")
+    print("| | train s (each fit) | fit s | wire s (all parties, wall clock) | party actors' CPU s (each fit) | MB "
+          "| test AUC |")
     print("|---|---|---|---|---|---|---|")
     for s in (False, True):
         m = med[s]

@@ -18,7 +18,9 @@ the nonce under a pair key):
 
 The receiver recomputes ``K(claimed sender -> itself)``: a message whose seal does not open was not
 sealed by the party it names, was altered on the way, or was meant for another party; one whose
-id it has opened before is a replay. Both raise :class:`~ray_vfl.errors.ProtocolError`. The
+id it has opened before is a replay (within the mailbox's life: a party's key pair lives as long as
+its actor, a mailbox as long as one fit, so a message of an earlier fit between the same actors is
+not caught by this check). Both raise :class:`~ray_vfl.errors.ProtocolError`. The
 sender is thus proven by the seal, not by a field the sender fills in. The driver, Ray's object
 store and any relay see headers and ciphertext only.
 
