@@ -34,7 +34,6 @@ import warnings
 
 import numpy as np
 
-from ray_vfl.errors import VFLError
 
 # None: ray_vfl.data.bundled.data_dirs() -- $VFL_DATA_DIR, then the shipped ray_vfl/data/files
 DATA_DIR = None
@@ -477,18 +476,10 @@ def report(args, runs: list[dict], guesses: list[dict], seconds: float) -> None:
 
 
 def cli(argv=None) -> int:
-    """:func:`main` as the command line runs it: bad input is one ``error:`` line (status 1), Ctrl-C one
-    line saying how many runs are saved (status 130)."""
-    from ray_vfl.experiments.progress import INTERRUPTED_EXIT
+    """:func:`main` as the command line runs it (:func:`ray_vfl.experiments.progress.run_job`)."""
+    from ray_vfl.experiments.progress import run_job
 
-    try:
-        return main(argv)
-    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # Interrupted (from the run log) says what is saved
-        print(str(exc) or "interrupted: no run started", file=sys.stderr)
-        return INTERRUPTED_EXIT
+    return run_job(main, argv)
 
 
 if __name__ == "__main__":

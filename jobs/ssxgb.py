@@ -26,7 +26,6 @@ import time
 import numpy as np
 import pandas as pd
 
-from ray_vfl.errors import VFLError
 
 # With no options the job runs a small version (about a minute); --full runs the paper's study.
 SMALL = {"datasets": ["iris"], "rows": 1000, "rounds": 3, "depth": 2, "max_bin": 4, "key_bits": 1024, "scaling": "",
@@ -243,18 +242,10 @@ def main(argv=None) -> int:
 
 
 def cli(argv=None) -> int:
-    """:func:`main` as the command line runs it: bad input is one ``error:`` line (status 1), Ctrl-C one
-    line saying how many runs are saved (status 130)."""
-    from ray_vfl.experiments.progress import INTERRUPTED_EXIT
+    """:func:`main` as the command line runs it (:func:`ray_vfl.experiments.progress.run_job`)."""
+    from ray_vfl.experiments.progress import run_job
 
-    try:
-        return main(argv)
-    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # Interrupted (from the run log) says what is saved
-        print(str(exc) or "interrupted: no run started", file=sys.stderr)
-        return INTERRUPTED_EXIT
+    return run_job(main, argv)
 
 
 if __name__ == "__main__":

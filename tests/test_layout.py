@@ -182,12 +182,13 @@ def test_nothing_reads_data_outside_the_repository():
     """A fresh clone has nothing beside it: no code, job, notebook or config names a folder outside the
     repository's data (the data sets ship in ray_vfl/data/files)."""
     repo = PACKAGE.parent
-    needles = ["shared/data", '"shared", "data"', "'shared', 'data'", '"shared" / "data"']
+    part = "shared"  # the needles are built, so this file names no such path itself
+    needles = [f"{part}/data", f'"{part}", "data"', f"'{part}', 'data'", f'"{part}" / "data"']
     hits = []
     for path in repo.rglob("*"):
         if path.suffix not in {".py", ".ipynb", ".yaml", ".toml", ".cfg"} and path.name != "run":
             continue
-        if ".git" in path.parts or not path.is_file() or path == Path(__file__).resolve():
+        if ".git" in path.parts or not path.is_file():
             continue
         text = path.read_text(errors="replace")
         hits += [f"{path.relative_to(repo)}: {n}" for n in needles if n in text]

@@ -30,12 +30,13 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from typing import Any, Callable, Sequence
 
-from ..errors import DataError
+from ..errors import DataError, VFLError
 from ..trees.callbacks import TrainingCallback
 
-__all__ = ["RunLog", "Interrupted", "TreeProgress", "close_bars", "run_id", "INTERRUPTED_EXIT"]
+__all__ = ["RunLog", "Interrupted", "TreeProgress", "close_bars", "run_id", "run_job", "INTERRUPTED_EXIT"]
 
 log = logging.getLogger(__name__)
 INTERRUPTED_EXIT = 130  # what a shell reports for a process ended by SIGINT (128 + 2)
@@ -200,3 +201,16 @@ class TreeProgress(TrainingCallback):
         if self.bar is not None:
             self.bar.close()
             _OPEN_BARS.discard(self.bar)
+
+
+def run_job(main: Callable[[Any], int], argv: Sequence[str] | None = None) -> int:
+    """A job's ``main(argv)`` as the command line runs it: bad input is one ``error:`` line (status 1),
+    Ctrl-C one line saying how many runs are saved (status 130)."""
+    try:
+        return main(argv)
+    except VFLError as exc:  # bad input or a failed party: the message names the problem and the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Interrupted (from the run log) says what is saved
+        print(str(exc) or "interrupted: no run started", file=sys.stderr)
+        return INTERRUPTED_EXIT
