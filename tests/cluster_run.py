@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -74,10 +75,21 @@ def placement_and_failure(runtime: Runtime, cluster: Cluster, nodes: dict) -> di
     task_nodes = {p: sorted(set(runtime.pool(p, 2).map(_node_of_task, [0, 1, 2, 3]))) for p in CLIENTS}
     margins_ok = bool(len(model.predict_margin(data)) == data.n_rows)
 
+    shop_actor = runtime.actor("shop")._actor_id.hex()
+
     class KillShop(TrainingCallback):
+        """Removes shop's node after the first tree and waits until Ray's actor table says shop's actor is dead
+        (a removed raylet's workers exit a moment later; on a loaded machine the next trees could otherwise
+        finish first, and the check would prove nothing)."""
+
         def after_iteration(self, iteration, logs):
             if iteration == 0:
                 cluster.remove_node(nodes["shop"], allow_graceful=False)
+                deadline = time.monotonic() + 120
+                while ray._private.state.actors().get(shop_actor, {}).get("State") != "DEAD":
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("shop's actor still alive 120 s after its node was removed")
+                    time.sleep(0.2)
             return False
 
     failure = None
