@@ -1,10 +1,12 @@
-"""Evaluation metrics reported by a label owner (vectorised numpy, no per-call validation cost)."""
+"""Evaluation metrics reported by a label owner, and attacks' success against chance (numpy only)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["auc", "logloss", "average_ranks"]
+__all__ = ["auc", "logloss", "average_ranks", "auc_both_ways", "AttackResult"]
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
@@ -45,3 +47,44 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 def logloss(y: np.ndarray, p: np.ndarray) -> float:
     p = np.clip(p, 1e-15, 1 - 1e-15)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+
+
+def auc_both_ways(y: np.ndarray, score: np.ndarray) -> tuple[float, float]:
+    """An attack's AUC one-sided (its scores as they are) and two-sided (``max(a, 1 - a)``: either way round).
+
+    >>> auc_both_ways(np.array([0, 1, 0, 1]), np.array([0.9, 0.1, 0.8, 0.2]))
+    (0.0, 1.0)
+    """
+    one = auc(np.asarray(y), np.asarray(score))
+    return one, max(one, 1.0 - one)
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """One attack run on a recorded view: who attacks, what it recovers, and the level that means no leak.
+
+    ``success`` is one-sided (the attack's guesses as they are) and ``two_sided`` the same read either way
+    round where that applies (an AUC's ``max(a, 1 - a)``; ``None`` for a count), ``chance`` what guessing
+    without the view achieves under the same metric. ``setting`` says what ran (data, options), ``command``
+    the command that reproduces the row.
+
+    >>> AttackResult("PIVODL", "split client", "differential", "labels read", 0.0, 0.0).leaks
+    False
+    """
+
+    protocol: str
+    role: str
+    attack: str
+    metric: str
+    success: float
+    chance: float
+    two_sided: float | None = None
+    setting: str = ""
+    command: str = ""
+    margin: float = 0.0
+
+    @property
+    def leaks(self) -> bool:
+        """Success (either way round) above chance by more than ``margin``."""
+        best = self.success if self.two_sided is None else max(self.success, self.two_sided)
+        return best > self.chance + self.margin
