@@ -3,7 +3,8 @@
 The driver coordinates the parties' actors; Ray hands it every actor result it asked for, inline when
 small (messages included: the driver owns the references it passes on), and lets it fetch any reference
 it owns from the object store. A recorder wraps the driver's Ray deserializer (everything the driver
-builds from bytes Ray hands it) and keeps every reference the driver's calls return; after SecureBoost,
+builds from bytes Ray hands it) and keeps every reference the driver's calls return; after SecureBoost
+(training and prediction: margins come back sealed to a key the caller made for the call),
 PIVODL and PSI have run, it fetches every one of those references too, so it holds everything the
 driver could read. In that haul: every message is sealed (its wire is no payload, and no key of this
 process opens it), and no label, feature value, bin of a feature, gradient or raw ID appears in any
@@ -184,6 +185,8 @@ def test_the_driver_holds_ciphertext_only(runtime):
     kinds = {m.kind for m in held if isinstance(m, Message)}
     # the driver handled messages of every protocol: the recorder saw them
     assert found["messages held"] > 20 and {"public_key", "pivodl_candidate_request", "psi_points"} <= kinds
+    # predictions too come back sealed, to a key the caller made for that call (issue 37, 3f)
+    assert "margins" in kinds and all(m.receivers == ("caller",) for m in held if isinstance(m, Message) and m.kind == "margins")
     assert found == {"messages held": found["messages held"], "unsealed": [], "label": [], "feature": [],
                      "bins": [], "gradient": [], "raw id": []}
 

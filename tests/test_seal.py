@@ -13,7 +13,7 @@ from ray_vfl import ProtocolError
 from ray_vfl.errors import VFLError
 from ray_vfl.runtime import seal as seal_module
 from ray_vfl.runtime.codec import decode, encode
-from ray_vfl.runtime.comm import Mailbox, Message, payload_nbytes
+from ray_vfl.runtime.comm import CallerBox, Mailbox, Message, payload_nbytes
 from ray_vfl.runtime.seal import SEAL_MAGIC, Seal, sealed_size
 
 
@@ -122,3 +122,26 @@ def test_an_unsealed_message_is_refused_unless_both_sides_measure_without_seals(
     _refused(shop, message, "the message is not sealed")
     shop.trust({}, sealed=False)
     assert shop.open(message, "note").tolist() == [0, 1, 2]
+
+
+def test_a_result_for_the_caller_opens_with_that_calls_key_only():
+    """Predictions go back to the caller sealed to a key made for that call: another call's key, or a
+    process that only knows the name ``caller``, cannot open them, and the box proves the sender."""
+    bank, shop = Mailbox("bank"), Mailbox("shop")
+    box = CallerBox({"bank": bank.public_key, "shop": shop.public_key})
+    message = bank.send_to_caller("margins", box.public_key, np.arange(4.0))
+    assert message.receivers == ("caller",) and message.wire.startswith(SEAL_MAGIC)
+    assert bank.records[-1].receiver == "caller" and bank.records[-1].nbytes == len(message.wire)
+    other_call = CallerBox({"bank": bank.public_key})
+    with pytest.raises(ProtocolError, match="does not verify"):
+        other_call.open(message, "margins")
+    with pytest.raises(ProtocolError, match="does not verify"):  # the name alone opens nothing
+        Seal("caller").unseal("margins", "bank", ("caller",), -1, -1, message.wire)
+    with pytest.raises(ProtocolError, match="only from"):
+        box.open(message, "margins", senders=["shop"])
+    forged = dataclasses.replace(shop.send_to_caller("margins", box.public_key, np.zeros(4)), sender="bank")
+    with pytest.raises(ProtocolError, match="does not verify"):
+        box.open(forged, "margins")
+    assert box.open(message, "margins", senders=["bank"]).tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(VFLError, match="caller key that is not 32 bytes"):
+        bank.send_to_caller("margins", b"short", np.zeros(2))

@@ -157,6 +157,10 @@ register(  # every client -> output client: its masked share (uint64 in the ring
     Array("", "int", ("n_rows",)),
     Rule(lambda p, c: None if p.dtype == np.uint64 else f"has dtype {p.dtype}; expected uint64"),
 )
+register(  # output client -> the caller (sealed to the key the caller made for this prediction): the margins
+    "pivodl_margins",
+    Array("", "float", ("n_rows",)),
+)
 register(  # every client -> output client: its masked share of the eval loss sums (3 values)
     "pivodl_metric_share",
     Array("", "int", (3,)),

@@ -52,7 +52,10 @@ class PIVODLModel:
 
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None, output: str | None = None) -> np.ndarray:
         """Margins by secure prediction (step 7); ``output`` is the client that sums the masked shares
-        (the first client by default) and hands the margins to the caller."""
+        (the first client by default) and hands the margins to the caller: whoever calls this method, on
+        the label holders' side. They come back sealed to a key the caller's process made for this call
+        (:meth:`ray_vfl.runtime.actors.Runtime.caller_box`): Ray's object store holds ciphertext, and the
+        output client alone (no other client) learns the margins besides the caller."""
         n_trees = self.n_trees if n_trees is None else int(n_trees)
         if not 1 <= n_trees <= self.n_trees:
             raise ConfigError(f"n_trees must be in [1, {self.n_trees}], got {n_trees}")
@@ -71,8 +74,10 @@ class PIVODLModel:
             nonce = secrets.token_bytes(16)
             shares = calls.each("prediction_share", self.order, lambda p: (key, nonce, output), 1, "prediction shares")
             refs = [shares[p][0] for p in self.order if p != output]
-            margins = self.runtime.get([(output, self.runtime.actor(output).combine_shares.remote(key, refs))],
-                                       "prediction")[0]
+            box = self.runtime.caller_box()  # the margins come back sealed to a key made for this call
+            sealed = self.runtime.get([(output, self.runtime.actor(output).combine_shares.remote(key, refs, box.public_key))],
+                                      "prediction")[0]
+            margins = box.open(sealed, "pivodl_margins", {"n_rows": data.n_rows}, [output])
         finally:
             calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
         return margins

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.comm import Message
 from ..crypto.privacy.secure_sum import combine
 from ..trees.kernels import base_margin, goes_left
 from .messages import fetch
@@ -99,12 +100,14 @@ class PredictionRole:
             return None, None
         return None, self.mailbox.send("pivodl_prediction_share", [output], share, -1, -1)
 
-    def combine_shares(self, key: str, shares: list) -> np.ndarray:
-        """At the output client: the sum of every client's share plus the base margin, the model's margins."""
+    def combine_shares(self, key: str, shares: list, caller_key: bytes) -> Message:
+        """At the output client: the sum of every client's share plus the base margin, the model's margins,
+        sealed to the caller (the key it made for this prediction)."""
         ctx = {"n_rows": len(self.rows[key])}
         all_shares = [self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others) for m in fetch(shares)]
         self.routes.pop(key, None)
-        return combine(all_shares) + base_margin(self.config.objective, self.base_score)
+        margins = combine(all_shares) + base_margin(self.config.objective, self.base_score)
+        return self.mailbox.send_to_caller("pivodl_margins", caller_key, margins)
 
     # -- evaluation: margins reach only each row's label owner; the metrics' sums are masked too ----------
     def eval_labelled(self, key: str) -> tuple:

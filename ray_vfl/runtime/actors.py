@@ -30,6 +30,7 @@ import ray
 
 from ..errors import ConfigError, DataError, PartyFailedError, VFLError
 from . import timeline
+from .comm import CallerBox
 from .local_ray import (
     RESOURCE_UNITS,
     claim_spare_slots,
@@ -159,6 +160,7 @@ class Runtime:
         self._serial = itertools.count()
         # Messages are sealed. benchmarks/wire.py alone sets this False, to measure what sealing costs.
         self._seal_messages = True
+        self._mailbox_keys: dict[str, bytes] = {}  # every introduced mailbox's public key (to open results)
 
     # connection ----------------------------------------------------------
     def connect(self, parties: Sequence[str]) -> None:
@@ -262,8 +264,15 @@ class Runtime:
                 raise VFLError(f"two actors introduced together have a mailbox named {name!r}; introduce "
                                "each group of talking actors on its own")
             directory[name] = public
+        self._mailbox_keys.update(directory)
         self.get([(k.split(":")[0], self.actor(k).trust_mailboxes.remote(directory, self._seal_messages)) for k in keys],
                  "introduce", timeout_s)
+
+    def caller_box(self) -> "CallerBox":
+        """The driver's end of one call's result (:class:`~ray_vfl.runtime.comm.CallerBox`): a key pair
+        made for this call; hand its ``public_key`` to the party that computes the result, which seals it
+        (:meth:`~ray_vfl.runtime.comm.Mailbox.send_to_caller`), and open the message with the box."""
+        return CallerBox(self._mailbox_keys, self._seal_messages)
 
     @staticmethod
     def _answers(handle) -> bool:

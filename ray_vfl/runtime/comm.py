@@ -20,7 +20,7 @@ from typing import Any, Collection, Iterable, Mapping
 from ..errors import ProtocolError, VFLError
 from .codec import MAGIC, decode, encode
 from .payload_shapes import describe
-from .seal import Seal, sealed_size
+from .seal import CALLER, PUBLIC_KEY_BYTES, Seal, sealed_size
 from .timeline import span
 from .validation import check_payload
 
@@ -118,6 +118,19 @@ class Mailbox:
             self.records.append(Record(tree, depth, self.name, receiver, kind, len(wire), shape))
         return Message(kind, self.name, receivers, tree, depth, wire)
 
+    def send_to_caller(self, kind: str, caller_key: bytes, payload: Any) -> Message:
+        """A result for whoever called the protocol (predictions), sealed to the key ``caller_key`` it
+        made for this call (:data:`ray_vfl.runtime.seal.CALLER`): metered like any message, readable by
+        the caller alone. The caller opens it with a :class:`CallerBox`."""
+        if not isinstance(caller_key, bytes) or len(caller_key) != PUBLIC_KEY_BYTES:
+            raise VFLError(f"party {self.name!r} was handed a caller key that is not {PUBLIC_KEY_BYTES} bytes")
+        with span("wire"):
+            plain = encode(payload)
+            wire = self.seal.seal(kind, (CALLER,), -1, -1, plain, {CALLER: caller_key}) if self.sealed else plain
+            shape = describe(payload)
+        self.records.append(Record(-1, -1, self.name, CALLER, kind, len(wire), shape))
+        return Message(kind, self.name, (CALLER,), -1, -1, wire)
+
     def open(self, message: Message, kind: str, context: Mapping[str, Any] | None = None,
              senders: Collection[str] | None = None) -> Any:
         """Unwrap a message addressed to this party, checking its seal, its kind and its payload.
@@ -150,6 +163,28 @@ class Mailbox:
     def drain(self) -> list[Record]:
         records, self.records = self.records, []
         return records
+
+
+class CallerBox(Mailbox):
+    """The caller's end of one call's result (predictions): a key pair made in the caller's process for
+    this call only, and the parties' public keys to prove which one sealed the result.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> bank = Mailbox("bank")
+    >>> box = CallerBox({"bank": bank.public_key})
+    >>> msg = bank.send_to_caller("margins", box.public_key, np.arange(3.0))
+    >>> box.open(msg, "margins", senders=["bank"]).tolist(), bank.records[0].receiver
+    ([0.0, 1.0, 2.0], 'caller')
+    """
+
+    def __init__(self, keys: Mapping[str, bytes], sealed: bool = True) -> None:
+        self.name = CALLER
+        self.records = []
+        self.seal = Seal(CALLER, ephemeral=True)
+        self.seal.trust(keys)
+        self.sealed = bool(sealed)
 
 
 class CommStats:

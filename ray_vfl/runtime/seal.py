@@ -56,7 +56,14 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..errors import ProtocolError, VFLError
 
-__all__ = ["Seal", "SEAL_MAGIC", "PUBLIC_KEY_BYTES", "sealed_size"]
+__all__ = ["Seal", "SEAL_MAGIC", "PUBLIC_KEY_BYTES", "CALLER", "sealed_size"]
+
+CALLER = "caller"
+"""The receiver name of what a protocol hands back to whoever called it (predictions): the driver's
+process makes a key pair for one call (``Seal(CALLER, ephemeral=True)``), hands its public key with
+the call, and the party that computed the result seals it to that key
+(:meth:`ray_vfl.runtime.comm.Mailbox.send_to_caller`); Ray's object store and any relay hold
+ciphertext, and the caller proves which party sealed it."""
 
 SEAL_MAGIC = b"RVS\x01"  # format version 1
 PUBLIC_KEY_BYTES = 32
@@ -139,9 +146,9 @@ class Seal:
     same process needs none. Sealing to, or opening from, any other party is refused.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, ephemeral: bool = False) -> None:
         self.name = name
-        self._keys = _local(name)
+        self._keys = _KeyPair(name) if ephemeral else _local(name)  # ephemeral: a key pair kept by no one else
         self._trusted: dict[str, bytes] = {}
         self._seen: set[bytes] = set()
 
@@ -171,11 +178,13 @@ class Seal:
             key = _LOCAL[name].public
         return key
 
-    def seal(self, kind: str, receivers: Sequence[str], tree: int, depth: int, plain: bytes) -> bytes:
-        """``plain`` sealed for ``receivers`` (see the module docstring)."""
+    def seal(self, kind: str, receivers: Sequence[str], tree: int, depth: int, plain: bytes,
+             keys: Mapping[str, bytes] | None = None) -> bytes:
+        """``plain`` sealed for ``receivers`` (see the module docstring); ``keys``: public keys for this
+        message only (a caller's key made for one call, :data:`CALLER`), taken before the trusted ones."""
         peers = []
         for r in receivers:
-            key = self._peer(r)
+            key = (keys or {}).get(r) or self._peer(r)
             if key is None:
                 raise VFLError(f"party {self.name!r} has no public key of {r!r} to seal a {kind!r} for it: the "
                                "driver hands out the keys at set-up (Runtime.introduce)")

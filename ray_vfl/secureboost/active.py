@@ -11,6 +11,7 @@ from ..crypto import get_backend
 from ..crypto.he.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
+from ..runtime.comm import Message
 from ..runtime.task_pool import TaskPool
 from ..runtime.timeline import span_if, timed
 from ..trees.config import BoostConfig
@@ -138,6 +139,12 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def predict_margin(self, key: str, first_tree: int, end_tree: int) -> np.ndarray:
         """Federated margins of data set ``key`` over trees ``[first_tree, end_tree)`` (no base margin)."""
         return rounds.route(self, key, first_tree, end_tree)
+
+    def margins_for_caller(self, key: str, end_tree: int, caller_key: bytes) -> Message:
+        """The model's margins of data set ``key`` with its first ``end_tree`` trees, base margin included,
+        sealed to the caller (the key it made for this call)."""
+        margins = rounds.route(self, key, 0, end_tree) + self.base_margin
+        return self.mailbox.send_to_caller("margins", caller_key, np.asarray(margins, dtype=np.float64))
 
     def start_tree(self, tree: int):
         """Gradients of the current model, encrypted for the passive parties.
@@ -405,9 +412,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         return evaluate_margin(self.config.objective, self.labels[key], margin)
 
     # model ----------------------------------------------------------------------
-    def get_base_margin(self) -> float:
-        return self.base_margin
-
     def history_snapshot(self) -> dict[str, list[dict[str, float]]]:
         return {k: list(v) for k, v in self.history.items()}
 

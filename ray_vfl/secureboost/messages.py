@@ -203,3 +203,6 @@ register(  # passive -> active, per prediction round (context: n_queries sent to
     "route_answer",
     Is("", RouteAnswer), Scalar("count", equals="n_queries"), Packed("bits", "n_queries"),
 )
+register(  # active -> the caller (sealed to the key the caller made for this prediction): the margins
+    "margins", Array("", "float", ("n_rows",)),
+)

@@ -138,14 +138,18 @@ class FederatedModel:
 
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
         """Raw margins of federated prediction for every row of ``data`` with its first ``n_trees``
-        trees (all by default; :class:`~ray_vfl.errors.ConfigError` outside 1 .. :attr:`n_trees`)."""
+        trees (all by default; :class:`~ray_vfl.errors.ConfigError` outside 1 .. :attr:`n_trees`).
+        The active party hands them to the caller (whoever calls this method, on the label party's side)
+        sealed to a key the caller's process made for this call
+        (:meth:`ray_vfl.runtime.actors.Runtime.caller_box`)."""
         n_trees = self._n_trees(n_trees)
+        box = self.runtime.caller_box()  # the margins come back sealed to a key made for this call
 
         def margins(key, active):
-            return active.predict_margin.remote(key, 0, n_trees)
+            return active.margins_for_caller.remote(key, n_trees, box.public_key)
 
-        return self._with_rows(data, margins, "predict") + self.runtime.get(
-            [(self.label_party, self._handle(self.label_party).get_base_margin.remote())], "prediction")[0]
+        return box.open(self._with_rows(data, margins, "predict"), "margins", {"n_rows": data.n_rows},
+                        [self.label_party])
 
     def _with_rows(self, data: VerticalDataset, call, role: str = "predict") -> Any:
         """Have every party load its rows of ``data``, run ``call(key, label party)`` and drop the rows."""

@@ -83,7 +83,9 @@ class SplitNNModel:
     unaligned_options: UnalignedOptions | None = None
 
     def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """Federated prediction: probabilities of the positive class for every row of ``data``."""
+        """Federated prediction: probabilities of the positive class for every row of ``data``, handed by
+        the label party to the caller (whoever calls this method, on the label party's side) sealed to a
+        key the caller's process made for this call (:meth:`ray_vfl.runtime.actors.Runtime.caller_box`)."""
         return self._at_label_party(data, "predict")
 
     def evaluate(self, data: VerticalDataset) -> dict[str, float]:
@@ -108,7 +110,13 @@ class SplitNNModel:
             warn_unseen_categories(parties, reports, "prediction data")
             embs = [rt.actor(p).embed.remote(key) for p in self.nonlabel]
             label = rt.actor(self.label_party)
-            result = rt.get([(self.label_party, getattr(label, method).remote(key, *embs))], "prediction")[0]
+            if method == "predict":  # probabilities come back sealed to a key made for this call
+                box = rt.caller_box()
+                sealed = rt.get([(self.label_party, label.predict_for_caller.remote(key, box.public_key, *embs))],
+                                "prediction")[0]
+                result = box.open(sealed, "splitnn_proba", {"n_rows": data.n_rows}, [self.label_party])
+            else:
+                result = rt.get([(self.label_party, label.evaluate.remote(key, *embs))], "prediction")[0]
         except (DataError, ConfigError):  # bad input: the parties drop what they loaded and stay ready
             drop()
             raise

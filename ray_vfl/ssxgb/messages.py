@@ -108,6 +108,9 @@ register(  # owner -> C, per prediction: left/right of every prediction row at e
 register(  # C -> LBP, per prediction: Enc_pk_LBP(sum of the federated trees' leaf weights) per row
     "ssxgb_prediction", _bcp("", "n_rows"),
 )
+register(  # LBP -> the caller (sealed to the key the caller made for this prediction): the margins
+    "ssxgb_margins", Array("", "float", ("n_rows",)),
+)
 register(  # C -> S, per two-server round: a ServerS step and its (masked, encrypted) arguments
     "ssxgb_s_request", Is("", dict),
     Rule(lambda p, c: None if p.get("step") in S_STEPS else f"step {p.get('step')!r} is not one of {S_STEPS}"),

@@ -232,7 +232,11 @@ class Participant(PartyActor, CostCounters):
                    "bits": np.packbits(np.concatenate(bits)) if bits else np.zeros(0, dtype=np.uint8)}
         return None, self.mailbox.send("ssxgb_route", [self.server_c], payload)
 
-    def open_prediction(self, key: str, message: Any) -> np.ndarray:
+    def open_prediction(self, key: str, message: Any, caller_key: bytes) -> Message:
+        """LBP only: the margins (:meth:`_margins`), sealed to the caller: the key it made for this call."""
+        return self.mailbox.send_to_caller("ssxgb_margins", caller_key, self._margins(key, message))
+
+    def _margins(self, key: str, message: Any) -> np.ndarray:
         """LBP only: decrypt the summed leaf weights and add the base margin and the first tree."""
         if not self.is_lbp:
             raise DataError(f"only the LBP decrypts predictions, not {self.name!r}")
@@ -248,7 +252,7 @@ class Participant(PartyActor, CostCounters):
         those rows; only the metrics (logloss, AUC) leave this participant, never a margin."""
         if key not in self.labels:
             raise DataError(f"participant {self.name!r} holds no labels of eval set {key!r}: the LBP must hold them")
-        margins = self.open_prediction(key, message)
+        margins = self._margins(key, message)
         return evaluate_margin("binary:logistic", np.asarray(self.labels[key], dtype=np.float64), margins)
 
     # -- saved part (on this participant's own machine) -------------------------------------------------

@@ -114,7 +114,9 @@ class SSXGBModel:
         return Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
 
     def predict_margin(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
-        """Margins by encrypted federated prediction; only the LBP decrypts (and adds its first tree)."""
+        """Margins by encrypted federated prediction; only the LBP decrypts (and adds its first tree), and
+        hands them to the caller (whoever calls this method, on the LBP's side) sealed to a key the
+        caller's process made for this call (:meth:`ray_vfl.runtime.actors.Runtime.caller_box`)."""
         n_trees = self.n_trees if n_trees is None else int(n_trees)
         if not 1 <= n_trees <= self.n_trees:
             raise ConfigError(f"n_trees must be in [1, {self.n_trees}], got {n_trees}")
@@ -319,7 +321,11 @@ def _predicted(calls: Calls, order: list[str], lbp: str, key: str, n_rows: int, 
     routes = calls.each("route", order, lambda p: (key, n_trees - 1), 1, f"{key}: routes")
     out = calls.each("predict", [SERVER_C], lambda p: ([routes[q][0] for q in order], n_rows, n_trees - 1), 1,
                      f"{key}: encrypted sums")[SERVER_C][0]
-    return calls.value(method, [lbp], lambda p: (key, [out]), f"{key}: prediction")[0]
+    if method == "score_prediction":
+        return calls.value(method, [lbp], lambda p: (key, [out]), f"{key}: prediction")[0]
+    box = calls.runtime.caller_box()  # the margins come back sealed to a key made for this call
+    sealed = calls.value(method, [lbp], lambda p: (key, [out], box.public_key), f"{key}: prediction")[0]
+    return box.open(sealed, "ssxgb_margins", {"n_rows": n_rows}, [lbp])
 
 
 def _grow_tree(calls: Calls, order: list[str], config: SSXGBConfig, tree: int) -> None:

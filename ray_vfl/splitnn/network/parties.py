@@ -52,6 +52,7 @@ PART_FIX = ("load the folder SplitNNModel.save / SplitNNClassifier.save_model wr
 # every weight of the receiver's model at the next step.
 register("embedding", Array("", "float", ("n_rows", "width"), finite=True))
 register("embedding_grad", Array("", "float", "shape", finite=True))
+register("splitnn_proba", Array("", "float", ("n_rows",)))  # label party -> the caller, sealed to its key
 
 
 def check_binary_labels(labels: Any) -> np.ndarray:
@@ -377,6 +378,10 @@ class LabelParty(_SplitParty):
         with torch.no_grad():
             embs = [e.detach() for e in self._embeddings(messages, len(ids), -1)]
             return torch.sigmoid(self.top([self.bottom(ids)] + embs)).numpy().astype(np.float64)
+
+    def predict_for_caller(self, key: str, caller_key: bytes, *messages: Message) -> Message:
+        """:meth:`predict`, sealed to the caller (the key it made for this call)."""
+        return self.mailbox.send_to_caller("splitnn_proba", caller_key, self.predict(key, *messages))
 
     def evaluate(self, key: str, *messages: Message) -> dict[str, float]:
         """Test AUC and NLL of a loaded data set, from this party's own labels of it."""
