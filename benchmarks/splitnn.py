@@ -14,6 +14,13 @@ party actor uses) and with torch's default thread count.
 table (the "Split-NN defenses, two-sided" section of benchmarks/RESULTS.md)::
 
     python benchmarks/splitnn.py --defenses fedads_like ipinyou --json results/splitnn_defenses.json
+
+``--sealing N`` measures what sealed channels cost the split network: N fits of each, alternating
+unsealed and sealed in one Ray (the runtime's benchmark-only switch ``Runtime._seal_messages``), with the
+batch loop's seconds, the seconds the parties spent on the wire (encoding, sealing, opening, decoding and
+checking: the ``wire`` intervals of ``ray_vfl.runtime.timeline``) and the MB metered::
+
+    python benchmarks/splitnn.py --sealing 5 --rows 20000 --depths 32
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--depths", type=int, nargs="+", default=[1, 32], help="pipeline depths to measure")
     p.add_argument("--repeats", type=int, default=2, help="timed repetitions (the best is reported)")
     p.add_argument("--json", default=None)
+    p.add_argument("--sealing", type=int, default=0, metavar="N",
+                   help="measure sealing instead: N fits unsealed and N sealed, alternating (first of --depths)")
     p.add_argument("--defenses", nargs="*", default=None, metavar="DATA",
                    help="measure the defenses on these datasets (fedads_like, ipinyou, credit, open_bandit)")
     p.add_argument("--generator-rows", type=int, default=200_000, help="rows of fedads_like for --defenses")
@@ -85,10 +94,49 @@ def defenses(args) -> int:
     return 0
 
 
+def sealing(args) -> int:
+    """Fits alternating unsealed and sealed: batch-loop seconds, wire seconds, MB (a Markdown table)."""
+    import statistics
+
+    data = make_fedads_like(int(args.rows / 0.75) + 200, aligned_fraction=1.0, seed=0).train
+    config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs, pipeline_depth=args.depths[0])
+    runtime = Runtime()
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    try:
+        runtime.connect(data.party_names)
+        train(runtime, data.take(range(min(2048, data.n_rows))), config)  # warm-up: actors up, torch imported
+        for r in range(args.sealing):
+            for sealed in ((False, True) if r % 2 == 0 else (True, False)):
+                runtime._seal_messages = sealed
+                runtime.timelines()  # drop what earlier fits measured
+                model = train(runtime, data, config)
+                wire = sum(end - start for t in runtime.timelines().values()
+                           for kind, start, end in t["spans"] if kind == "wire")
+                runs[sealed].append({"loop": model.train_seconds, "wire": wire, "mb": model.comm_stats.total_mb,
+                                     "load": os.getloadavg()[0]})
+                print(f"  {'sealed' if sealed else 'unsealed'}: loop {model.train_seconds:.3f} s, wire {wire:.3f} s, "
+                      f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        runtime._seal_messages = True
+        runtime.shutdown()
+    med = {s: {k: statistics.median(run[k] for run in runs[s]) for k in runs[s][0]} for s in runs}
+    print(f"\nsplit network, {data.n_rows} rows, batch {args.batch_size}, depth {args.depths[0]}: median of "
+          f"{args.sealing} fits each, alternating\n")
+    print("| | batch loop s (each fit) | wire s (all parties) | MB |\n|---|---|---|---|")
+    for s in (False, True):
+        each = ", ".join(f"{run['loop']:.2f}" for run in runs[s])
+        print(f"| {'sealed' if s else 'unsealed'} | {med[s]['loop']:.3f} ({each}) | {med[s]['wire']:.3f} | {med[s]['mb']:.2f} |")
+    print(f"| sealed / unsealed | {(med[True]['loop'] / med[False]['loop'] - 1) * 100:+.1f} % "
+          f"| {med[True]['wire'] - med[False]['wire']:+.3f} s | {(med[True]['mb'] / med[False]['mb'] - 1) * 100:+.2f} % |")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.defenses is not None:
         return defenses(args)
+    if args.sealing:
+        return sealing(args)
     data = make_fedads_like(int(args.rows / 0.75) + 200, aligned_fraction=1.0, seed=0).train  # 3 of 4 weeks are training
     config = SplitNNConfig(batch_size=args.batch_size, epochs=args.epochs)
     samples = data.n_rows * args.epochs
