@@ -51,7 +51,7 @@ from ..errors import DataError
 from ..metrics import auc
 from ..trees.kernels import GRADIENT_FRAC_BITS, base_margin, encoded_gradients
 
-__all__ = ["label_guess_report", "differential_guesses", "differential_report"]
+__all__ = ["label_guess_report", "differential_guesses", "differential_report", "attack_results"]
 
 _ONE = 1 << GRADIENT_FRAC_BITS  # 1.0 on the gradients' fixed-point grid
 
@@ -210,3 +210,6 @@ def differential_report(view: Mapping, guesses: np.ndarray, labels: np.ndarray) 
             "accuracy": float(np.mean(said == y)) if len(y) else float("nan"),
             "chance": float(max(y.mean(), 1 - y.mean())) if len(y) else float("nan"),
             "auc": a, "auc_two_sided": max(a, 1 - a)}
+
+
+from .attack_views import attack_results  # noqa: E402  (every PIVODL attack, for benchmarks/attacks.py)
