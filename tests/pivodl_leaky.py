@@ -30,3 +30,19 @@ class LeakyClient(Client):
 
     def _encrypt(self, jobs):
         return [self.backend.encrypt_gh_sums(self.peer_pk[c], g, h) for c, g, h in jobs]
+
+
+class NoNoiseClient(Client):
+    """Releases its clipped leaf weights without the Gaussian noise."""
+
+    def reset(self, *args, **kwargs):
+        super().reset(*args, **kwargs)
+        self.noise.sample = lambda size, sigma: np.zeros(size)
+
+
+class SeededNoiseClient(Client):
+    """Draws its noise from a fixed seed: the same draws in every run."""
+
+    def reset(self, *args, **kwargs):
+        super().reset(*args, **kwargs)
+        self.noise._rng = np.random.Generator(np.random.PCG64DXSM(7))
