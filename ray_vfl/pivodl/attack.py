@@ -1,6 +1,9 @@
 """Attacks of honest-but-curious PIVODL clients on the labels of the others, each run on what the
 attacker holds, and how to score them honestly.
 
+The other rows of the view table have their attacks in :mod:`ray_vfl.pivodl.attack_views`, with
+:func:`attack_results` (every PIVODL attack, for ``benchmarks/attacks.py``).
+
 **The label guess of the paper's Table III** (:func:`label_guess_report`). Each client guesses the
 labels of the other clients' rows from its own view only: the leaf weights it received (released by
 their holders, noisy under partial DP) and the partitions (which leaf every training row fell in,
