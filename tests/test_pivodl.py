@@ -169,55 +169,62 @@ def test_instance_threshold_offers_exactly_the_admissible_splits(runtime):
     assert (f_held["feature"][0], f_held["bin"][0]) == best_held
 
 
-def test_views_match_the_table(runtime, credit_frame):
-    """What each client received, against the view table: a split client gets sums by record number
-    only (no feature, threshold or row ids), a source never a plaintext sum of others' gradients, and
-    no client another's exact leaf weights (with DP the released ones are noisy)."""
+def _noise(runtime, data, config, client_class=None):
+    """The standardised noise of every leaf weight a run released: (released - kept) / (z * sensitivity), the
+    kept weights being the clipped exact ones the holders keep for prediction."""
+    import pivodl_leaky
+    import ray.cloudpickle
+
+    import ray_vfl.pivodl.protocol as protocol
+
+    saved = protocol.Client
+    if client_class is not None:
+        ray.cloudpickle.register_pickle_by_value(pivodl_leaky)
+        protocol.Client = getattr(pivodl_leaky, client_class)
+    try:
+        model = train(runtime, data, config)
+    finally:
+        protocol.Client = saved
+    kept = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
+    released = model._calls().value("released_weights", model.order[:1], lambda p: (), "released")[0]
+    sigma = config.noise_multiplier * float(config.leaf_sensitivity(np.array([1.0]))[0])
+    return np.array([(w - kept[t]["weight"][node]) / sigma for t in range(len(kept)) for node, w in released[t].items()])
+
+
+def _check_noise(z_a, z_b):
+    """The released noise, from runs under two label vectors: each has unit variance (chi-square, false-alarm
+    rate 1e-4) and mean near 0; the two have the same distribution (KS) and share no draw."""
+    from view_checks import independent_of_secret
+
+    for z in (z_a, z_b):
+        lo, hi = stats.chi2.ppf([5e-5, 1 - 5e-5], len(z))
+        if not lo < float((z**2).sum()) < hi:
+            raise AssertionError(f"the released noise has variance {np.mean(z**2):.3f} x the configured one")
+        if abs(z.mean()) > 4.0 / np.sqrt(len(z)):
+            raise AssertionError(f"the released noise has mean {z.mean():.3f} (in units of sigma)")
+    independent_of_secret(z_a, z_b)
+    shared = np.intersect1d(np.round(z_a, 9), np.round(z_b, 9))
+    if len(shared):
+        raise AssertionError(f"{len(shared)} noise draws repeat across runs (a fixed seed)")
+
+
+def test_released_leaf_noise_of_a_run_has_the_deviation_and_ignores_the_labels(runtime, credit_frame):
+    """Partial DP as a run releases it: on credit (logistic loss), every released leaf weight minus the kept
+    (clipped) one, divided by z * sensitivity, is unit-variance noise with mean 0, the same under the labels
+    and their flip, and never the same draw twice. A client releasing without noise, and one drawing from a
+    fixed seed, fail the same check."""
     frame, label = credit_frame
-    data = spread(frame, label, 3, (0.5, 0.3, 0.2))
-    config = PIVODLConfig(n_trees=2, max_depth=3, max_bin=8, backend="paillier", key_bits=1024, allow_weak_keys=True,
-                          epsilon=5.0)
-    model = train(runtime, data, config)
-    allowed = {"pivodl_public_key", "pivodl_mask_key", "pivodl_labelled_rows", "pivodl_total_share",
-               "pivodl_total_sum", "pivodl_totals", "pivodl_candidate_request", "pivodl_candidate_sums",
-               "pivodl_forwarded_sums", "pivodl_best_gains", "pivodl_split_won", "pivodl_chosen_record",
-               "pivodl_partition", "pivodl_leaf_weights"}
-    records = model.comm_stats.records
-    assert {r.kind for r in records} <= allowed
-    for r in records:
-        text = repr(r.shape)
-        if r.kind in ("pivodl_candidate_sums", "pivodl_forwarded_sums", "pivodl_total_share", "pivodl_total_sum"):
-            assert "float" not in text, (r.kind, text)  # ciphertexts only, never a plaintext sum
-        if r.kind == "pivodl_forwarded_sums":
-            assert "feature" not in text and "bin" not in text
-        if r.kind == "pivodl_candidate_request":  # to one client: its own rows' memberships, no candidate order
-            assert "'bits'" in text and "order" not in text, text
-    # released leaf weights differ from the exact ones the holders keep (partial DP)
-    exact = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
-    released = model._calls().value("released_weights", model.order, lambda p: (), "released")
-    for t, tree in enumerate(exact):
-        leaves = [n for n in np.flatnonzero(tree["left"] < 0).tolist() if n in released[0][t]]
-        got = np.array([released[0][t][n] for n in leaves])
-        assert not np.allclose(got, tree["weight"][leaves])
-        for other in released[1:]:  # every client received the same released values
-            assert [other[t][n] for n in leaves] == got.tolist()
-    assert model.epsilon == pytest.approx(5.0, rel=1e-2)
-
-
-def test_dp_noise_has_the_configured_deviation():
-    """The leaf-weight mechanism alone: its noise has the standard deviation z * sensitivity
-    (a chi-square test on the sample variance, false-alarm rate 1e-4)."""
-    from ray_vfl.crypto.privacy.gaussian_dp import GaussianNoise
-
-    config = PIVODLConfig(epsilon=1.0, n_trees=5, backend="plain", learning_rate=0.3, reg_lambda=1.0)
-    H = 20.0
-    sigma = config.noise_multiplier * float(config.leaf_sensitivity(np.array([H]))[0])
-    assert sigma == pytest.approx(config.noise_multiplier * min(2 * config.leaf_clip, config.learning_rate / config.reg_lambda))
-    noise = GaussianNoise().sample(20_000, sigma)
-    n = len(noise)
-    statistic = (n - 1) * noise.var(ddof=1) / sigma**2
-    lo, hi = stats.chi2.ppf([5e-5, 1 - 5e-5], n - 1)
-    assert lo < statistic < hi
+    flipped = frame.assign(**{label: 1 - frame[label]})
+    data = [spread(f, label, 3, (0.4, 0.3, 0.3)) for f in (frame, flipped)]
+    config = PIVODLConfig(n_trees=6, max_depth=4, max_bin=16, backend="plain", epsilon=4.0, instance_threshold=1)
+    z = [_noise(runtime, d, config) for d in data]
+    assert min(len(z[0]), len(z[1])) > 60
+    _check_noise(*z)
+    with pytest.raises(AssertionError, match="variance"):
+        _check_noise(_noise(runtime, data[0], config, "NoNoiseClient"), z[1])
+    seeded = [_noise(runtime, d, config, "SeededNoiseClient") for d in data]
+    with pytest.raises(AssertionError, match="fixed seed"):
+        _check_noise(*seeded)
 
 
 def test_secure_prediction_sums_the_holders_clipped_leaves(runtime, credit_frame):

@@ -1,6 +1,9 @@
 """Attacks of honest-but-curious PIVODL clients on the labels of the others, each run on what the
 attacker holds, and how to score them honestly.
 
+The other rows of the view table have their attacks in :mod:`ray_vfl.pivodl.attack_views`, with
+:func:`attack_results` (every PIVODL attack, for ``benchmarks/attacks.py``).
+
 **The label guess of the paper's Table III** (:func:`label_guess_report`). Each client guesses the
 labels of the other clients' rows from its own view only: the leaf weights it received (released by
 their holders, noisy under partial DP) and the partitions (which leaf every training row fell in,
@@ -51,7 +54,7 @@ from ..errors import DataError
 from ..metrics import auc
 from ..trees.kernels import GRADIENT_FRAC_BITS, base_margin, encoded_gradients
 
-__all__ = ["label_guess_report", "differential_guesses", "differential_report"]
+__all__ = ["label_guess_report", "differential_guesses", "differential_report", "attack_results"]
 
 _ONE = 1 << GRADIENT_FRAC_BITS  # 1.0 on the gradients' fixed-point grid
 
@@ -210,3 +213,6 @@ def differential_report(view: Mapping, guesses: np.ndarray, labels: np.ndarray) 
             "accuracy": float(np.mean(said == y)) if len(y) else float("nan"),
             "chance": float(max(y.mean(), 1 - y.mean())) if len(y) else float("nan"),
             "auc": a, "auc_two_sided": max(a, 1 - a)}
+
+
+from .attack_views import attack_results  # noqa: E402  (every PIVODL attack, for benchmarks/attacks.py)

@@ -23,6 +23,7 @@ from ..crypto.privacy.gaussian_dp import GaussianNoise
 from ..crypto.privacy.secure_sum import PairwiseMasker
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
+from ..runtime.comm import Mailbox
 from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, resolve_rows
 from ..trees.encoding import backend_options
@@ -36,6 +37,21 @@ from .roles import SourceRole, SplitRole
 __all__ = ["Client"]
 
 
+class KeepingMailbox(Mailbox):
+    """A mailbox that also keeps every payload it opened, with its sender, kind, tree and depth: a client's
+    received view, for audits (``record_view``; :meth:`Client.recorded_view`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.opened: list[dict[str, Any]] = []
+
+    def open(self, message, kind, context=None, senders=None):
+        payload = super().open(message, kind, context, senders)
+        self.opened.append({"sender": message.sender, "kind": kind, "tree": message.tree, "depth": message.depth,
+                            "payload": payload})
+        return payload
+
+
 class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     """One PIVODL client (see the module docstring). Built by :func:`ray_vfl.pivodl.protocol.train`."""
 
@@ -47,8 +63,10 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
               order: list[str], record_view: bool = False) -> None:
         self._start_party(name)
         self.config, self.pool, self.order = config, pool, list(order)
-        # For audits: keep what this client decrypted as a split client (:meth:`recorded_view`).
-        self.record_view, self.view_sums = record_view, []
+        # For audits: keep what this client received and decrypted (:meth:`recorded_view`).
+        self.record_view, self.view_sums, self.totals_seen = record_view, [], []
+        if record_view:
+            self.mailbox = KeepingMailbox(name)
         self.others = [p for p in self.order if p != name]
         self.missing_bin, self.n_bins = config.max_bin, config.max_bin + 1
         self.binner = PartyBinner(config.max_bin)
@@ -168,6 +186,8 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self._take_total(what, self.mailbox.open(msg, "pivodl_totals", None, self.others))
 
     def _take_total(self, what: str, values: np.ndarray) -> None:
+        if self.record_view:
+            self.totals_seen.append((what, float(values[0]), float(values[1])))
         if what == "base":
             mean = values[0] / values[1]
             self.base_score = base_score_of(self.config.objective, np.array([mean]), self.config.base_score)
@@ -225,11 +245,14 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         """What this client holds after training, for the attacks of :mod:`ray_vfl.pivodl.attack`: its own
         labelled rows, who labels which rows, the base score, the released leaf weights and every training
         row's leaf per tree (the public partitions), and -- with ``record_view`` -- every sum it decrypted
-        as a split client, beside its own part of that sum."""
+        as a split client, beside its own part of that sum (``sums``), the totals of step 2 it learnt
+        (``totals``: ``(what, G, H)``, ``what`` being ``"base"`` or ``"root"``), and every payload it opened
+        (``received``: sender, kind, tree, depth, payload)."""
         return {"party": self.name, "objective": self.config.objective, "n_rows": self.n_rows,
                 "base_score": self.base_score, "own": self.own.copy(), "y_own": self.y_own.copy(), "labelled_by": dict(self.labelled_by),
                 "released": self.released_weights(), "leaf_of_row": [leaf.copy() for leaf in self.leaf_of_row],
-                "sums": list(self.view_sums)}
+                "sums": list(self.view_sums), "totals": list(self.totals_seen),
+                "received": list(getattr(self.mailbox, "opened", []))}
 
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes as every client knows them (who owns each split, who holds each leaf)."""

@@ -10,48 +10,68 @@ reference) to its receiver, and never fetches one (it sees node ids and statuses
 the split clients. Small messages come back to it inline all the same; each is sealed for its
 receivers (:mod:`ray_vfl.runtime.seal`), so the driver holds their ciphertext only.
 
-Rounds (``K`` clients; ``s`` a source, ``c`` its split client for a node, ``a``/``e`` random
-aggregation and encryption clients; every message through the metered send path):
+Rounds (``K`` clients; ``s`` a source, ``k`` any other client, ``c`` the split client the driver dealt
+for ``s`` at a node, ``a``/``e`` random aggregation and encryption clients, ``holder`` a leaf's holder,
+``output`` the client that sums prediction shares; every message through the metered send path, its kinds
+in parentheses; ``tests/test_pivodl_views.py`` reads this table):
 
-=========  ====================  ======================================  ============================================
-step       sender -> receiver    payload                                 what the receiver learns
-=========  ====================  ======================================  ============================================
-1, once    every -> every        public key, key-agreement key,          which rows each client labels (the paper's
-                                 the set of rows it labels               exchange of labelled ID sets); keys
-2, once    every -> a -> e       Enc_e(sum of own labels, own count)     a: nothing (ciphertexts); e: the label mean,
-           e -> every            the base score                          which it broadcasts (the base score)
-2, tree    every -> a -> e       Enc_e(G_k, H_k) of the root             a: nothing; every client: the root's G, H
-           e -> every            G, H of the root
-3, level   driver -> every       per node, the split client of every     who scores each node: a random derangement
-                                 source                                  (each client scores one source per node)
-3, level   s -> every k          per node: split client c, and for       k: which of its own rows go left at each
-                                 each record (fresh numbers, random      record; no feature, threshold or order (the
-                                 order, over the candidates the          paper sends ID sets; here only k's rows of
-                                 instance threshold admits) which of     them, from which k can still order the
-                                 k's labelled rows of the node go left   records of one feature by set inclusion)
-4, level   every k -> s          per node: Enc_c(left sums of k's rows   s: nothing (ciphertexts under c's key), and
-                                 per record, then k's node total),       which records k refused (s can count k's rows
-                                 refused records                         itself: it knows the node and k's rows)
-4, level   s -> c                per node: the sum of every client's     c: per record number, every client's left
-                                 ciphertexts, dropped records            sums and node totals together; every such
-                                                                         set, and every difference of two of one
-                                                                         node, sums 0 or at least
-                                                                         ``instance_threshold`` rows of each client
-5, level   c -> every            best gain per (source, node)            the best gains (the paper: split clients
-                                                                         compare their gains)
-5, level   winning c -> s        the records tied with the best gain     s: which of its candidates won
-5, level   s -> every            partition of the split nodes' rows,     the instance space of every node (as in the
-                                 s's record id                           paper); never the feature or threshold; with
-                                                                         the receiver's own labels, each leaf's
-                                                                         label rate
-5, level   s -> winning c        the record chosen among ties            c: which record's sums are the children's
-6          holder -> every       leaf weights: exact, or clipped to C    the released weights; under partial DP a
-                                 with Gaussian noise (partial DP)        Gaussian mechanism's output per leaf
-7          s -> every            left/right of prediction rows at s's    the path of every prediction row
-                                 nodes
-7          every -> output       Enc-free masked share of the scores     output: the sum (the prediction); one share
-                                 (pairwise masks)                        alone is uniform
-=========  ====================  ======================================  ============================================
+=========  ===========================  ======================================  ================================================
+step       sender -> receiver           payload                                 what the receiver learns
+=========  ===========================  ======================================  ================================================
+1, once    every -> every               public key, key-agreement key,          which rows each client labels (the paper's
+           (pivodl_public_key,          the set of rows it labels               exchange of labelled ID sets); public keys
+           pivodl_mask_key,                                                     [attack: ray_vfl.pivodl.attack_views.labelled_rows]
+           pivodl_labelled_rows)
+2          every -> a                   Enc_e(sum of own labels, own count),    nothing: ciphertexts under e's key, uniform
+           (pivodl_total_share)         then Enc_e(G_k, H_k) of each root       mod e's n^2 whatever the labels
+2          a -> e                       the sum of every client's               e: every client's label count (once) and each
+           (pivodl_total_sum)           ciphertexts                             root's G, H [attack: ray_vfl.pivodl.attack_views.label_count]
+2          e -> every                   the label mean (the base score), each   the same [attack: ray_vfl.pivodl.attack_views.label_count]
+           (pivodl_totals)              root's G, H
+3, level   driver -> every              per node, the split client of every     nothing of the data: a random derangement per
+                                        source (call arguments)                 node, from the driver's OS entropy
+3, level   s -> k                       per node: c, and for each record        k: which of its own rows go left at each record;
+           (pivodl_candidate_request)   (fresh numbers, random order, over      no feature, threshold or order, but k can order
+                                        the candidates the instance             its rows along one of s's features by set
+                                        threshold admits) which of k's          inclusion [attack:
+                                        labelled rows of the node go left       ray_vfl.pivodl.attack_views.membership_order]
+4, level   k -> s                       per node: Enc_c(left sums of k's rows   nothing: ciphertexts under c's key, and which
+           (pivodl_candidate_sums)      per record, then k's node total),       records k refused (none from an honest s, which
+                                        refused records                         can count k's rows of a set itself)
+4, level   s -> c                       per node: the sum of every client's     c: per record number, every client's left sums
+           (pivodl_forwarded_sums)      ciphertexts, dropped records            and node totals together; every such set, and
+                                                                                every difference of two of one node, sums 0 or
+                                                                                at least ``instance_threshold`` rows of each
+                                                                                client [attack: ray_vfl.pivodl.attack.differential_guesses];
+                                                                                the others' label count in every node it scores
+                                                                                [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
+5, level   c -> every                   best gain per (source, node)            the best gains (the paper: split clients compare
+           (pivodl_best_gains)                                                  them); every client scores a source at every node
+                                                                                and so holds every node's totals already; a
+                                                                                gain adds the split's children's, which the
+                                                                                attack does not invert yet
+                                                                                [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
+5, level   c -> s                       the records tied with the best gain     s: which of its candidates won (the split every
+           (pivodl_split_won)                                                   client learns from the partition next), and
+                                                                                ties [attack: ray_vfl.pivodl.attack.label_guess_report]
+5, level   s -> every                   partition of the split nodes' rows,     the instance space of every node (as in the
+           (pivodl_partition)           s's record id                           paper), never the feature or threshold; with
+                                                                                the receiver's own labels, each leaf's label
+                                                                                rate [attack: ray_vfl.pivodl.attack.label_guess_report]
+5, level   s -> c                       the record chosen among ties            c: which record's sums are the children's, so
+           (pivodl_chosen_record)                                               the children's totals (a held leaf's)
+                                                                                [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
+6          holder -> every              leaf weights: exact, or clipped to C    the released weights; under partial DP a
+           (pivodl_leaf_weights)        with Gaussian noise (partial DP)        Gaussian mechanism's output per leaf
+                                                                                [attack: ray_vfl.pivodl.attack.label_guess_report]
+7          s -> every                   left/right of prediction rows at s's    the path of every prediction row, hence its
+           (pivodl_route_decisions)     nodes                                   released-weight score, as the partitions give
+                                                                                it for training rows
+                                                                                [attack: ray_vfl.pivodl.attack.label_guess_report]
+7          every -> output              masked share of the scores (pairwise    nothing: one share alone is uniform mod 2^64;
+           (pivodl_prediction_share,    masks), of eval rows' scores to their   output learns the sum (the prediction, or the
+           pivodl_metric_share)         label holders, of eval loss sums        metrics)
+=========  ===========================  ======================================  ================================================
 
 Departures from the paper, and why:
 
