@@ -66,7 +66,7 @@ class ServerCRole(PartyActor, CostCounters):
         self.link = ActorLink(self.mailbox, server_s, s_handle, timeout_s, record_view)
         self.record_view = record_view
         # record_view: the ciphertexts C received (and sent every participant), each tree's instance spaces
-        self.seen: dict[str, list[Any]] = {"lbp_init": [], "left_sums": [], "gradients": [], "leaves": []}
+        self.seen: dict[str, list[Any]] = {"lbp_init": [], "gradients": [], "leaves": []}
         self.ops: Counter[str] = Counter()
         self.trees: list[dict[int, tuple]] = []  # per federated tree: node -> ("split", owner, record, left, right)
         self.leaves: list[tuple[np.ndarray, CipherArray]] = []  # per federated tree: leaf ids, Enc(weights)
@@ -145,7 +145,9 @@ class ServerCRole(PartyActor, CostCounters):
                "max_candidates": 1 << 20}
         got = {m.sender: self.mailbox.open(m, "ssxgb_left_sums", ctx, self.order) for m in fetch(sums)}
         if self.record_view:
-            self.seen["left_sums"] += [got[p][k] for p in self.order if p in got and got[p]["k"] for k in ("gl", "hl")]
+            for p in self.order:
+                if p in got and got[p]["k"]:
+                    self.seen.setdefault(f"left_sums/{p}", []).extend([got[p]["gl"], got[p]["hl"]])
         counts = [int(got[p]["k"]) if p in got else 0 for p in self.order]
         k = sum(counts)
         if k == 0:
@@ -315,7 +317,7 @@ class ServerCRole(PartyActor, CostCounters):
 
     def view(self) -> dict[str, Any]:
         """What C recorded (``record_view``): ciphertexts as ``(A, B)`` integer pairs, per kind: the LBP's
-        ``lbp_init``, the participants' ``left_sums``, the ``gradients`` C sent every participant, S's
+        ``lbp_init``, each participant's ``left_sums/<name>``, the ``gradients`` C sent every participant, S's
         ``s_reply`` (key ids of ``register_step`` left out); ``leaves``: each federated tree's node of
         every training row (the instance spaces the partitions told C); ``n_square``."""
         keys = {k.key_id: k for k in (*self.user_keys.values(), self.joint)}

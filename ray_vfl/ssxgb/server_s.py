@@ -24,7 +24,22 @@ from .config import SSXGBConfig
 from .costs import CostCounters
 from .messages import S_STEPS
 
-__all__ = ["ActorLink", "ServerSRole"]
+__all__ = ["ActorLink", "ServerSRole", "mask_moduli"]
+
+
+def mask_moduli(step: str, args: tuple, config: TwoServerConfig, n: int, count: int) -> list[int | None]:
+    """The modulus of the mask of each of the ``count`` arrays a request ``step(*args)`` makes S open:
+    ``N`` for KeyProd / TransDec (``m + tau``), ``2^(b + kappa)`` for a Mult operand of declared bound
+    ``b`` (C tells S each bound with the request), ``2^(l + kappa)`` for Trunc, none for LGT (what LGT's
+    values show is in the view table)."""
+    if step == "mult_step":
+        bits = args[4] if len(args) > 4 and args[4] is not None else [config.value_bits] * count
+        return [1 << (int(b) + config.kappa) for b in bits]
+    if step == "trunc_step":
+        return [1 << config.mask_bits] * count
+    if step == "switch_key_step":
+        return [n] * count
+    return [None] * count
 
 
 class ServerSRole(PartyActor, CostCounters):
@@ -67,19 +82,8 @@ class ServerSRole(PartyActor, CostCounters):
         return self.mailbox.send("ssxgb_s_reply", [self.server_c], reply, message.tree, message.depth)
 
     def _tag(self, step: str, args: tuple, message: Message, opened: list[tuple[str, list[int]]]) -> None:
-        """Each array this request opened, with the message's tree and depth and its mask's modulus:
-        ``N`` for KeyProd / TransDec (``m + tau``), ``2^(b + kappa)`` for a Mult operand of declared
-        bound ``b`` (C tells S each bound with the request), ``2^(l + kappa)`` for Trunc, none for LGT."""
-        cfg = self.server.config
-        if step == "mult_step":
-            bits = args[4] if len(args) > 4 and args[4] is not None else [cfg.value_bits] * len(opened)
-            moduli = [1 << (int(b) + cfg.kappa) for b in bits]
-        elif step == "trunc_step":
-            moduli = [1 << cfg.mask_bits] * len(opened)
-        elif step == "switch_key_step":
-            moduli = [int(self.server._mk.params.n)] * len(opened)
-        else:
-            moduli = [None] * len(opened)
+        """Each array this request opened, with the message's tree and depth and its mask's modulus."""
+        moduli = mask_moduli(step, args, self.server.config, int(self.server._mk.params.n), len(opened))
         for (name, vals), modulus in zip(opened, moduli):
             self.opened.append((message.tree, message.depth, name, [int(v) for v in vals], modulus))
 
@@ -134,5 +138,5 @@ class ActorLink:
         self.round_trips += 1
         got = self.mailbox.open(reply, "ssxgb_s_reply", None, [self.server_s])
         if self.record:
-            self.replies.append(list(got))
+            self.replies.append(list(got) if isinstance(got, (list, tuple)) else [got])
         return got
