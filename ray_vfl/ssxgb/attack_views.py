@@ -16,7 +16,7 @@ recorded view alone and scored against chance.
   another participant's feature.
 
 Every score attack returns ``(one-sided AUC, two-sided AUC, margin)``: ``margin`` is how far above
-0.5 the two-sided AUC of a score independent of the secret reaches in 95% of draws (the same rows),
+0.5 the two-sided AUC of a score independent of the secret reaches in 99% of draws (the same rows),
 so an attack leaks when its AUC passes ``0.5 + margin``.
 
 Example
@@ -39,14 +39,14 @@ __all__ = ["lgt_distances", "lgt_magnitudes", "lgt_outcomes", "lgt_signs", "marg
            "score_auc", "within"]
 
 
-def score_auc(y: np.ndarray, score: np.ndarray, draws: int = 400, seed: int = 0) -> tuple[float, float, float]:
+def score_auc(y: np.ndarray, score: np.ndarray, draws: int = 1000, seed: int = 0) -> tuple[float, float, float]:
     """``(one-sided AUC, two-sided AUC, margin)`` of ``score`` against the secret bits ``y``; ``margin``:
-    the 95th percentile of the two-sided AUC of random scores, minus 0.5 (the chance band)."""
+    the 99th percentile of the two-sided AUC of random scores, minus 0.5 (the chance band)."""
     y = np.asarray(y).astype(int)
     one, two = auc_both_ways(y, np.asarray(score, dtype=float))
     rng = np.random.default_rng(seed)
     null = [auc_both_ways(y, rng.random(len(y)))[1] for _ in range(draws)]
-    return one, two, float(np.quantile(null, 0.95)) - 0.5
+    return one, two, float(np.quantile(null, 0.99)) - 0.5
 
 
 def lgt_distances(values: Sequence[int], kappa: int) -> np.ndarray:
