@@ -328,8 +328,8 @@ def attack_results(runtime, quick: bool, run: RecordedRun | None = None) -> list
         row("LBP", f"{party}'s feature {feature} > median from the margins", "AUC", one, 0.5, two, margin)
     world = _two_server()
     values, truth = tournament_lgt(world, 4 if quick else 16)
-    ok, chance = lgt_outcomes(values, truth)
-    row("S", "comparison outcome from the LGT value's sign", "accuracy", ok, chance,
+    ok, chance, margin = lgt_outcomes(values, truth)
+    row("S", "comparison outcome from the LGT value's sign", "accuracy", ok, chance, margin=margin,
         where=f"{len(values)} tournament comparisons, in process")
     trials = 30 if quick else 100
     one, two, margin, wins = winner_notes_attack(world, trials)

@@ -90,13 +90,15 @@ def lgt_signs(values: Sequence[Sequence[int]], y: Sequence[np.ndarray]) -> tuple
     return score_auc(np.concatenate([np.asarray(v) for v in y]), np.concatenate(scores))
 
 
-def lgt_outcomes(values: Sequence[int], truth: Sequence[int]) -> tuple[float, float]:
-    """``(success, chance)``: how often S's guess ``[v > 0]`` names the comparison's outcome ``truth``
-    (S's order; a test fixes every outcome so the order does not matter), against the larger class's
-    share (always guessing the more common outcome)."""
+def lgt_outcomes(values: Sequence[int], truth: Sequence[int]) -> tuple[float, float, float]:
+    """``(success, chance, margin)``: how often S's guess ``[v > 0]`` names the comparison's outcome
+    ``truth`` (S's order; a test fixes every outcome so the order does not matter), against the larger
+    class's share (always guessing the more common outcome); ``margin``: the one-sided 99% binomial band
+    of an accuracy at chance over these comparisons."""
     guess = np.array([int(v) > 0 for v in values], dtype=int)
     truth = np.asarray(truth, dtype=int)
-    return float(np.mean(guess == truth)), float(max(truth.mean(), 1 - truth.mean()))
+    chance = float(max(truth.mean(), 1 - truth.mean()))
+    return float(np.mean(guess == truth)), chance, 2.33 * float(np.sqrt(chance * (1 - chance) / len(truth)))
 
 
 def partition_labels(leaves: Sequence[Sequence[int]], y: np.ndarray, rows: np.ndarray | None = None
