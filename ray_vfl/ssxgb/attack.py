@@ -13,6 +13,10 @@ SSXGB's division (:mod:`ray_vfl.crypto.two_server.reciprocal`) opens only additi
 masked values; ``tests/test_ssxgb_privacy.py`` runs this attack on them (``D`` found in none of 40
 trials) and on ``M = D r`` (``D`` among the candidates in every trial, often alone).
 
+:func:`attack_results` runs every attack on SSXGB's views (this one and those of
+:mod:`ray_vfl.ssxgb.attack_views`) for ``benchmarks/attacks.py``; :func:`recorded_run` trains once with
+the views recorded (also the fixture of ``tests/test_ssxgb_views.py``).
+
 Example
 -------
 >>> divisor_candidates(91 * 1_000_003, 50, 200, 20)  # 1_000_003 is prime, of 20 bits
@@ -24,13 +28,21 @@ DivisionAttack(trials=2, found=1, pinned=1, at_most_3=1)
 from __future__ import annotations
 
 import math
+import random
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import gmpy2
+import numpy as np
+import pandas as pd
 from gmpy2 import mpz
 
-__all__ = ["DivisionAttack", "divisor_candidates", "factoring_attack", "prime_factors_below"]
+from ..metrics import AttackResult
+
+__all__ = ["DivisionAttack", "RecordedRun", "attack_results", "divisor_candidates", "factoring_attack",
+           "prime_factors_below", "recorded_run", "winner_notes_attack"]
 
 _SMALL = [2]  # the primes below 2^12, for trial division
 while _SMALL[-1] < 1 << 12:
@@ -132,3 +144,203 @@ def factoring_attack(views: Sequence[Sequence[int]], secrets: Sequence[int], lo:
             pinned += min(sizes) == 1
             few += min(sizes) <= 3
     return DivisionAttack(len(secrets), found, pinned, few)
+
+
+# -- the harness: a recorded run, the in-process games, the table's rows ------------------------------------
+COLUMNS = {"party0": ["a", "b"], "party1": ["c"], "party2": ["d"]}  # party0: the LBP
+COMMAND = "python benchmarks/attacks.py --only ssxgb"
+
+
+def _config():
+    from .config import SSXGBConfig
+    return SSXGBConfig(n_trees=3, max_depth=2, learning_rate=0.3, max_bin=4, key_bits=1024, allow_weak_keys=True,
+                       row_subsample=0.8, seed=3)
+
+
+def frame_of(n: int, seed: int = 0, positive: float = 0.5) -> pd.DataFrame:
+    """Four normal features, the label a noisy linear rule on ``a``, ``c``, ``d`` (three participants'),
+    shifted so that about ``positive`` of the rows are 1."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4))
+    z = x[:, 0] + 0.8 * x[:, 2] - 0.6 * x[:, 3] + 0.4 * rng.normal(size=n)
+    frame = pd.DataFrame(x, columns=list("abcd"))
+    frame["y"] = (z > np.quantile(z, 1 - positive)).astype(float)
+    return frame
+
+
+@dataclass
+class RecordedRun:
+    """One training with every view recorded: ``s_train`` / ``s_predict``, what S opened during training
+    and during one prediction of the training rows (``(tree, depth, step, integers, modulus)``); ``c``,
+    C's view (:meth:`~ray_vfl.ssxgb.server_c.ServerCRole.view`); ``margins[t]``, the training rows'
+    margins before federated tree ``t`` (``t = 1 ..``), and the last entry after all trees; ``public``:
+    the public parameters and keys every party saw."""
+
+    model: Any
+    data: Any
+    frame: pd.DataFrame
+    s_train: list
+    s_predict: list
+    c: dict
+    margins: list[np.ndarray]
+    records: list
+    public: list[int] = field(default_factory=list)
+
+
+def recorded_run(runtime, frame: pd.DataFrame, config) -> RecordedRun:
+    """Train SSXGB on ``frame`` (columns :data:`COLUMNS`, labels at ``party0``) with the views recorded."""
+    import ray
+
+    from ray_vfl import vertical_split
+
+    from .protocol import train
+    data = vertical_split(frame, COLUMNS, label="y")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = train(runtime, data, config, record_view=True)
+    timeout = runtime.timeout_s
+    s_train = ray.get(runtime.actor("server_s").view.remote(), timeout=timeout)["opened"]
+    c_view = ray.get(runtime.actor("server_c").view.remote(), timeout=timeout)
+    margins = [model.predict_margin(data, t) for t in range(1, model.n_trees + 1)]
+    s_all = ray.get(runtime.actor("server_s").view.remote(), timeout=timeout)["opened"]
+    n_pred = len(s_all) - len(s_train)
+    s_predict = s_all[len(s_train):len(s_train) + n_pred // len(margins)]  # the first prediction's TransDec
+    part = ray.get(runtime.actor("party1").model_part.remote(), timeout=timeout)
+    c_part = ray.get(runtime.actor("server_c").model_part.remote(), timeout=timeout)
+    public = [int(v) for v in part["params"]] + [int(v) for v in c_part["user_keys"].values()] + [int(c_part["joint"])]
+    roles = model.order + ["server_c", "server_s"]
+    later = ray.get([runtime.actor(p).comm_records.remote() for p in roles], timeout=timeout)  # the predictions'
+    records = list(model.comm_stats.records) + [r for rs in later for r in rs]
+    return RecordedRun(model, data, frame, s_train, s_predict, c_view, margins, records, public)
+
+
+def _two_server(kappa: int = 80, frac_bits: int = 24):
+    """Servers C and S in this process (1024-bit key), S recording what it opens."""
+    from ..crypto.two_server.bcp import keygen, setup
+    from ..crypto.two_server.server_c import ServerC
+    from ..crypto.two_server.server_s import LocalLink, ServerS, TwoServerConfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        params, mk = setup(1024, allow_weak=True)
+    users = [keygen(params) for _ in range(3)]
+    cfg = TwoServerConfig(256, kappa)
+    s = ServerS(mk, cfg, frac_bits=frac_bits, record_view=True)
+    c = ServerC(params, LocalLink(s), cfg, frac_bits)
+    return params, mk, users, s, c, c.register([pk for pk, _ in users])
+
+
+def winner_notes_attack(world, trials: int) -> tuple[float, float, float, int]:
+    """A non-owner's notes (:func:`~ray_vfl.ssxgb.splits.winner_notes`): participant 1 of three (4, 3, 5
+    candidates) scores ``trials`` nodes won by participant 0's second candidate against ``trials`` won by
+    participant 2's fourth by its decrypted note; returns the AUC one- and two-sided, its chance margin,
+    and how many of its notes fell among its own indices (a node it would take for its own)."""
+    from .attack_views import score_auc
+    from .splits import winner_notes
+    params, _, users, _, c, jpk = world
+    counts, offsets = [4, 3, 5], [0, 4, 7]
+    winners = [1] * trials + [10] * trials
+    owner = [j for j, k in enumerate(counts) for _ in range(k)]
+    notes = winner_notes(c, c.encrypt_ints(jpk, winners), c.encrypt_ints(jpk, [owner[w] for w in winners]), offsets,
+                         [pk for pk, _ in users])
+    seen = c.bcp.decrypt_residues(users[1][1], notes[1])
+    one, two, margin = score_auc(np.array([0] * trials + [1] * trials), np.array([v / params.n for v in seen]))
+    return one, two, margin, sum(v < counts[1] for v in seen)
+
+
+def tournament_lgt(world, nodes: int, k: int = 8) -> tuple[list[int], list[int]]:
+    """S's LGT values of two tournaments (:func:`~ray_vfl.ssxgb.splits.best_candidates`) whose every
+    comparison has a known outcome (gains falling along the index: all 0; rising: all 1), and those
+    outcomes."""
+    from .splits import best_candidates
+    _, _, _, s, c, jpk = world
+    values, truth = [], []
+    for outcome in (0, 1):
+        gains = [(k - j if outcome == 0 else j + 1) for _ in range(nodes) for j in range(k)]
+        s.view.clear()
+        best_candidates(c, c.encrypt_ints(jpk, gains), c.encrypt_ints(jpk, [1] * len(gains)), nodes, k, 8, [0] * k)
+        got = [v for step, vals in s.view if step == "lgt" for v in vals]
+        values += got
+        truth += [outcome] * len(got)
+    return values, truth
+
+
+def division_attack(world, trials: int) -> tuple[DivisionAttack, DivisionAttack, int, int]:
+    """The factoring attack on ``trials`` leaves (30 sampled rows each, of 240): on the ``D r`` the old
+    division opened, and on every value this division opens (``rho`` = 80 and 40); with ``D``'s range."""
+    from .approx import FixedPointPlan
+    from .config import SSXGBConfig
+    from .secure_math import leaf_weights
+    _, _, _, s, c, jpk = world
+    plan = FixedPointPlan.of(SSXGBConfig(kappa=c.config.kappa), 240)
+    lo, hi = plan.leaf_range(30)
+    rng = random.Random(3)
+    gs = [rng.randrange(-30 << 24, 30 << 24) for _ in range(trials)]
+    ds = [rng.randrange(lo, hi + 1) for _ in range(trials)]
+    old = factoring_attack([[d * ((1 << 79) | rng.getrandbits(79))] for d in ds], ds, lo, hi, 80)
+    s.view.clear()
+    leaf_weights(c, plan, c.encrypt_ints(jpk, gs, 24), c.encrypt_ints(jpk, [d - plan.lam for d in ds], 24), [30] * trials)
+    views = [[vals[t] for _, vals in s.view] for t in range(trials)]
+    new = [factoring_attack(views, ds, lo, hi, rho) for rho in (80, 40)]
+    return old, max(new, key=lambda a: a.found), lo, hi
+
+
+def attack_results(runtime, quick: bool, run: RecordedRun | None = None) -> list[AttackResult]:
+    """Every attack on SSXGB's views: one recorded training (quick: 64 rows, 3 trees; else 240 rows,
+    5 trees; depth 2, 1024-bit keys; or ``run``, recorded by :func:`recorded_run`) and the
+    in-process games of the two-server steps."""
+    from .approx import FixedPointPlan
+    from .attack_views import lgt_magnitudes, lgt_outcomes, lgt_signs, margin_features, partition_labels, within
+    n, trees = (64, 3) if quick else (240, 5)
+    config = _config().replace(n_trees=trees)
+    if run is None:
+        run = recorded_run(runtime, frame_of(n), config)
+    n, config = len(run.frame), run.model.config
+    trees = config.n_trees
+    y = run.frame["y"].to_numpy().astype(int)
+    setting = f"{n} rows, 3 participants, {trees} trees of depth 2, 1024-bit BCP"
+    out = []
+
+    def row(role, attack, metric, success, chance, two=None, margin=0.0, where=setting):
+        out.append(AttackResult("SSXGB", role, attack, metric, float(success), float(chance), two, where,
+                                COMMAND + (" --quick" if quick else ""), float(margin)))
+
+    plan = FixedPointPlan.of(config, n)
+    found = signs = 0.0
+    pooled = []
+    tr = sorted({t for t, d, step, _, _ in run.s_train if step == "lgt" and d == -1})
+    from ..trees.sampling import RowSampler
+    for t in tr:
+        vals = [v for tt, d, step, vs, _ in run.s_train if step == "lgt" and tt == t and d == -1 for v in vs]
+        rows = RowSampler(config.row_subsample, config.seed).rows(n, t)
+        truth = np.minimum(np.abs(run.margins[t - 1][rows]), config.sigmoid_range)
+        est = lgt_magnitudes(vals, config.kappa, plan.clamp) / plan.one
+        ok, chance = within(est, truth, 0.25)
+        found, signs = found + ok / len(tr), signs + chance / len(tr)
+        pooled.append((vals, y[rows]))
+    row("S", "margin sizes from the clamp's LGT (multiset)", "ranks within 0.25 of |margin|", found, signs)
+    one, two, margin = lgt_signs([v for v, _ in pooled], [yy for _, yy in pooled])
+    row("S", "labels from the clamp's LGT, paired by position", "AUC", one, 0.5, two, margin)
+    one, two, margin = partition_labels(run.c["leaves"], y)
+    row("C; every participant", "labels from the instance spaces", "AUC", one, 0.5, two, margin)
+    own = run.margins[0]
+    for feature, party in (("c", "party1"), ("d", "party2")):
+        one, two, margin = margin_features(run.margins[-1], own, run.frame[feature].to_numpy())
+        row("LBP", f"{party}'s feature {feature} > median from the margins", "AUC", one, 0.5, two, margin)
+    world = _two_server()
+    values, truth = tournament_lgt(world, 4 if quick else 16)
+    ok, chance, margin = lgt_outcomes(values, truth)
+    row("S", "comparison outcome from the LGT value's sign", "accuracy", ok, chance, margin=margin,
+        where=f"{len(values)} tournament comparisons, in process")
+    trials = 30 if quick else 100
+    one, two, margin, wins = winner_notes_attack(world, trials)
+    row("non-owner", "where the winner sits, from its note", "AUC", one, 0.5, two, margin,
+        where=f"{2 * trials} nodes, in process")
+    row("non-owner", "takes another's node for its own", "notes in [0, k_i)", wins, 0.0,
+        where=f"{2 * trials} nodes, in process")
+    old, new, lo, hi = division_attack(world, 10 if quick else 40)
+    where = f"{old.trials} leaves of 30 rows, in process"
+    row("S", "factoring the old division's D r", "D among the candidates", old.found / old.trials, 1 / (hi - lo + 1),
+        where=where)
+    row("S", "factoring every value the division opens", "D among the candidates", new.found / new.trials,
+        1 / (hi - lo + 1), where=where)
+    return out

@@ -9,46 +9,81 @@ server S holds the BCP master key, talks only to C, and answers the two-server s
 actors and hands each message (a Ray reference) to its receiver, never fetching one; small messages
 still come back to it inline, sealed for their receivers (:mod:`ray_vfl.runtime.seal`): ciphertext.
 
-Rounds (``P`` participants; ``i`` a participant; every message through the metered send path):
+Rounds (every message through the metered send path). Roles: ``LBP``; ``i``, every other participant
+(the LBP sends what every ``i`` sends too: its rows are listed apart); ``C``; ``S``. Under each
+``sender -> receiver`` are the message kinds of the row; a row whose learns cell starts with "nothing"
+is tested as a distribution that does not depend on the labels (``tests/test_ssxgb_views.py``), and
+every other names the attack that measures what it admits
+(:func:`ray_vfl.ssxgb.attack.attack_results` runs them all; ``python benchmarks/attacks.py --only ssxgb``).
 
-=========  ======================  =========================================  ===========================================
+=========  ======================  =========================================  ==============================================
 when       sender -> receiver      payload                                    what the receiver learns
-=========  ======================  =========================================  ===========================================
-once       S -> C -> every i       BCP public parameters ``(N, g)``           public parameters
-once       i -> C                  user public key ``h_i``                    public keys
-once       C <-> S (1 round)       the user keys and the joint key            public keys
-once       C -> every i            joint key ``prod h_i``                     a public key
+=========  ======================  =========================================  ==============================================
+once       S -> C                  BCP public parameters ``(N, g)``           nothing (public parameters, drawn before
+           (ssxgb_params)                                                     S sees any message)
+once       C -> LBP, i             the same, forwarded                        nothing (public parameters)
+           (ssxgb_public_params)
+once       i -> C                  user public key ``h_i``                    nothing (a public key, drawn before any
+           (ssxgb_user_key)                                                   data is read)
+once       LBP -> C                the LBP's user public key                  nothing (a public key)
+           (ssxgb_user_key)
+once       C -> LBP, i             joint key ``prod h_i``                     nothing (a public key)
+           (ssxgb_joint_key)
 once       LBP -> C                ``Enc_LBP(base + first-tree margin)``,     nothing (ciphertexts); the LBP's first tree
-                                   ``Enc_LBP(label)`` per row                 and base score stay with the LBP
-once       C <-> S (KeyProd)       ``Enc(m + tau)``, ``tau`` uniform mod N    S: uniform values; C: nothing
-tree       C <-> S (2 rounds)      clamp of the margins into ``[-R, R]``:     S: from LGT, how far the rows' margins lie
-                                   LGT of ``x`` against ``-R`` and ``R``      from ``-R`` and ``R`` (bit lengths, in a
-                                   (shuffled), Mult                           shuffled order: not whose); masked values
-tree       C <-> S (7 rounds)      Mult / Trunc on masked margins (sigmoid)   S: masked values only (``x + r``, ``r`` of
-                                                                              the bound + ``kappa`` bits); C: nothing
-tree       C -> every i            sampled rows (public: shared seed),        the row sample; ciphertexts
-                                   ``Enc(g)``, ``Enc(h)`` of those rows
-level      C -> every i            children ids and where each node's rows    the instance space of every node (as in the
-                                   go (after the previous level)              paper); never a feature or threshold
-level      i -> C                  per open node, ``Enc`` of the left sums    C: nothing (ciphertexts, re-randomised);
-                                   of ``g`` and ``h`` for each of i's         how many candidates i has
+           (ssxgb_lbp_init)        ``Enc_LBP(label)`` per row                 and base score stay with the LBP
+once       C -> S                  the user keys and the joint key; KeyProd:  nothing (public keys; ``m + tau`` uniform
+           (ssxgb_s_request)       ``Enc(m + tau)``, ``tau`` uniform mod N    mod N)
+every      S -> C                  fresh encryptions by S (key ids for the    nothing (ciphertexts under keys of which C
+           (ssxgb_s_reply)         keys)                                      holds no secret)
+tree       C -> S                  clamp of the margins into ``[-R, R]`` (2   from LGT, how far the rows' margins lie
+           (ssxgb_s_request)       rounds): LGT of ``x`` against ``-R`` and   from ``-R`` and ``R`` (bit lengths, in a
+                                   ``R`` (shuffled), Mult                     shuffled order: a multiset of ``|x|``, not
+                                                                              whose, not their sign); Mult: masked values
+                                                                              [attack: ssxgb.attack_views.lgt_magnitudes]
+                                                                              [attack: ssxgb.attack_views.lgt_signs]
+tree       C -> S                  Mult / Trunc on masked margins (sigmoid,   nothing (``x + r``, uniform mod ``2^(b +
+           (ssxgb_s_request)       7 rounds)                                  kappa)`` for an operand of bound ``b``)
+tree       C -> LBP, i             sampled rows (public: shared seed),        nothing (ciphertexts; the row sample is
+           (ssxgb_gradients)       ``Enc(g)``, ``Enc(h)`` of those rows       public)
+level      i -> C                  per open node, ``Enc`` of the left sums    nothing (ciphertexts, re-randomised) but
+           (ssxgb_left_sums)       of ``g`` and ``h`` for each of i's         how many candidates i has
                                    candidates (its sampled features' bins)
-level      C <-> S                 gain fractions (2 Mult rounds) and the     S: masked values only, and from LGT the bit
-                                   tournament (3 rounds per halving: Mult,    length of the masked cross-product
-                                   LGT, Mult); TransDec of the winners        differences; C: nothing
-level      C -> every i            per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won; others:
-                                   local index at its owner, a uniform        only that the node is not theirs (``v_i``
-                                   value of ``Z_N`` at everyone else          is uniform whoever won and wherever)
-level      owner -> C              the won node's left branch (all rows),     C: the partition and the owner of the split
-                                   the owner's record number                  (a record number; no feature, no threshold)
-tree end   C <-> S (3 k + 2        secure division: Newton's iteration for    S: masked values only, statistically
-           rounds, k = 6 at the    ``1 / D``, ``D = H + lambda`` (Mult,       independent of ``D`` (distance below
-           defaults)               Mult, Trunc per step), then Mult, Trunc    ``4 k 2^(1 - kappa)`` per leaf); C: nothing
-predict    owner -> C              left/right of every prediction row at      C: each row's leaf in every federated tree
-                                   each split it owns
-predict    C <-> S, C -> LBP       ``Enc_LBP(sum of leaf weights)`` per row   S: uniform values; LBP: the margins (adds its
-                                   (TransDec)                                 first tree); no one else decrypts
-=========  ======================  =========================================  ===========================================
+level      LBP -> C                the same, of the LBP's candidates          nothing (ciphertexts, re-randomised) but
+           (ssxgb_left_sums)                                                  how many candidates the LBP has
+level      C -> S                  gain fractions (2 Mult rounds) and the     masked values, and from LGT the bit length
+           (ssxgb_s_request)       tournament (3 rounds per halving: Mult,    of the masked cross-product differences
+                                   LGT, Mult); TransDec of the winners        (shuffled); not a comparison's outcome
+                                                                              (uniform sign)
+                                                                              [attack: ssxgb.attack_views.lgt_outcomes]
+level      C -> LBP, i             per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won (its
+           (ssxgb_win)             local index at its owner, a uniform        split); others: only that the node is not
+                                   value of ``Z_N`` at everyone else          theirs (``v_i`` is uniform)
+                                                                              [attack: ssxgb.attack.winner_notes_attack]
+                                                                              [attack: ssxgb.attack_views.partition_labels]
+level      i -> C                  the won node's left branch (all rows),     C: the partition and the owner of the
+           (ssxgb_left_branch)     the owner's record number                  split (a record number; no feature, no
+                                                                              threshold)
+                                                                              [attack: ssxgb.attack_views.partition_labels]
+level      LBP -> C                the same, of the nodes the LBP won         C: as from i
+           (ssxgb_left_branch)                                                [attack: ssxgb.attack_views.partition_labels]
+level      C -> LBP, i             children ids and where each node's rows    the instance space of every node (as in
+           (ssxgb_partition)       go (after the previous level)              the paper); never a feature or threshold
+                                                                              [attack: ssxgb.attack_views.partition_labels]
+leaves     C -> S                  secure division: Newton's iteration for    nothing (masked values, within
+           (ssxgb_s_request)       ``1 / D``, ``D = H + lambda`` (Mult,       ``4 k 2^(1 - kappa)`` of independent of
+                                   Mult, Trunc per step), then Mult, Trunc    ``D`` per leaf)
+                                   (``3 k + 2`` rounds, ``k = 6`` at the
+                                   defaults)
+predict    i -> C                  left/right of every prediction row at      C: each row's leaf in every federated tree
+           (ssxgb_route)           each split i owns                          [attack: ssxgb.attack_views.partition_labels]
+predict    LBP -> C                the same, at the LBP's splits              C: as from i
+           (ssxgb_route)                                                      [attack: ssxgb.attack_views.partition_labels]
+predict    C -> S                  TransDec of ``Enc(sum of leaf weights)``   nothing (``m + tau`` uniform mod N)
+           (ssxgb_s_request)       per row
+predict    C -> LBP                ``Enc_LBP(sum of leaf weights)`` per row   the margins (it adds its first tree); no
+           (ssxgb_prediction)                                                 one else decrypts
+                                                                              [attack: ssxgb.attack_views.margin_features]
+=========  ======================  =========================================  ==============================================
 
 Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
 bits; every margin clamped into ``[-R, R]`` and the sigmoid replaced there by the least-squares odd cubic
@@ -199,7 +234,8 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     callbacks : sequence of TrainingCallback
         Called after every tree with each eval set's metrics (progress bar, logging, early stopping).
     record_view : bool
-        Let S keep what it received and decrypted (for audits: ``runtime.actor("server_s").view``).
+        Let S keep what it received and decrypted, and C the ciphertexts it received and sent and each
+        tree's instance spaces (for audits: ``runtime.actor("server_s").view``, ``...("server_c").view``).
     eval_sets : mapping of str to VerticalDataset, optional
         Scored after every tree (the first tree, the LBP's own, included) by encrypted federated
         prediction: the LBP decrypts the margins and compares them with its own labels of those rows;
@@ -227,7 +263,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, _pool(runtime, SERVER_S, config),
                              record_view)
     runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout,
-                  _pool(runtime, SERVER_C, config))
+                  _pool(runtime, SERVER_C, config), record_view)
     for p in order:
         runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
     runtime.introduce(order + [SERVER_C, SERVER_S], timeout)  # public keys, before the first sealed message

@@ -56,14 +56,17 @@ class ServerCRole(PartyActor, CostCounters):
     """Server C (see the module docstring). Built by :func:`ray_vfl.ssxgb.protocol.train`."""
 
     def __init__(self, name: str, config: SSXGBConfig, order: list[str], lbp: str, server_s: str, s_handle: Any,
-                 timeout_s: float, pool: Any = None) -> None:
-        self.reset(name, config, order, lbp, server_s, s_handle, timeout_s, pool)
+                 timeout_s: float, pool: Any = None, record_view: bool = False) -> None:
+        self.reset(name, config, order, lbp, server_s, s_handle, timeout_s, pool, record_view)
 
     def reset(self, name: str, config: SSXGBConfig, order: list[str], lbp: str, server_s: str, s_handle: Any,
-              timeout_s: float, pool: Any = None) -> None:
+              timeout_s: float, pool: Any = None, record_view: bool = False) -> None:
         self._start_party(name)
         self.config, self.order, self.lbp, self.server_s, self.pool = config, list(order), lbp, server_s, pool
-        self.link = ActorLink(self.mailbox, server_s, s_handle, timeout_s)
+        self.link = ActorLink(self.mailbox, server_s, s_handle, timeout_s, record_view)
+        self.record_view = record_view
+        # record_view: the ciphertexts C received (and sent every participant), each tree's instance spaces
+        self.seen: dict[str, list[Any]] = {"lbp_init": [], "gradients": [], "leaves": []}
         self.ops: Counter[str] = Counter()
         self.trees: list[dict[int, tuple]] = []  # per federated tree: node -> ("split", owner, record, left, right)
         self.leaves: list[tuple[np.ndarray, CipherArray]] = []  # per federated tree: leaf ids, Enc(weights)
@@ -95,6 +98,8 @@ class ServerCRole(PartyActor, CostCounters):
         (msg,) = fetch([message])
         ctx = {"key": self.user_keys[self.lbp], "frac_bits": self.config.frac_bits}
         p = self.mailbox.open(msg, "ssxgb_lbp_init", ctx, [self.lbp])
+        if self.record_view:
+            self.seen["lbp_init"] += [p["margin"], p["label"]]
         self.margin, self.label = self.two.key_prod([p["margin"], p["label"]])
         self.n_rows = len(self.margin)
         self.plan = FixedPointPlan.of(self.config, self.n_rows)
@@ -121,6 +126,8 @@ class ServerCRole(PartyActor, CostCounters):
         self.open_nodes, self.next_id = [0], 1
         self.trees.append({})
         payload = {"rows": self.rows.astype(np.int64), "g": self.g, "h": self.h}
+        if self.record_view:
+            self.seen["gradients"] += [self.g, self.h]
         return None, self.mailbox.send("ssxgb_gradients", self.order, payload, len(self.trees), -1)
 
     def _node_sums(self, nodes: Sequence[int]) -> tuple[CipherArray, CipherArray]:
@@ -137,6 +144,10 @@ class ServerCRole(PartyActor, CostCounters):
         ctx = {"nodes": np.asarray(nodes), "key": self.joint, "frac_bits": self.config.frac_bits,
                "max_candidates": 1 << 20}
         got = {m.sender: self.mailbox.open(m, "ssxgb_left_sums", ctx, self.order) for m in fetch(sums)}
+        if self.record_view:
+            for p in self.order:
+                if p in got and got[p]["k"]:
+                    self.seen.setdefault(f"left_sums/{p}", []).extend([got[p]["gl"], got[p]["hl"]])
         counts = [int(got[p]["k"]) if p in got else 0 for p in self.order]
         k = sum(counts)
         if k == 0:
@@ -209,7 +220,10 @@ class ServerCRole(PartyActor, CostCounters):
         """Leaf weights by the secure division (Newton's iteration on masked values, ``3 k + 2`` rounds
         with S), kept encrypted; every row's encrypted margin moves by its leaf's weight."""
         bcp = self.two.bcp
+        self.link.depth = self.config.max_depth  # the leaves' depth: the division's requests say so
         leaves = np.asarray(sorted(self.open_nodes), dtype=np.int64)
+        if self.record_view:
+            self.seen["leaves"].append(self.node_of_row.copy())
         G, H = self._node_sums(leaves.tolist())
         sampled = self.node_of_row[self.pos_of_row >= 0]
         w = leaf_weights(self.two, self.plan, G, H, [int((sampled == leaf).sum()) for leaf in leaves.tolist()])
@@ -300,6 +314,25 @@ class ServerCRole(PartyActor, CostCounters):
         self.n_rows = len(self.margin)
         self.plan = FixedPointPlan.of(self.config, self.n_rows)
         self.index_bits = self.config.value_bits - self.plan.comparison_bits()
+
+    def view(self) -> dict[str, Any]:
+        """What C recorded (``record_view``): ciphertexts as ``(A, B)`` integer pairs, per kind: the LBP's
+        ``lbp_init``, each participant's ``left_sums/<name>``, the ``gradients`` C sent every participant, S's
+        ``s_reply`` (key ids of ``register_step`` left out); ``leaves``: each federated tree's node of
+        every training row (the instance spaces the partitions told C); ``n_square``."""
+        keys = {k.key_id: k for k in (*self.user_keys.values(), self.joint)}
+
+        def ints(arrays):
+            out = []
+            for c in arrays:
+                big_a, big_b = unwrap(keys[c.key_id], c)
+                out += [(int(a), int(b)) for a, b in zip(big_a, big_b)]
+            return out
+        out = {kind: ints(arrays) for kind, arrays in self.seen.items() if kind != "leaves"}
+        out["s_reply"] = ints([c for reply in self.link.replies for c in reply if isinstance(c, CipherArray)])
+        out["leaves"] = [v.tolist() for v in self.seen["leaves"]]
+        out["n_square"] = int(self.params.nsquare)
+        return out
 
     def structure(self) -> list[dict[int, tuple]]:
         """The federated trees as C knows them (owner and record number of every split)."""

@@ -24,14 +24,30 @@ from .config import SSXGBConfig
 from .costs import CostCounters
 from .messages import S_STEPS
 
-__all__ = ["ActorLink", "ServerSRole"]
+__all__ = ["ActorLink", "ServerSRole", "mask_moduli"]
+
+
+def mask_moduli(step: str, args: tuple, config: TwoServerConfig, n: int, count: int) -> list[int | None]:
+    """The modulus of the mask of each of the ``count`` arrays a request ``step(*args)`` makes S open:
+    ``N`` for KeyProd / TransDec (``m + tau``), ``2^(b + kappa)`` for a Mult operand of declared bound
+    ``b`` (C tells S each bound with the request), ``2^(l + kappa)`` for Trunc, none for LGT (what LGT's
+    values show is in the view table)."""
+    if step == "mult_step":
+        bits = args[4] if len(args) > 4 and args[4] is not None else [config.value_bits] * count
+        return [1 << (int(b) + config.kappa) for b in bits]
+    if step == "trunc_step":
+        return [1 << config.mask_bits] * count
+    if step == "switch_key_step":
+        return [n] * count
+    return [None] * count
 
 
 class ServerSRole(PartyActor, CostCounters):
     """Server S: BCP Setup, the master key, and the answers to C's masked requests.
 
     ``record_view=True`` keeps what S received (step names and payload shapes) and what it
-    decrypted, for the view audit (:meth:`view`).
+    decrypted, each opened array with where it was opened and the range of its mask, for the view
+    audit (:meth:`view`).
     """
 
     def __init__(self, name: str, config: SSXGBConfig, server_c: str, pool: Any = None,
@@ -43,6 +59,7 @@ class ServerSRole(PartyActor, CostCounters):
         self.config, self.server_c, self.record_view, self.pool = config, server_c, record_view, pool
         self.server: ServerS | None = None
         self.received: list[tuple[str, Any]] = []
+        self.opened: list[tuple[int, int, str, list[int], int | None]] = []
 
     def setup(self) -> tuple:
         """BCP Setup (the master key stays here); the public parameters ``(N, g)`` go to C."""
@@ -58,8 +75,17 @@ class ServerSRole(PartyActor, CostCounters):
         p = self.mailbox.open(message, "ssxgb_s_request", None, [self.server_c])
         if self.record_view:
             self.received.append((p["step"], describe(p["args"])))
+        before = len(self.server.view) if self.server else 0
         reply = getattr(ServerS, p["step"])(self.server, *p["args"])
+        if self.record_view:
+            self._tag(p["step"], p["args"], message, self.server.view[before:])
         return self.mailbox.send("ssxgb_s_reply", [self.server_c], reply, message.tree, message.depth)
+
+    def _tag(self, step: str, args: tuple, message: Message, opened: list[tuple[str, list[int]]]) -> None:
+        """Each array this request opened, with the message's tree and depth and its mask's modulus."""
+        moduli = mask_moduli(step, args, self.server.config, int(self.server._mk.params.n), len(opened))
+        for (name, vals), modulus in zip(opened, moduli):
+            self.opened.append((message.tree, message.depth, name, [int(v) for v in vals], modulus))
 
     # -- saved part (on S's own machine: it holds the master key) ---------------------------------------
     def model_part(self) -> dict[str, Any]:
@@ -78,8 +104,10 @@ class ServerSRole(PartyActor, CostCounters):
         self.restore(state)
 
     def view(self) -> dict[str, Any]:
-        """What S received (step, payload shape) and decrypted (step, integers), if recorded."""
-        return {"received": list(self.received), "decrypted": list(self.server.view) if self.server else []}
+        """What S received (step, payload shape) and decrypted (step, integers), if recorded; ``opened``:
+        the decrypted arrays as ``(tree, depth, step, integers, modulus of the mask)``, in order."""
+        return {"received": list(self.received), "decrypted": list(self.server.view) if self.server else [],
+                "opened": list(self.opened)}
 
 
 class ActorLink:
@@ -88,12 +116,15 @@ class ActorLink:
     Attributes
     ----------
     round_trips : int
+    replies : list
+        S's replies, if ``record``.
     tree, depth : int
         Where the protocol is (recorded with each message).
     """
 
-    def __init__(self, mailbox: Mailbox, server_s: str, handle: Any, timeout_s: float) -> None:
+    def __init__(self, mailbox: Mailbox, server_s: str, handle: Any, timeout_s: float, record: bool = False) -> None:
         self.mailbox, self.server_s, self.handle, self.timeout_s = mailbox, server_s, handle, timeout_s
+        self.record, self.replies = record, []  # record: keep S's replies (C's view audit)
         self.round_trips = 0
         self.tree, self.depth = -1, -1
 
@@ -105,4 +136,7 @@ class ActorLink:
                                     self.tree, self.depth)
         (reply,) = gather([(self.server_s, self.handle.answer.remote(request))], f"two-server {name}", self.timeout_s)
         self.round_trips += 1
-        return self.mailbox.open(reply, "ssxgb_s_reply", None, [self.server_s])
+        got = self.mailbox.open(reply, "ssxgb_s_reply", None, [self.server_s])
+        if self.record:
+            self.replies.append(list(got) if isinstance(got, (list, tuple)) else [got])
+        return got
