@@ -71,6 +71,8 @@ step       sender -> receiver           payload                                 
 7          every -> output              masked share of the scores (pairwise    nothing: one share alone is uniform mod 2^64;
            (pivodl_prediction_share,    masks), of eval rows' scores to their   output learns the sum (the prediction, or the
            pivodl_metric_share)         label holders, of eval loss sums        metrics)
+7          output -> caller             the margins, sealed to a key the        the predictions it asked for (the caller is
+           (pivodl_margins)             caller made for this call               the label holders' side)
 =========  ===========================  ======================================  ================================================
 
 Departures from the paper, and why:

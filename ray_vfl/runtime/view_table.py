@@ -6,7 +6,8 @@ receiver`` cell names the roles on its first line and, in parentheses on the lin
 kinds the row covers (the ``kind`` of :meth:`ray_vfl.runtime.comm.Mailbox.send`). A row without kinds
 is not a message through the metered send path (the driver dealing roles, a party's own computation).
 Its ``learns`` cell starts with ``nothing`` when the receiver learns nothing of any secret; any other
-row admits a leak, and names the attack that measures it as ``[attack: module.function]``.
+row admits a leak, and names the attack that measures it as ``[attack: module.function]``, except a row to
+``caller``: the result whoever called the protocol asked for (predictions, sealed to that call's key).
 
 :func:`view_table` parses that table; :func:`check_views` compares it with the records of a run (the
 ``(sender, receiver, kind)`` triples each party metered), both ways, after mapping parties to roles.
@@ -58,6 +59,12 @@ class ViewRow:
     def learns_nothing(self) -> bool:
         """The receiver learns nothing of any secret (the row must be tested as a distribution)."""
         return self.learns.lower().startswith("nothing")
+
+    @property
+    def is_output(self) -> bool:
+        """The row hands the protocol's result to whoever called it (:data:`ray_vfl.runtime.seal.CALLER`):
+        what the caller asked for, not a leak to attack."""
+        return self.receivers == ("caller",)
 
     def triples(self) -> set[tuple[str, str, str]]:
         return {(self.sender, receiver, kind) for receiver in self.receivers for kind in self.kinds}

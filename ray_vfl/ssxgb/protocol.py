@@ -83,6 +83,8 @@ predict    C -> S                  TransDec of ``Enc(sum of leaf weights)``   no
 predict    C -> LBP                ``Enc_LBP(sum of leaf weights)`` per row   the margins (it adds its first tree); no
            (ssxgb_prediction)                                                 one else decrypts
                                                                               [attack: ssxgb.attack_views.margin_features]
+predict    LBP -> caller           the margins, sealed to a key the caller    the predictions it asked for (the caller is
+           (ssxgb_margins)         made for this call                         the LBP's side)
 =========  ======================  =========================================  ==============================================
 
 Approximations (details and bounds in :mod:`ray_vfl.ssxgb.approx`): fixed point with ``F`` fractional
