@@ -15,6 +15,10 @@ actor) and what the attacker holds itself; only the scoring pairs its guesses wi
   (right). Intersecting those intervals over the trees orders the rows by the passive feature.
 - :func:`histogram_bins`, the active party against a passive party's features from the bin sums it
   decrypts: each node's hessian-weighted mean bin of a feature, the rows of the node known to it.
+- At prediction, the same two leaks on new rows: :func:`route_label_scores` (the passive party knows
+  which of its records each queried row reached and which way it sent it, and the label rate of its
+  known training rows there) and :func:`route_feature_bounds` (the active party's bounds on the passive
+  features of the rows from the answers).
 
 :func:`attack_results` trains SecureBoost on the credit data with the views recorded and reports
 each attack against chance (AUC 0.5), one- and two-sided.
@@ -26,10 +30,11 @@ from typing import Mapping
 
 import numpy as np
 
-from ..metrics import AttackResult, auc_both_ways
+from ..metrics import AttackResult
 from .views import PartyView, node_rows
 
-__all__ = ["leaf_label_scores", "feature_bounds", "histogram_bins", "attack_results"]
+__all__ = ["leaf_label_scores", "feature_bounds", "histogram_bins", "route_label_scores", "route_feature_bounds",
+           "attack_results"]
 
 
 def _deepest(nodes: Mapping[int, np.ndarray], n_rows: int) -> np.ndarray:
@@ -130,6 +135,69 @@ def histogram_bins(view: PartyView, party: str, n_rows: int, n_bins: int) -> dic
             for f, m in enumerate(mean.tolist()):
                 sums.setdefault(f, np.zeros(n_rows))[at == node] += m
     return {f: s / np.maximum(counts, 1) for f, s in sums.items()}
+
+
+def _answered(view: PartyView, party: str, query_way: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(rows, records, went left)`` of every prediction round between the active party and ``party``:
+    the k-th route query paired with the k-th answer."""
+    answer_way = "out" if query_way == "in" else "in"
+    queries = [e.payload for e in view.of_kind("route_query", query_way) if e.peer == party or query_way == "in"]
+    answers = [e.payload for e in view.of_kind("route_answer", answer_way) if e.peer == party or answer_way == "out"]
+    return [(q.row, q.record, np.unpackbits(a.bits, count=a.count).astype(bool)) for q, a in zip(queries, answers)]
+
+
+def route_label_scores(view: PartyView, n_rows: int, known_rows: np.ndarray, known_labels: np.ndarray,
+                       n_queried: int, prior_weight: float = 2.0) -> np.ndarray:
+    """A passive party's score of every prediction row from the route queries it answered: a row that
+    reached its record ``r`` and went left (its own answer) scores the label rate of the known training
+    rows that went left at ``r``'s node in training (or right), averaged over the records it reached;
+    rows it never saw score the known rows' overall rate. ``n_queried``: rows of the prediction set."""
+    known_rows, known_labels = np.asarray(known_rows), np.asarray(known_labels, dtype=np.float64)
+    prior = float(known_labels.mean()) if len(known_labels) else 0.5
+    trees = node_rows(view, n_rows)
+    node_of = {}
+    for e in view.of_kind("level_step", "in"):
+        o = e.payload.orders
+        node_of.update({r: (e.tree, n) for n, r in zip(o.node.tolist(), o.record.tolist())})
+    own = {}
+    for e in view.of_kind("partition", "out"):
+        part = e.payload
+        bits = np.unpackbits(part.bits, count=int(part.counts.sum())).astype(bool)
+        own.update({(e.tree, n): b for n, b in zip(part.node.tolist(), np.split(bits, np.cumsum(part.counts)[:-1]))})
+    is_known = np.zeros(n_rows, dtype=bool)
+    is_known[known_rows] = True
+    label = np.zeros(n_rows)
+    label[known_rows] = known_labels
+    rates = {}
+    for record, (tree, node) in node_of.items():
+        rows, left = trees[tree][node], own[(tree, node)]
+        rates[record] = [(label[r][is_known[r]].sum() + prior_weight * prior) / (is_known[r].sum() + prior_weight)
+                         for r in (rows[~left], rows[left])]
+    total, count = np.zeros(n_queried), np.zeros(n_queried)
+    for rows, records, left in _answered(view, view.party, "in"):
+        np.add.at(total, rows, [rates[r][int(g)] for r, g in zip(records.tolist(), left.tolist())])
+        np.add.at(count, rows, 1)
+    return np.where(count > 0, total / np.maximum(count, 1), prior)
+
+
+def route_feature_bounds(view: PartyView, party: str, n_queried: int, max_bin: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The active party's bounds on every prediction row's bin of ``party``'s features, from the answers
+    to its route queries: a row that went left at a record of feature ``f`` and bin ``b`` has ``bin <= b``."""
+    split_of = {}
+    for e in view.of_kind("level_step", "out"):
+        if e.peer == party:
+            o = e.payload.orders
+            split_of.update({r: (f, b) for f, b, r in zip(o.feature.tolist(), o.bin.tolist(), o.record.tolist())})
+    bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for rows, records, left in _answered(view, party, "out"):
+        for row, record, went_left in zip(rows.tolist(), records.tolist(), left.tolist()):
+            feature, b = split_of[record]
+            lo, hi = bounds.setdefault(feature, (np.zeros(n_queried), np.full(n_queried, float(max_bin - 1))))
+            if went_left:
+                hi[row] = min(hi[row], b)
+            else:
+                lo[row] = max(lo[row], b + 1)
+    return bounds
 
 
 def attack_results(runtime, quick: bool = True) -> list[AttackResult]:
