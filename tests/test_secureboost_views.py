@@ -16,8 +16,7 @@ from ray_vfl.crypto import get_backend
 from ray_vfl.crypto.he import paillier
 from ray_vfl.metrics import auc_both_ways
 from ray_vfl.runtime.view_table import check_views, view_table
-from ray_vfl.secureboost.attack import feature_bounds, leaf_label_scores
-from ray_vfl.secureboost.attack_run import QUICK, recorded_run, results
+from ray_vfl.secureboost.attack import QUICK, feature_bounds, leaf_label_scores, recorded_run, results
 from ray_vfl.secureboost.views import PartyView
 from ray_vfl.trees.kernels import base_margin, encoded_gradients
 

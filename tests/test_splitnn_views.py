@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import ray_vfl.splitnn.privacy.attacks as attack_module  # noqa: E402
 import ray_vfl.splitnn.protocol as protocol  # noqa: E402
 from ray_vfl.runtime.view_table import check_views, view_table  # noqa: E402
-from ray_vfl.splitnn.privacy.attack_run import LABEL, OTHER, feature_result, label_results, recorded_run  # noqa: E402
+from ray_vfl.splitnn.attack import LABEL, OTHER, feature_result, label_results, recorded_run  # noqa: E402
 
 ROWS = view_table(protocol.__doc__)
 ROLES = {LABEL: "label", OTHER: "non-label"}

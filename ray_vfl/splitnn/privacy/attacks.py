@@ -46,7 +46,7 @@ from ...errors import DataError
 from ...metrics import auc
 
 __all__ = ["NonLabelView", "norm_attack", "direction_attack", "cluster_attack", "latest_rows", "leak_auc", "leak_aucs",
-           "two_sided_chance", "d_leak_auc", "embedding_feature_attack", "ATTACKS", "attack_results"]
+           "two_sided_chance", "d_leak_auc", "embedding_feature_attack", "ATTACKS"]
 
 
 @dataclass
@@ -247,15 +247,6 @@ def embedding_feature_attack(view: NonLabelView, known_rows: np.ndarray, known_v
     a = design[fit]
     coef = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ np.asarray(known_values, dtype=np.float64))
     return ids, design @ coef
-
-
-def attack_results(runtime, quick: bool = True) -> list:
-    """Train the split network with and without defenses, each non-label view recorded, and run every
-    attack on it (:mod:`ray_vfl.splitnn.privacy.attack_run`): ``AttackResult`` rows for
-    ``benchmarks/attacks.py``."""
-    from .attack_run import run
-
-    return run(runtime, quick)
 
 
 ATTACKS = {"norm": norm_attack, "direction": direction_attack, "cluster": cluster_attack}

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...metrics import AttackResult, auc, auc_both_ways
-from ..data import make_fedads_like
-from ..network.config import SplitNNConfig
-from ..protocol import train
-from .attacks import ATTACKS, cluster_attack, embedding_feature_attack, leak_aucs, two_sided_chance
-from .defenses import GaussianDP, Marvell, MixPro, NoDefense
+from ..metrics import AttackResult, auc, auc_both_ways
+from .data import make_fedads_like
+from .network.config import SplitNNConfig
+from .protocol import train
+from .privacy.attacks import ATTACKS, cluster_attack, embedding_feature_attack, leak_aucs, two_sided_chance
+from .privacy.defenses import GaussianDP, Marvell, MixPro, NoDefense
 
-__all__ = ["run", "recorded_run", "label_results", "feature_result", "QUICK", "FULL"]
+__all__ = ["attack_results", "recorded_run", "label_results", "feature_result", "QUICK", "FULL"]
 
 LABEL, OTHER = "bank", "shop"
 QUICK, FULL = (8_000, 1), (40_000, 2)  # rows (3 in 4 train, the rest test), epochs
@@ -87,7 +87,9 @@ def feature_result(data, view, setting: str, command: str = "", seed: int = 0) -
                         float(np.mean(twos)), f"{setting}, defense none; knows {len(known)} rows' values", command, 0.02)
 
 
-def run(runtime, quick: bool) -> list[AttackResult]:
+def attack_results(runtime, quick: bool = True) -> list[AttackResult]:
+    """Train the split network with and without defenses (:data:`QUICK` or :data:`FULL`), each non-label
+    view recorded, and run every attack of :mod:`ray_vfl.splitnn.privacy.attacks` on it."""
     n_rows, epochs = QUICK if quick else FULL
     command = "python benchmarks/attacks.py --only splitnn" + (" --quick" if quick else "")
     setting = f"FedAds-like, 3% positives, {epochs} epoch(s) of batches of 64"
