@@ -1,6 +1,6 @@
 """Every attack on every protocol's recorded view, in one table: role, attack, success, chance.
 
-Each protocol's attack module (``ray_vfl.<protocol>.attack``, and ``ray_vfl.splitnn.privacy.attacks``)
+Each protocol's attack module (``ray_vfl.<protocol>.attack``, the split network's in ``ray_vfl.splitnn.attack``)
 exposes ``attack_results(runtime, quick)``: it trains the protocol on the setting it names, records the
 attacking party's view through the metered send path (what its mailbox received and what it holds itself),
 runs each attack on that view alone and returns :class:`ray_vfl.metrics.AttackResult` rows. This script
@@ -29,7 +29,7 @@ MODULES = {
     "secureboost": "ray_vfl.secureboost.attack",
     "pivodl": "ray_vfl.pivodl.attack",
     "ssxgb": "ray_vfl.ssxgb.attack",
-    "splitnn": "ray_vfl.splitnn.privacy.attacks",
+    "splitnn": "ray_vfl.splitnn.attack",
 }
 
 

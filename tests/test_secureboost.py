@@ -32,9 +32,6 @@ from ray_vfl.trees.kernels import (
     gradients,
 )
 from ray_vfl.trees.reference import fit_reference, predict_reference
-from ray_vfl.runtime.comm import Mailbox
-
-from conftest import introduce, read_payload
 
 
 def reference_bins(data: VerticalDataset, max_bin: int, fitted_on: VerticalDataset | None = None) -> np.ndarray:
@@ -299,54 +296,6 @@ def test_config_gradient_bound_is_the_bound_in_force():
     assert BoostConfig.from_dict({**squared.to_dict(), "gradient_bound": None}) == squared
     with pytest.raises(ConfigError, match="unknown BoostConfig parameter"):
         BoostConfig.from_dict({**logistic.to_dict(), "_derived_gradient_bound": True})
-
-
-def test_paillier_privacy_audit(runtime, small_credit):
-    """A passive party receives only ciphertexts, node row sets and its own split decisions."""
-    train_data, test_data = small_credit
-    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, max_bin=16, backend="paillier", key_bits=1024, allow_weak_keys=True, runtime=runtime)
-    clf.fit(train_data, eval_set=[test_data])
-    stats = clf.comm_stats_
-    received = stats.received_by("party1")
-    assert {r.kind for r in received} == {"public_key", "encrypted_gh", "level_step", "route_query"}
-
-    def arrays(shape):
-        if isinstance(shape, tuple) and shape and shape[0] == "ndarray":
-            yield shape
-        elif isinstance(shape, (tuple, list)):
-            for item in shape:
-                yield from arrays(item)
-        elif isinstance(shape, dict):
-            for item in shape.values():
-                yield from arrays(item)
-
-    for record in received:
-        for _, dtype, _ in arrays(record.shape):
-            assert not dtype.startswith("float"), f"{record.kind} carried a float array to a passive party"
-        if record.kind == "encrypted_gh":
-            cipher = record.shape[1]
-            assert cipher["tag"] == "str" and cipher["data"][1] == "uint8"
-            assert cipher["data"][2] == (len(train_data.ids), 256)  # one 2048-bit ciphertext mod n^2 per row
-    steps = [r.shape[1] for r in received if r.kind == "level_step"]
-    filed = sum(step["orders"][1]["node"][2][0] for step in steps)
-    tables = clf.model_.lookup_tables()
-    assert filed == len(tables["party1"]["rows"])
-    trees = clf.model_.trees()
-    assert filed == sum(int(np.sum((t.owner == 1) & (t.left >= 0))) for t in trees)
-    # what the active party got back from the passive: which histogram cells are ever non-empty (visible in
-    # the root histogram anyway), encrypted histograms, partitions, route answers
-    assert {r.kind for r in stats.received_by("party0")} == {"histogram_layout", "encrypted_histograms", "partition", "route_answer"}
-    # the one cell of each feature the active party derives (node sum minus the feature's other cells) is the
-    # feature's most populated bin, which the first tree's root hessian sums show anyway (every row has the base
-    # score's hessian there, so they are the bins' row counts times one constant)
-    auditor = Mailbox("auditor")  # the layout, sealed for a mailbox of this process (party0's opens in party0 only)
-    introduce(runtime, "party1", auditor)
-    layout = read_payload(ray.get(runtime.actor("party1").histogram_layout.remote("auditor"), timeout=60), auditor)
-    n_bins = 16 + 1
-    block = reference_bins(train_data, 16)[:, train_data.n_features("party0"):]
-    counts = np.stack([np.bincount(block[:, f], minlength=n_bins) for f in range(block.shape[1])])
-    assert layout["derived"].tolist() == (np.arange(block.shape[1]) * n_bins + counts.argmax(axis=1)).tolist()
-    assert not set(layout["derived"].tolist()) & set(layout["cells"].tolist())
 
 
 def test_save_and_load_give_the_same_predictions(runtime, credit, tmp_path):

@@ -129,18 +129,6 @@ def test_vanilla_vfl_beats_local_and_matches_its_twin(fedads, vanilla):
 
 # ---------------------------------------------------------------------------
 # what the non-label party sees, and what it can infer
-def test_nonlabel_view_holds_only_embedding_gradients(vanilla, fedads):
-    model, _, view = vanilla
-    received = model.comm_stats.received_by(OTHER)
-    assert {r.kind for r in received} == {"embedding_grad"}
-    assert {r.sender for r in received} == {LABEL}
-    assert len(received) == view.n_batches == len(view.rows)
-    assert all(g.shape == (len(r), FAST.embedding_width) for g, r in zip(view.gradients, view.rows))
-    assert all(r.shape == ("ndarray", "float32", (len(rows), FAST.embedding_width)) for r, rows in zip(received, view.rows))
-    assert {r.kind for r in model.comm_stats.received_by(LABEL)} == {"embedding"}
-    assert view.final_embeddings.shape == (fedads.train.n_rows, FAST.embedding_width)  # computed by itself, never sent
-
-
 def test_norm_attack_leaks_rare_positive_labels(vanilla, fedads):
     _, _, view = vanilla
     y = fedads.train.label

@@ -15,34 +15,51 @@ the node's minus the feature's other bins (credit, 4 parties: 9% fewer
 products, 6% fewer bin sums compressed, sent and decrypted).
 
 Rounds per tree (``P`` passive parties, ``D`` = max_depth); the active party's
-actor runs them with the passive parties' actors (:mod:`.rounds`):
+actor runs them with the passive parties' actors (:mod:`.rounds`). The table is
+data: ``tests/test_secureboost_views.py`` checks a run's messages against it both
+ways, tests each "nothing" row as a distribution independent of the labels, and
+runs each named attack (:mod:`.attack`) on the recorded views:
 
-=====  ======================  =================================  ==========================================
-round  sender -> receiver      payload                            what the receiver learns
-=====  ======================  =================================  ==========================================
-once   active -> passive       public key                         nothing secret
-once   passive -> active       which (feature, bin) cells hold    what the root histogram shows anyway
-       (histogram_layout)      any training row; with             (empty cells have zero hessian sums; in
-                               ciphertexts, each feature's most   the first tree all rows share one
-                               populated bin, never sent: the     hessian, so the root's hessian sums
-                               active party derives it (node      are row counts)
-                               sums minus the other cells)
-1      active -> passive       Enc(g), Enc(h) per row             nothing (semantic security)
-per d  passive -> active       Enc(bin sums) per built node (the  bin sums of g and h (not per row); the
-       (encrypted_histograms)  root, then the smaller child of     active party derives each sibling as
-                               each split), feature and bin       parent - built, in plaintext
-per d  active -> passive p     the splits p won (node, p's        which of its own bins won, the children
-       (level_step)            feature, p's bin, record id);      of each split and the instance space of
-                               children of every split; rows      each node (as in SecureBoost); never
-                               going left at nodes others split   another party's split or any threshold
-per d  passive p -> active     left/right of the rows of the      the partition of those nodes' rows
-       (partition)             nodes p split
-=====  ======================  =================================  ==========================================
+=======  ======================  =================================  ==============================================
+round    sender -> receiver      payload                            what the receiver learns
+=======  ======================  =================================  ==============================================
+once     active -> passive       the Paillier public key            nothing: the key is drawn before any label is
+         (public_key)                                               read
+once     passive -> active       which (feature, bin) cells hold    which bins of its features are empty, and each
+         (histogram_layout)      any training row; with             feature's most populated bin: what the root
+                                 ciphertexts, each feature's most   histogram shows anyway (hessian sums are zero
+                                 populated bin, never sent: the     in empty cells; in the first tree every row
+                                 active party derives it (node      has one hessian, so they are row counts)
+                                 sums minus the other cells)        [attack: secureboost.attack.histogram_bins]
+1        active -> passive       Enc(g), Enc(h) per row (packed,    nothing: uniform ciphertexts mod n^2 whatever
+         (encrypted_gh)          one ciphertext per row)            the labels (semantic security)
+per d    passive -> active       Enc(bin sums) per built node (the  bin sums of g and h of every node (not per
+         (encrypted_histograms)  root, then the smaller child of    row), the siblings derived as parent - built;
+                                 each split), feature and bin       with the rows of each node, the distribution
+                                                                    of the passive features over them
+                                                                    [attack: secureboost.attack.histogram_bins]
+per d    active -> passive       the splits p won (node, p's        which of its own bins won, the children of
+         (level_step)            feature, p's bin, record id);      each split and the instance space of each
+                                 children of every split; rows      node down to level D - 1 (as in SecureBoost):
+                                 going left at nodes others split   which rows share a node chosen to separate
+                                                                    the labels; never a threshold or another
+                                                                    party's feature
+                                                                    [attack: secureboost.attack.leaf_label_scores]
+per d    passive -> active       left/right of the rows of the      the partition of those nodes' rows: each row's
+         (partition)             nodes p split                      bin of p's feature is at most or above the
+                                                                    split's bin
+                                                                    [attack: secureboost.attack.feature_bounds]
+predict  active -> passive       (row, record id) of the rows       which of its records each row reaches, hence
+         (route_query)           waiting at p's nodes               (with its answer) the training node it shares
+                                                                    [attack: secureboost.attack.route_label_scores]
+predict  passive -> active       one bit per query: left or right   the path of each row at p's nodes: bounds on
+         (route_answer)                                             its bins of p's features
+                                                                    [attack: secureboost.attack.route_feature_bounds]
+=======  ======================  =================================  ==============================================
 
 Prediction (at most ``D`` rounds): the active party sends each passive party
 the (row, record id) pairs waiting at its nodes and gets one bit per pair
-back. The passive party learns which of its nodes each row reaches; the
-active party learns the path, never a threshold. The driver makes one call
+back; it learns the path, never a threshold. The driver makes one call
 per tree; the label party waits for its peers itself, so a level costs one
 actor round trip (two with several passive parties that won splits).
 """

@@ -6,18 +6,27 @@ and its bottom model. Both sides derive the batch order from the shared seed;
 the defense's randomness comes from the label party's own OS entropy, which
 no other party can derive (see :mod:`ray_vfl.splitnn.privacy.defenses`).
 
-Rounds per batch ``b`` (``P`` non-label parties):
+Rounds per batch ``b`` (``P`` non-label parties). The table is data:
+``tests/test_splitnn_views.py`` checks a run's messages against it both ways and
+runs each named attack on the recorded view (no row claims "nothing"):
 
-======  ==========================  ===============================  =====================================
+======  ==========================  ===============================  ================================================
 round   sender -> receiver          payload                          what the receiver learns
-======  ==========================  ===============================  =====================================
-1       non-label p -> label        federated embedding (B, d) of b  p's bottom-model output for the rows
-2       label -> non-label p        d loss / d embedding (B, d),     the gradient of its own output; this
-                                    wrapped by the defense           is what leaks labels (see attacks)
-======  ==========================  ===============================  =====================================
+======  ==========================  ===============================  ================================================
+1       non-label -> label          federated embedding (B, d) of    p's bottom-model output for the rows, a
+        (embedding)                 b; at prediction, of every row   function of p's features: with some rows'
+                                    to score                         values known, the others' are guessed
+                                                                     [attack: splitnn.privacy.attacks.embedding_feature_attack]
+2       label -> non-label          d loss / d embedding (B, d),     the gradient of its own output, which leaks
+        (embedding_grad)            wrapped by the defense           the labels (Li et al., 2022), and through its
+                                                                     training its own embeddings do
+                                                                     [attack: splitnn.privacy.attacks.norm_attack]
+                                                                     [attack: splitnn.privacy.attacks.direction_attack]
+                                                                     [attack: splitnn.privacy.attacks.cluster_attack]
+======  ==========================  ===============================  ================================================
 
-Prediction: each non-label party sends the embeddings of the rows to score;
-nothing comes back. The label party's actor runs the batches with the
+Prediction: each non-label party sends the embeddings of the rows to score
+(``embedding``); nothing comes back. The label party's actor runs the batches with the
 non-label parties' actors itself, one round trip per batch: each call to a
 non-label party applies the gradient of batch ``b - 1`` and embeds batch
 ``b``; while it runs, the label party runs its own bottom model on batch

@@ -15,6 +15,9 @@ labels.
   the received rows, oriented per batch so that the minority side scores
   high (positives are rare: a positive's loss gradient ``(p - 1) dz/dh``
   points against a negative's ``p dz/dh``).
+- Feature attack of the label party (:func:`embedding_feature_attack`): it received every row's
+  federated embedding; knowing a few rows' values of a non-label feature (auxiliary data), it fits a
+  ridge regression from embedding to value and predicts the feature of every other row.
 - Clustering attack (Sun et al. 2022, as in FedAds): k-means (k=2) on the
   party's own federated embeddings, each row by its latest one (what the
   trained bottom model outputs), compared by direction (cosine); the smaller cluster is taken as
@@ -43,7 +46,7 @@ from ...errors import DataError
 from ...metrics import auc
 
 __all__ = ["NonLabelView", "norm_attack", "direction_attack", "cluster_attack", "latest_rows", "leak_auc", "leak_aucs",
-           "two_sided_chance", "d_leak_auc", "ATTACKS"]
+           "two_sided_chance", "d_leak_auc", "embedding_feature_attack", "ATTACKS"]
 
 
 @dataclass
@@ -221,6 +224,29 @@ def two_sided_chance(rows: list[np.ndarray], labels: np.ndarray, seed: int = 0, 
 def d_leak_auc(leak_defended: float, leak_none: float) -> float:
     """Relative change of LeakAUC a defense brings: ``(defended - none) / none``."""
     return (leak_defended - leak_none) / leak_none
+
+
+def embedding_feature_attack(view: NonLabelView, known_rows: np.ndarray, known_values: np.ndarray,
+                             ridge: float = 1e-2) -> tuple[np.ndarray, np.ndarray]:
+    """The label party's guess of a non-label feature from the embeddings it received: ``(row ids,
+    guesses)``. Each row is represented by the last embedding the label party received for it (never
+    ``final_embeddings``, which the non-label party computes and keeps); a ridge regression (with an
+    intercept) fitted on the rows of ``known_rows`` whose values it knows predicts the others.
+
+    >>> emb = np.arange(20, dtype=float).reshape(10, 2)
+    >>> view = NonLabelView("shop", rows=[np.arange(10)], embeddings=[emb], gradients=[np.zeros((10, 2))])
+    >>> ids, guess = embedding_feature_attack(view, np.array([0, 9]), np.array([0.0, 9.0]))
+    >>> np.round(guess[[3, 5]], 2).tolist()
+    [3.0, 5.0]
+    """
+    received = NonLabelView(view.party, view.rows, view.embeddings, view.gradients)  # what the label party got
+    ids, x = latest_rows(received, "embeddings")
+    position = {int(r): i for i, r in enumerate(ids)}
+    fit = np.array([position[int(r)] for r in known_rows])
+    design = np.hstack([x, np.ones((len(x), 1))])
+    a = design[fit]
+    coef = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ np.asarray(known_values, dtype=np.float64))
+    return ids, design @ coef
 
 
 ATTACKS = {"norm": norm_attack, "direction": direction_attack, "cluster": cluster_attack}
