@@ -17,7 +17,7 @@ from ray_vfl.runtime.view_table import check_views, view_table  # noqa: E402
 from ray_vfl.splitnn.attack import LABEL, OTHER, feature_result, label_results, recorded_run  # noqa: E402
 
 ROWS = view_table(protocol.__doc__)
-ROLES = {LABEL: "label", OTHER: "non-label"}
+ROLES = {LABEL: "label", OTHER: "non-label", "caller": "caller"}
 
 
 @pytest.fixture(scope="module")

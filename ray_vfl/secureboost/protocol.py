@@ -55,6 +55,8 @@ predict  active -> passive       (row, record id) of the rows       which of its
 predict  passive -> active       one bit per query: left or right   the path of each row at p's nodes: bounds on
          (route_answer)                                             its bins of p's features
                                                                     [attack: secureboost.attack.route_feature_bounds]
+predict  active -> caller        the margins, sealed to a key the   the predictions it asked for (the caller is the
+         (margins)               caller made for this call          label party's side)
 =======  ======================  =================================  ==============================================
 
 Prediction (at most ``D`` rounds): the active party sends each passive party

@@ -31,13 +31,14 @@ QUICK, FULL = (8_000, 1), (40_000, 2)  # rows (3 in 4 train, the rest test), epo
 
 
 def recorded_run(runtime, n_rows: int, epochs: int, defense=None, seed: int = 0):
-    """``(data, model, view)``: one training on ``n_rows`` FedAds-like rows, the test rows evaluated,
+    """``(data, model, view)``: one training on ``n_rows`` FedAds-like rows, the test rows evaluated and predicted,
     and the non-label party's recorded view."""
     data = make_fedads_like(n_rows, positive_rate=0.03, aligned_fraction=1.0, seed=seed, label_party=LABEL,
                             nonlabel_party=OTHER)
     config = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=epochs)
     model = train(runtime, data.train, config, defense=defense)
     model.evaluate(data.test)
+    model.predict_proba(data.test)  # the predictions' row too: probabilities sealed to the caller
     return data, model, model.recorded_view(OTHER)
 
 

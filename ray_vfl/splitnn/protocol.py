@@ -23,6 +23,8 @@ round   sender -> receiver          payload                          what the re
                                                                      [attack: splitnn.privacy.attacks.norm_attack]
                                                                      [attack: splitnn.privacy.attacks.direction_attack]
                                                                      [attack: splitnn.privacy.attacks.cluster_attack]
+predict label -> caller             probabilities, sealed to a key   the predictions it asked for (the caller is
+        (splitnn_proba)             the caller made for this call    the label party's side)
 ======  ==========================  ===============================  ================================================
 
 Prediction: each non-label party sends the embeddings of the rows to score
@@ -130,7 +132,7 @@ class SplitNNModel:
             drop()
             raise
         drop()
-        records = rt.get([(p, rt.actor(p).comm_records.remote()) for p in self.nonlabel], "records")
+        records = rt.get([(p, rt.actor(p).comm_records.remote()) for p in parties], "records")
         self.comm_stats.extend(r for batch in records for r in batch)
         return result
 
