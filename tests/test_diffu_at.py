@@ -225,19 +225,16 @@ def test_from_files_with_psi_to_diffu_at(runtime, tmp_path):
     np.testing.assert_array_equal(loaded.predict_proba(held), proba)
 
 
-def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime):
-    """In-process PSI (AlignedDataset): the label party's rows outside the intersection, with their labels."""
-    data = make_fedads_like(2_000, aligned_fraction=1.0, seed=2, label_party=LABEL, nonlabel_party=OTHER)
-    ids = data.train.ids
-    bank = data.train.features[LABEL].assign(id=ids, y=data.train.label)
-    shop = data.train.features[OTHER].assign(id=ids).iloc[::3]  # a third of the IDs
-    cats = {LABEL: data.train.categorical[LABEL], OTHER: data.train.categorical[OTHER]}
-    aligned = VerticalDataset.from_frames({LABEL: bank, OTHER: shop}, label="y", categorical=cats, align="psi",
-                                          runtime=runtime)
+def test_from_frames_with_psi_keeps_the_label_partys_rows(runtime, unaligned_at_both):
+    """In-process PSI (AlignedDataset, the session's shared one from tests/conftest.py: the shop holds every
+    second bank row plus 300 users the bank lacks): the label party's rows outside the intersection, with
+    their labels, train JPL; the shop's users outside it are left out."""
+    aligned, n_bank = unaligned_at_both
+    assert aligned.n_rows == n_bank // 2
     clf = SplitNNClassifier(unaligned="jpl", epochs=1, batch_size=128, runtime=runtime,
                             nonlabel_hidden=(16, 8), label_hidden=(16, 8)).fit(aligned)
-    assert clf.unaligned_report_["unaligned_rows"] == len(ids) - len(shop)
-    assert clf.unaligned_report_["aligned_rows"] == len(shop)
+    assert clf.unaligned_report_["unaligned_rows"] == n_bank - aligned.n_rows
+    assert clf.unaligned_report_["aligned_rows"] == aligned.n_rows
 
 
 # save and load ---------------------------------------------------------------------------------------

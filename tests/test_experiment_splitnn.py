@@ -66,7 +66,7 @@ def test_importing_the_experiments_does_not_import_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_a_splitnn_sweep_writes_one_row_per_method_and_defense_and_resumes(runtime, tmp_path):
+def test_a_splitnn_sweep_writes_one_row_per_method_and_defense_and_resumes(runtime, tmp_path, sweep_out):
     pytest.importorskip("torch")
     table4 = run_sweep(splitnn(), str(tmp_path), runtime, progress=False)
     assert table4["defense"].tolist() == ["none", "dp"] and (table4["table"] == 4).all()
@@ -80,12 +80,17 @@ def test_a_splitnn_sweep_writes_one_row_per_method_and_defense_and_resumes(runti
     assert again["defense"].tolist() == ["none", "dp", "mixpro"]  # two resumed, one new
     assert again["finished"].tolist()[:2] == table4["finished"].tolist()
 
-    # the label party's actor class changes between the aligned and the unaligned methods: group them
-    methods = ["vanilla", "oracle", "local", "heuristic", "jpl", "diffu-at"]
-    table3 = run_sweep(splitnn(name="fedads3_tiny", sweep={"method": methods}), str(tmp_path), runtime, progress=False)
-    assert table3["method"].tolist() == methods and (table3["table"] == 3).all() and (table3["embedding_dim"] == 4).all()
-    assert table3["model"].tolist() == ["VanillaVFL", "ORACLE", "Local", "HeuristicVFL", "JPL", "Diffu-AT"]
-    assert table3["auc"].between(0, 1).all() and table3["mb"].iloc[2] == 0 and (table3["mb"].drop(index=2) > 0).all()
+    # Table 3: the shipped small config, run whole into the session's sweep folder (tests/test_experiments.py
+    # and the fedads notebook resume it there instead of training it again): every method, one row each
+    cfg3 = ExperimentConfig.from_yaml(str(REPO / "jobs" / "configs" / "fedads_table3_small.yaml"))
+    table3 = run_sweep(cfg3, str(sweep_out), runtime, progress=False)
+    methods = cfg3.sweep["method"]
+    assert table3["method"].tolist() == methods and (table3["table"] == 3).all()
+    assert table3["model"].tolist() == ["Local", "VanillaVFL", "HeuristicVFL", "JPL", "FedCVT", "SS-VFL", "FedHSSL",
+                                        "Diffu-AT", "ORACLE"]
+    assert (table3["embedding_dim"] == table3["embedding_dim"].iloc[0]).all()
+    local = methods.index("local")
+    assert table3["auc"].between(0, 1).all() and table3["mb"].iloc[local] == 0 and (table3["mb"].drop(index=local) > 0).all()
     assert (table3["aligned_rows"] < table3["train_rows"]).all()
     png = plot_sweep(table3, "method", ["auc", "nll"], str(tmp_path / "t3.png"))  # categorical x: bars
     assert Path(png).stat().st_size > 1000
