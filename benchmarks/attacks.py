@@ -1,6 +1,6 @@
 """Every attack on every protocol's recorded view, in one table: role, attack, success, chance.
 
-Each protocol's attack module (``ray_vfl.<protocol>.attack``, the split network's in ``ray_vfl.splitnn.attack``)
+Each protocol's attack module (``ray_vfl.<protocol>.attack``; PIVODL's ``attack_views``, the split network's ``ray_vfl.splitnn.attack``)
 exposes ``attack_results(runtime, quick)``: it trains the protocol on the setting it names, records the
 attacking party's view through the metered send path (what its mailbox received and what it holds itself),
 runs each attack on that view alone and returns :class:`ray_vfl.metrics.AttackResult` rows. This script
@@ -27,7 +27,7 @@ from ray_vfl.metrics import AttackResult  # noqa: E402
 
 MODULES = {
     "secureboost": "ray_vfl.secureboost.attack",
-    "pivodl": "ray_vfl.pivodl.attack",
+    "pivodl": "ray_vfl.pivodl.attack_views",
     "ssxgb": "ray_vfl.ssxgb.attack",
     "splitnn": "ray_vfl.splitnn.attack",
 }

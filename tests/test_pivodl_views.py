@@ -278,7 +278,7 @@ def test_attacks_on_the_recorded_views_beat_chance(runs):
 def test_attack_results_rows(runtime):
     """benchmarks/attacks.py's PIVODL rows (quick): the differential attack reads labels at threshold 1 and
     none at the default threshold; every other admitted leak shows above chance."""
-    from ray_vfl.pivodl.attack import attack_results
+    from ray_vfl.pivodl.attack_views import attack_results
 
     rows = attack_results(runtime, quick=True)
     free, held = rows[0], rows[1]

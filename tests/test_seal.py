@@ -129,19 +129,19 @@ def test_a_result_for_the_caller_opens_with_that_calls_key_only():
     process that only knows the name ``caller``, cannot open them, and the box proves the sender."""
     bank, shop = Mailbox("bank"), Mailbox("shop")
     box = CallerBox({"bank": bank.public_key, "shop": shop.public_key})
-    message = bank.send_to_caller("margins", box.public_key, np.arange(4.0))
+    message = bank.send_to_caller("result", box.public_key, np.arange(4.0))
     assert message.receivers == ("caller",) and message.wire.startswith(SEAL_MAGIC)
     assert bank.records[-1].receiver == "caller" and bank.records[-1].nbytes == len(message.wire)
     other_call = CallerBox({"bank": bank.public_key})
     with pytest.raises(ProtocolError, match="does not verify"):
-        other_call.open(message, "margins")
+        other_call.open(message, "result")
     with pytest.raises(ProtocolError, match="does not verify"):  # the name alone opens nothing
-        Seal("caller").unseal("margins", "bank", ("caller",), -1, -1, message.wire)
+        Seal("caller").unseal("result", "bank", ("caller",), -1, -1, message.wire)
     with pytest.raises(ProtocolError, match="only from"):
-        box.open(message, "margins", senders=["shop"])
-    forged = dataclasses.replace(shop.send_to_caller("margins", box.public_key, np.zeros(4)), sender="bank")
+        box.open(message, "result", senders=["shop"])
+    forged = dataclasses.replace(shop.send_to_caller("result", box.public_key, np.zeros(4)), sender="bank")
     with pytest.raises(ProtocolError, match="does not verify"):
-        box.open(forged, "margins")
-    assert box.open(message, "margins", senders=["bank"]).tolist() == [0.0, 1.0, 2.0, 3.0]
+        box.open(forged, "result")
+    assert box.open(message, "result", senders=["bank"]).tolist() == [0.0, 1.0, 2.0, 3.0]
     with pytest.raises(VFLError, match="caller key that is not 32 bytes"):
-        bank.send_to_caller("margins", b"short", np.zeros(2))
+        bank.send_to_caller("result", b"short", np.zeros(2))

@@ -2,7 +2,7 @@
 attacker holds, and how to score them honestly.
 
 The other rows of the view table have their attacks in :mod:`ray_vfl.pivodl.attack_views`, with
-:func:`attack_results` (every PIVODL attack, for ``benchmarks/attacks.py``).
+:func:`~ray_vfl.pivodl.attack_views.attack_results` (every PIVODL attack, for ``benchmarks/attacks.py``).
 
 **The label guess of the paper's Table III** (:func:`label_guess_report`). Each client guesses the
 labels of the other clients' rows from its own view only: the leaf weights it received (released by
@@ -54,7 +54,7 @@ from ..errors import DataError
 from ..metrics import auc
 from ..trees.kernels import GRADIENT_FRAC_BITS, base_margin, encoded_gradients
 
-__all__ = ["label_guess_report", "differential_guesses", "differential_report", "attack_results"]
+__all__ = ["label_guess_report", "differential_guesses", "differential_report"]
 
 _ONE = 1 << GRADIENT_FRAC_BITS  # 1.0 on the gradients' fixed-point grid
 
@@ -215,4 +215,3 @@ def differential_report(view: Mapping, guesses: np.ndarray, labels: np.ndarray) 
             "auc": a, "auc_two_sided": max(a, 1 - a)}
 
 
-from .attack_views import attack_results  # noqa: E402  (every PIVODL attack, for benchmarks/attacks.py)

@@ -264,7 +264,8 @@ class Runtime:
                 raise VFLError(f"two actors introduced together have a mailbox named {name!r}; introduce "
                                "each group of talking actors on its own")
             directory[name] = public
-        self._mailbox_keys.update(directory)
+        # the parties' own keys (not their helpers', whose mailboxes may bear the party's name), to open results
+        self._mailbox_keys.update({name: public for key, (name, public) in zip(keys, named) if ":" not in key})
         self.get([(k.split(":")[0], self.actor(k).trust_mailboxes.remote(directory, self._seal_messages)) for k in keys],
                  "introduce", timeout_s)
 

@@ -174,8 +174,8 @@ class CallerBox(Mailbox):
     >>> import numpy as np
     >>> bank = Mailbox("bank")
     >>> box = CallerBox({"bank": bank.public_key})
-    >>> msg = bank.send_to_caller("margins", box.public_key, np.arange(3.0))
-    >>> box.open(msg, "margins", senders=["bank"]).tolist(), bank.records[0].receiver
+    >>> msg = bank.send_to_caller("result", box.public_key, np.arange(3.0))
+    >>> box.open(msg, "result", senders=["bank"]).tolist(), bank.records[0].receiver
     ([0.0, 1.0, 2.0], 'caller')
     """
 
