@@ -210,16 +210,26 @@ def test_refusals_do_not_depend_on_the_labels(runs):
 
 
 def _deal(run) -> list[int]:
-    """Each split client named in a candidate request, relative to its source: (c - s) mod K."""
+    """The split client the driver dealt to the first source at each node, relative to it: (c - s) mod K,
+    read by one receiver so that every node counts once (the deal is one independent draw per node; the copies
+    to the other receivers and the other sources' offsets at the same node are not fresh draws)."""
     order = run["order"]
-    return [(c - order.index(m["sender"])) % len(order)
-            for _, m in received(run, "pivodl_candidate_request") for c in m["payload"]["split"].tolist()]
+    source, reader = order[0], order[1]
+    return [(int(m["payload"]["split"][0]) - order.index(source)) % len(order)
+            for _, m in received(run, "pivodl_candidate_request", reader) if m["sender"] == source]
+
+
+def _deal_run(runtime, flip: bool) -> dict:
+    """A plaintext run with enough nodes (12 trees of depth 2) for a distribution test of the deal."""
+    model = train(runtime, _data(flip), CONFIG.replace(backend="plain", n_trees=12), record_view=True)
+    return {"order": model.order, "views": {p: model.recorded_view(p) for p in model.order}}
 
 
 def test_the_deal_does_not_depend_on_the_labels(runs, runtime, monkeypatch):
     """The driver's deal as the clients read it: the same distribution under both label vectors, each offset
     drawn often. A driver that picked the deal by the label mean fails the check."""
-    a, b = _deal(runs[False]), _deal(runs[True])
+    assert set(_deal(runs[False])) | set(_deal(runs[True])) <= {1, 2}
+    a, b = _deal(_deal_run(runtime, False)), _deal(_deal_run(runtime, True))
     independent_of_secret(a, b)
     assert set(a) == set(b) == {1, 2}
     import ray_vfl.pivodl.rounds as rounds
@@ -227,15 +237,13 @@ def test_the_deal_does_not_depend_on_the_labels(runs, runtime, monkeypatch):
     honest = rounds.deal_split_clients
     views = []
     for flip in (False, True):
-        data = _data(flip)
-        cycle = 1 + int(data.label.mean() > 0.5)  # a leak of the label mean through the deal
+        cycle = 1 + int(_data(flip).label.mean() > 0.5)  # a leak of the label mean through the deal
 
         def leaky_deal(clients, nodes, cycle=cycle):
             return np.tile((np.arange(clients) + cycle) % clients, (nodes, 1))
 
         monkeypatch.setattr(rounds, "deal_split_clients", leaky_deal)
-        model = train(runtime, data, CONFIG.replace(backend="plain", n_trees=4), record_view=True)
-        views.append(_deal({"order": model.order, "views": {p: model.recorded_view(p) for p in model.order}}))
+        views.append(_deal(_deal_run(runtime, flip)))
     monkeypatch.setattr(rounds, "deal_split_clients", honest)
     with pytest.raises(AssertionError, match="depends on the secret"):
         independent_of_secret(*views)
