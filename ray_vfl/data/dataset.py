@@ -376,6 +376,20 @@ class VerticalDataset:
             raise DataError(f"test_size={test_size} leaves an empty part for {self.n_rows} rows")
         return self.take(np.flatnonzero(~mask)), self.take(test_rows)
 
+    def label_classes(self) -> np.ndarray:
+        """The distinct label values, ascending (a classifier's ``classes_``).
+
+        Example
+        -------
+        >>> p = pd.DataFrame({"id": [1, 2, 3], "a": [1.0, 2.0, 3.0], "y": [7, 3, 7]})
+        >>> q = pd.DataFrame({"id": [1, 2, 3], "b": [0.0, 1.0, 0.0]})
+        >>> VerticalDataset.from_frames({"p": p, "q": q}, id_column="id", label="y").label_classes().tolist()
+        [3.0, 7.0]
+        """
+        if self.label is None:
+            raise DataError("the data set holds no labels; build it with label= naming the label column")
+        return np.unique(self.label)
+
     def check_labels(self, objective: str) -> None:
         """Raise :class:`DataError` unless the labels suit ``objective`` (the check a party-held
         label party runs in its own store: :func:`ray_vfl.data.store.check_labels`).

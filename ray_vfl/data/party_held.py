@@ -244,6 +244,13 @@ class PartyHeldDataset:
         calls = [(p, self.stores[p].check_labels.remote(self.keys[p], objective)) for p in self.label_parties]
         self.runtime.get(calls, "check labels")
 
+    def label_classes(self) -> np.ndarray:
+        """The label party's distinct label values, ascending (from its store, to its own side)."""
+        if self.label_party is None:
+            raise DataError("no single party holds the labels; build the dataset with label= at one party")
+        p = self.label_party
+        return np.asarray(self.runtime.get([(p, self.stores[p].label_classes.remote(self.keys[p]))], "label classes")[0])
+
     def source_reads(self) -> dict[str, list[dict]]:
         """Per party, where its store read its source (host, node, process)."""
         calls = [(p, self.stores[p].source_reads.remote()) for p in self.party_names]

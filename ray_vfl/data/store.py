@@ -329,6 +329,11 @@ class PartyStore:
         except DataError as exc:
             raise DataError(f"party {self.name!r}: {exc}") from None
 
+    def label_classes(self, key: str) -> list[float]:
+        """The distinct label values, ascending (asked by the label party's side, for ``classes_``)."""
+        label = self._table(key).labels()
+        return [] if label is None else np.unique(label[np.isfinite(label)]).tolist()
+
     def drop(self, keys: Sequence[str]) -> None:
         for key in keys:
             self.tables.pop(key, None)
@@ -368,13 +373,17 @@ def check_labels(label: np.ndarray | None, objective: str, spread: bool = False)
         if bad.any():
             raise DataError(
                 f"labels must be 0 or 1 for a binary objective; found {np.unique(label[bad])[:5].tolist()}; "
-                "map the classes to 0/1 (or use a regression objective)"
+                "for more classes use objective='multi:softprob' (SecureBoostClassifier picks it from the "
+                "labels), or map the classes to 0/1 (or use a regression objective)"
             )
         classes = np.unique(label)
         if len(classes) < 2 and not spread:
             raise DataError(f"the labels hold one class only (all {len(label)} rows are {int(classes[0])}): a binary "
                             "classifier needs rows of both classes; check the label column, or split with "
                             "train_test_split(..., stratify=True)")
+    if objective.startswith("multi:") and not spread and len(np.unique(label)) < 2:
+        raise DataError(f"the labels hold one class only (all {len(label)} rows are {label[0]:g}): a classifier needs "
+                        "rows of two classes at least; check the label column")
 
 
 def _node_id() -> str | None:

@@ -85,6 +85,9 @@ class PIVODLConfig(BoostConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.num_class is not None or self.objective.startswith("multi:"):
+            raise ConfigError(f"PIVODL trains binary:logistic and reg:squarederror, not {self.objective!r}: multi-class "
+                              "is SecureBoost's (SecureBoostClassifier picks multi:softprob from the labels)")
         check_int("instance_threshold", self.instance_threshold, 1, 1_000_000)
         if self.epsilon is not None:
             check_budget(self.epsilon, self.delta)

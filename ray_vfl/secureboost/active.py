@@ -25,6 +25,7 @@ from ..trees.kernels import (
     goes_left,
     leaf_weights,
 )
+from ..trees.multiclass import class_index, is_multiclass, trees_per_round
 from . import rounds
 from .label_crypto import (
     backend_options,
@@ -79,17 +80,37 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.routes: dict[str, dict[str, Any]] = {}
         self.eval: dict[str, dict[str, Any]] = {}
         self.history: dict[str, list[dict[str, float]]] = {}
+        self.multi = is_multiclass(config.objective)
+        self.per_round = trees_per_round(config.objective, config.num_class, config.multi_strategy)
+        self.classes = None
         if label is None:
             self.y = None
             self.base_margin = 0.0
             return
-        self.y = np.asarray(label, dtype=np.float64)
+        self.y = self._class_labels(label, "the training labels") if self.multi else np.asarray(label, dtype=np.float64)
         base = base_score_of(config.objective, self.y, config.base_score)
         self.base_score = base
         self.base_margin = base_margin(config.objective, base)
-        self.margin = np.full(len(self.y), self.base_margin)
+        self.margin = np.full(self._margin_shape(len(self.y)), self.base_margin)
         if self.init_part is not None:
             self.continue_from(self.init_part)
+
+    def _class_labels(self, label: np.ndarray, role: str) -> np.ndarray:
+        """Multi-class labels as class indices 0 .. K-1; the training labels fix the classes (ascending)."""
+        label = np.asarray(label, dtype=np.float64)
+        if self.classes is None:
+            self.classes = np.unique(label)
+            if len(self.classes) != self.config.num_class:
+                raise DataError(f"party {self.name!r}: the labels hold {len(self.classes)} classes, the config says "
+                                f"num_class={self.config.num_class}; set num_class to the number of classes")
+        return class_index(label, self.classes, role)
+
+    def _margin_shape(self, n: int) -> tuple[int, ...]:
+        return (n, self.config.num_class) if self.multi else (n,)
+
+    def label_classes(self) -> list[float]:
+        """The training labels' classes, ascending (multi-class; the caller's ``classes_``)."""
+        return [] if self.classes is None else self.classes.tolist()
 
     # setup ---------------------------------------------------------------
     def public_key_message(self):
@@ -124,26 +145,33 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def set_eval_labels(self, key: str) -> None:
         """Evaluate every tree on data set ``key`` (loaded with its labels from this party's store)."""
         label = self.labels[key]
-        self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
+        y = self._class_labels(label, f"the labels of eval set {key!r}") if self.multi else np.asarray(label, dtype=np.float64)
+        self.eval[key] = {"y": y, "margin": np.full(self._margin_shape(len(label)), self.base_margin)}
         self.history[key] = []
 
     # one tree --------------------------------------------------------------
     def grow_tree(self, tree: int, eval_keys: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
-        """Grow tree ``tree`` with the passive parties; metrics on training and eval sets."""
-        rounds.grow_tree(self, tree)
-        logs = {"train": self.finish_tree()}
+        """Grow boosting round ``tree`` with the passive parties (one tree, or one per class with
+        ``one_output_per_tree``: every class's gradients from the round's margins); metrics on
+        training and eval sets."""
+        self.round_gh = None
+        for k in range(self.per_round):
+            rounds.grow_tree(self, tree * self.per_round + k)
+            metrics = self.finish_tree()
+        logs = {"train": metrics}
         for key in eval_keys:
-            logs[key] = self.record_eval(key, rounds.route(self, key, tree, tree + 1))
+            logs[key] = self.record_eval(key, self.predict_margin(key, tree, tree + 1))
         return logs
 
     def predict_margin(self, key: str, first_tree: int, end_tree: int) -> np.ndarray:
-        """Federated margins of data set ``key`` over trees ``[first_tree, end_tree)`` (no base margin)."""
-        return rounds.route(self, key, first_tree, end_tree)
+        """Federated margins of data set ``key`` over rounds ``[first_tree, end_tree)`` (no base margin;
+        ``(n, K)`` for multi-class)."""
+        return rounds.route(self, key, first_tree * self.per_round, end_tree * self.per_round)
 
     def margins_for_caller(self, key: str, end_tree: int, caller_key: bytes) -> Message:
-        """The model's margins of data set ``key`` with its first ``end_tree`` trees, base margin included,
+        """The model's margins of data set ``key`` with its first ``end_tree`` rounds, base margin included,
         sealed to the caller (the key it made for this call)."""
-        margins = rounds.route(self, key, 0, end_tree) + self.base_margin
+        margins = self.predict_margin(key, 0, end_tree) + self.base_margin
         return self.mailbox.send_to_caller("margins", caller_key, np.asarray(margins, dtype=np.float64))
 
     def start_tree(self, tree: int):
@@ -154,7 +182,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         the leaf weights all sum these values, as the centralized reference does.
         """
         self.tree = tree
-        g, h = encoded_gradients(self.config.objective, self.y, self.margin)
+        g, h = self._tree_gradients(tree)
         self.g, self.h = g, h
         gh = self._encrypted_gh(tree, g, h)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
@@ -166,6 +194,16 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.children: list[tuple[int, int, int]] = []
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
+
+    def _tree_gradients(self, tree: int) -> tuple[np.ndarray, np.ndarray]:
+        """The gradient pairs tree ``tree`` fits: the model's; with one tree per class, column
+        ``tree % K`` of the pairs every class's tree of the round shares (taken at the round's start)."""
+        if self.per_round == 1:
+            return encoded_gradients(self.config.objective, self.y, self.margin)
+        if tree % self.per_round == 0 or self.round_gh is None:
+            self.round_gh = encoded_gradients(self.config.objective, self.y, self.margin)
+        k = tree % self.per_round
+        return np.ascontiguousarray(self.round_gh[0][:, k]), np.ascontiguousarray(self.round_gh[1][:, k])
 
     @timed("crypto", when=lambda self: self.backend.is_encrypted)
     def _encrypted_gh(self, tree: int, g: np.ndarray, h: np.ndarray):
@@ -187,7 +225,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
                 gh = self.backend.take(gh, back)
             self.ops["encrypt_premasked"] += covered
             if self.masks is not None:
-                if tree + 1 < self.config.n_trees:
+                if tree + 1 < self.config.n_trees * self.per_round:
                     self.masks.order(n)  # the next tree's, made while this one is built
                 else:
                     self.masks.drop()  # the last tree: masks still to make would never be used
@@ -390,7 +428,10 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             self._make_leaf(node, totals_g[node], totals_h[node])
         tree = self.builder.finish()
         self.trees.append(tree)
-        self.margin = self.margin + tree.weight[self.levels.node_of_row]
+        if self.per_round > 1:  # one tree per class: it moves its class's margins
+            self.margin[:, self.tree % self.per_round] += tree.weight[self.levels.node_of_row]
+        else:
+            self.margin = self.margin + tree.weight[self.levels.node_of_row]
         # AUC is left to the eval sets: ranking every training row after each tree costs more than the tree
         metrics = evaluate_margin(self.config.objective, self.y, self.margin, with_auc=False)
         self.history.setdefault("train", []).append(metrics)
@@ -426,6 +467,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             objective=self.config.objective,
             base_margin=self.base_margin,
             trees=[t.to_dict() for t in self.trees],
+            classes=self.label_classes(),
         )
         return part
 
@@ -436,7 +478,8 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.passives = [p for p in self.order if p != self.name]
         self.base_margin = float(part["base_margin"])
         self.trees = [Tree.from_dict(t) for t in part["trees"]]
+        self.classes = np.asarray(part["classes"], dtype=np.float64) if part.get("classes") else None
 
     def truncate(self, n_trees: int) -> None:
-        """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
-        self.trees = self.trees[:n_trees]
+        """Keep the first ``n_trees`` rounds' trees (early stopping's best iteration)."""
+        self.trees = self.trees[:n_trees * self.per_round]

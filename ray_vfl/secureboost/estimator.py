@@ -19,7 +19,10 @@ from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
 from ..trees.config import BoostConfig
-from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
+from ..errors import ConfigError
+from ..trees.estimator import eval_sets_of, fit_callbacks
+from ..trees.kernels import transform_margin
+from ..trees.multiclass import MULTI_OBJECTIVES, softmax
 from .protocol import FederatedModel, train
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -50,6 +53,8 @@ class _SecureBoost(FederatedEstimator):
         callbacks: Sequence[TrainingCallback] | None = None,
         verbose: bool = False,
         runtime: Runtime | None = None,
+        objective: str | None = None,
+        multi_strategy: str = "one_output_per_tree",
     ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -71,16 +76,28 @@ class _SecureBoost(FederatedEstimator):
         self.callbacks = callbacks
         self.verbose = verbose
         self.runtime = runtime
+        self.objective = objective
+        self.multi_strategy = multi_strategy
 
     def _config(self) -> BoostConfig:
         return BoostConfig(
             n_trees=self.n_estimators, max_depth=self.max_depth, learning_rate=self.learning_rate,
             reg_lambda=self.reg_lambda, gamma=self.gamma, min_child_weight=self.min_child_weight,
-            max_bin=self.max_bin, objective=self._objective, base_score=self.base_score, backend=self.backend,
+            max_bin=self.max_bin, objective=self._fit_objective, base_score=self.base_score, backend=self.backend,
             key_bits=self.key_bits, allow_weak_keys=self.allow_weak_keys, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
-            gradient_bound=self.gradient_bound,
+            gradient_bound=self.gradient_bound, num_class=self._num_class, multi_strategy=self.multi_strategy,
         )
+
+    _fit_objective = _objective
+    _num_class = None
+
+    def _choose_objective(self, data: VerticalDataset) -> None:
+        """The objective of this fit (the regressor's: squared error only)."""
+        if self.objective not in (None, "reg:squarederror"):
+            raise ConfigError(f"SecureBoostRegressor trains objective 'reg:squarederror', got {self.objective!r}; "
+                              "for classes use SecureBoostClassifier")
+        self._fit_objective = "reg:squarederror"
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
             checkpoint_dir: str | None = None, checkpoint_every: int = 1, xgb_model: "str | _SecureBoost | None" = None):
@@ -93,8 +110,9 @@ class _SecureBoost(FederatedEstimator):
         continues training that model: ``n_estimators`` more trees on ``data``, binned as that
         model's parties binned theirs.
         """
-        config = self._config()
         VerticalDataset.ensure(data)
+        self._choose_objective(data)
+        config = self._config()
         evals = eval_sets_of(eval_set)
         runtime = self._fit_runtime(config.timeout_s)
         callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every)
@@ -129,21 +147,48 @@ class _SecureBoost(FederatedEstimator):
         version this ray_vfl does not read, or a model of the other objective (a classifier never
         loads a regressor), naming the loader to use.
         """
-        model = FederatedModel.load(directory, runtime, objective=cls._objective)
+        model = FederatedModel.load(directory, runtime, objective=cls._objectives)
         cfg = model.config
         est = cls(n_estimators=cfg.n_trees, max_depth=cfg.max_depth, learning_rate=cfg.learning_rate,
                   reg_lambda=cfg.reg_lambda, gamma=cfg.gamma, min_child_weight=cfg.min_child_weight,
                   max_bin=cfg.max_bin, base_score=cfg.base_score, backend=cfg.backend, key_bits=cfg.key_bits,
                   allow_weak_keys=cfg.allow_weak_keys, workers_per_party=cfg.workers_per_party,
                   timeout_s=cfg.timeout_s, precompute_masks=cfg.precompute_masks, group_features=cfg.group_features,
-                  gradient_bound=cfg.gradient_bound, runtime=model.runtime)
+                  gradient_bound=cfg.gradient_bound, runtime=model.runtime, multi_strategy=cfg.multi_strategy,
+                  objective=cfg.objective)
         est.model_ = model
         est.n_trees_ = model.n_trees
+        est._fit_objective, est._num_class = cfg.objective, cfg.num_class
+        est._loaded(model)
         return est
 
+    _objectives: tuple[str, ...] = ("reg:squarederror",)
 
-class SecureBoostClassifier(BinaryClassifier, ClassifierMixin, _SecureBoost):
-    """Federated XGBoost classifier (SecureBoost) for 0/1 labels.
+    def _loaded(self, model: FederatedModel) -> None:
+        """Learned attributes a loaded model gives besides its trees."""
+
+
+class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
+    """Federated XGBoost classifier (SecureBoost), binary or multi-class.
+
+    The objective follows the labels as in XGBoost's scikit-learn wrapper: 0/1 labels train
+    ``binary:logistic``; any other labels (``K`` distinct numbers) train ``multi:softprob`` with
+    ``num_class=K``, mapped to ``0 .. K-1`` by the label party in ascending order (``classes_``). Pass
+    ``objective="multi:softmax"`` or ``"multi:softprob"`` to force it. ``multi_strategy``:
+    ``"one_output_per_tree"`` (one tree per class and round, the default) or ``"multi_output_tree"``
+    (one tree per round with ``K`` leaf weights; every row's ``K`` gradient pairs travel packed in one
+    ciphertext). ``predict`` gives class labels, ``predict_proba`` ``K`` columns (2 for binary).
+
+    Example
+    -------
+    >>> from sklearn.datasets import load_iris                                  # doctest: +SKIP
+    >>> frame = load_iris(as_frame=True).frame                                  # doctest: +SKIP
+    >>> iris = vertical_split(frame, 2, label="target", seed=0)                 # doctest: +SKIP
+    >>> clf = SecureBoostClassifier(n_estimators=10, backend="paillier").fit(iris)  # doctest: +SKIP
+    >>> clf.classes_, clf.predict_proba(iris).shape                             # doctest: +SKIP
+    (array([0., 1., 2.]), (150, 3))
+
+    Binary:
 
     Example
     -------
@@ -156,6 +201,53 @@ class SecureBoostClassifier(BinaryClassifier, ClassifierMixin, _SecureBoost):
     """
 
     _objective = "binary:logistic"
+    _objectives = ("binary:logistic",) + MULTI_OBJECTIVES
+    classes_ = np.array([0, 1])
+
+    def _choose_objective(self, data: VerticalDataset) -> None:
+        """XGBoost's scikit-learn rule: ``binary:logistic`` for 0/1 labels, ``multi:softprob`` with
+        ``num_class`` = the number of classes for any others (or the ``objective`` given)."""
+        allowed = (None,) + self._objectives
+        if self.objective not in allowed:
+            raise ConfigError(f"SecureBoostClassifier's objective must be one of {allowed}, got {self.objective!r}")
+        if self.objective == "binary:logistic":
+            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
+            return
+        classes = data.label_classes()
+        if self.objective is None and np.array_equal(classes, [0.0, 1.0]):
+            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
+            return
+        self._fit_objective, self._num_class = self.objective or "multi:softprob", len(classes)
+        self.classes_ = _as_labels(classes)
+
+    def _loaded(self, model: FederatedModel) -> None:
+        if model.config.num_class is not None:
+            self.classes_ = _as_labels(model.classes())
+
+    @property
+    def n_classes_(self) -> int:
+        return len(self.classes_)
+
+    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
+        """``(n, K)`` class probabilities, columns in the order of ``classes_`` (``K`` = 2 for binary)."""
+        margin = self.predict_margin(data)
+        if margin.ndim == 2:
+            return softmax(margin)
+        p = transform_margin("binary:logistic", margin)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, data: VerticalDataset) -> np.ndarray:
+        """The predicted class (one of ``classes_``) of every row."""
+        proba = self.predict_proba(data)
+        if proba.shape[1] == 2 and self._num_class is None:
+            return (proba[:, 1] > 0.5).astype(np.int64)
+        return self.classes_[proba.argmax(axis=1)]
+
+
+def _as_labels(classes: np.ndarray) -> np.ndarray:
+    """Class values as integers when they all are (labels travel as floats)."""
+    classes = np.asarray(classes, dtype=np.float64)
+    return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
 
 
 class SecureBoostRegressor(RegressorMixin, _SecureBoost):

@@ -204,5 +204,6 @@ register(  # passive -> active, per prediction round (context: n_queries sent to
     Is("", RouteAnswer), Scalar("count", equals="n_queries"), Packed("bits", "n_queries"),
 )
 register(  # active -> the caller (sealed to the key the caller made for this prediction): the margins
-    "margins", Array("", "float", ("n_rows",)),
+    "margins", Array("", "float", Ref(lambda p, c: (c["n_rows"],) + ((c["n_outputs"],) if c.get("n_outputs") else ()),
+                                      "(n_rows,), or (n_rows, K) for K classes")),
 )

@@ -100,7 +100,8 @@ _TASK_MODULES = ("ray_vfl.secureboost.label_crypto", "ray_vfl.secureboost.passiv
 
 log = logging.getLogger(__name__)
 
-_ESTIMATORS = {"binary:logistic": "SecureBoostClassifier", "reg:squarederror": "SecureBoostRegressor"}
+_ESTIMATORS = {"binary:logistic": "SecureBoostClassifier", "reg:squarederror": "SecureBoostRegressor",
+               "multi:softprob": "SecureBoostClassifier", "multi:softmax": "SecureBoostClassifier"}
 
 
 @dataclass
@@ -167,8 +168,8 @@ class FederatedModel:
         def margins(key, active):
             return active.margins_for_caller.remote(key, n_trees, box.public_key)
 
-        return box.open(self._with_rows(data, margins, "predict"), "margins", {"n_rows": data.n_rows},
-                        [self.label_party])
+        return box.open(self._with_rows(data, margins, "predict"), "margins",
+                        {"n_rows": data.n_rows, "n_outputs": self.config.num_class}, [self.label_party])
 
     def _with_rows(self, data: VerticalDataset, call, role: str = "predict") -> Any:
         """Have every party load its rows of ``data``, run ``call(key, label party)`` and drop the rows."""
@@ -191,8 +192,14 @@ class FederatedModel:
         self.runtime.get([(p, self._handle(p).drop_rows.remote(key)) for p in self.order], "cleanup")
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
-        """Predictions (probabilities for the logistic objective)."""
+        """Predictions (probabilities for the logistic objective and ``multi:softprob``, ``(n, K)``;
+        class indices for ``multi:softmax``)."""
         return transform_margin(self.config.objective, self.predict_margin(data, n_trees))
+
+    def classes(self) -> np.ndarray:
+        """Multi-class: the training labels' classes, ascending, from the label party (the caller's side)."""
+        return np.asarray(self.runtime.get([(self.label_party, self._handle(self.label_party).label_classes.remote())],
+                                           "classes")[0])
 
     def trees(self):
         """The trees as the active party holds them (owner, record id, weights)."""
@@ -209,9 +216,10 @@ class FederatedModel:
         return save_parts(self.runtime, self.order, directory, meta, ".json", kind="secureboost")
 
     @classmethod
-    def load(cls, directory: str, runtime: Runtime | None = None, objective: str | None = None) -> "FederatedModel":
+    def load(cls, directory: str, runtime: Runtime | None = None,
+             objective: str | tuple[str, ...] | None = None) -> "FederatedModel":
         """Start one actor per party and have each read its own saved part; ``objective``, if given,
-        must be the saved model's (a classifier never loads a regressor's trees)."""
+        must be the saved model's, or one of them (a classifier never loads a regressor's trees)."""
         meta = load_meta(directory, "FederatedModel.save", kind="secureboost")
         try:
             config = BoostConfig.from_dict(meta["config"])
@@ -221,9 +229,11 @@ class FederatedModel:
                             f"({type(exc).__name__}: {exc}); save the model again") from exc
         if label_party not in order:
             raise DataError(f"{directory!r}: the label party {label_party!r} is not among the parties {order}")
-        if objective is not None and config.objective != objective:
+        if isinstance(objective, str):
+            objective = (objective,)
+        if objective is not None and config.objective not in objective:
             raise DataError(f"{directory!r} holds a {_ESTIMATORS[config.objective]} model (objective "
-                            f"{config.objective!r}), not one with objective {objective!r}: load it with "
+                            f"{config.objective!r}), not one with objective {' or '.join(map(repr, objective))}: load it with "
                             f"{_ESTIMATORS[config.objective]}.load_model")
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect(meta["order"])

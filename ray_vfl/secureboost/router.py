@@ -40,8 +40,12 @@ class PredictionRouter:
                 parts = [np.where(p >= 0, p + off, -1) for p, off in zip(parts, offsets)]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64 if field == "weight" else np.int64)
 
+        # multi-class: each tree's output column (its class, or every class for K-weight leaves)
+        k = self.config.num_class if getattr(self, "multi", False) else None
         route = {
             "n": n,
+            "outputs": k,
+            "classes": None if k is None or self.per_round == 1 else np.arange(first_tree, end_tree) % self.per_round,
             "left": stack("left", True),
             "right": stack("right", True),
             "owner": stack("owner", False),
@@ -93,9 +97,17 @@ class PredictionRouter:
     def route_finish(self, key: str) -> np.ndarray:
         """Sum of the leaf weights each row reached (without the base margin)."""
         r = self.routes.pop(key)
+        n, k = r["n"], r["outputs"]
         if len(r["weight"]) == 0:
-            return np.zeros(r["n"])
+            return np.zeros(n if k is None else (n, k))
         if np.any(r["left"][r["pos"]] >= 0):
             raise DataError("routing ended before every row reached a leaf; the model's depth is inconsistent")
-        return r["weight"][r["pos"]].reshape(-1, r["n"]).sum(axis=0)
+        reached = r["weight"][r["pos"]]
+        if k is None:
+            return reached.reshape(-1, n).sum(axis=0)
+        if r["classes"] is None:  # K weights per leaf
+            return reached.reshape(-1, n, k).sum(axis=0)
+        out = np.zeros((n, k))  # one tree per class: tree t's weights move class classes[t]
+        np.add.at(out.T, r["classes"], reached.reshape(-1, n))
+        return out
 

@@ -64,7 +64,7 @@ class TrainingState:
     def continue_margins(self) -> int:
         """Margins of the continued model's trees on the training rows and every eval set (federated
         prediction rounds with the passive parties); returns the number of trees continued from."""
-        n = len(self.trees)
+        n = len(self.trees) // self.per_round  # rounds
         self.margin = self.base_margin + self.predict_margin("train", 0, n)
         for key, state in self.eval.items():
             state["margin"] = self.base_margin + self.predict_margin(key, 0, n)

@@ -396,5 +396,11 @@ def _check_input(data: VerticalDataset, config: SSXGBConfig) -> str:
         found = data.label_parties
         raise DataError(f"SSXGB needs exactly one label-bearing participant (LBP), found {len(found)}: {found}; "
                         "give every label to one participant (label_party=...)")
-    data.check_labels("binary:logistic")
+    try:
+        data.check_labels("binary:logistic")
+    except DataError as exc:
+        if "0 or 1" not in str(exc):
+            raise
+        raise DataError(f"SSXGB is binary, as its paper (its secure sigmoid has no softmax counterpart): {exc}. "
+                        "For more classes train SecureBoostClassifier, which takes multi-class labels") from None
     return data.label_parties[0]

@@ -15,10 +15,11 @@ from typing import Any
 from ..config import ValidatedConfig, check_float, check_int
 from ..crypto.he.key_policy import MIN_KEY_BITS, check_key_bits, weak_key_warning
 from ..errors import ConfigError, SecurityWarning
+from .multiclass import MULTI_OBJECTIVES, MULTI_STRATEGIES, is_multiclass
 
 __all__ = ["BoostConfig", "OBJECTIVES", "MIN_KEY_BITS", "PLAIN_BACKEND_WARNING", "default_gradient_bound"]
 
-OBJECTIVES = ("binary:logistic", "reg:squarederror")
+OBJECTIVES = ("binary:logistic", "reg:squarederror") + MULTI_OBJECTIVES
 PLAIN_BACKEND_WARNING = (
     "backend='plain' encrypts nothing: every passive party sees each row's gradient, and the labels follow from "
     "the gradients (for the logistic loss g = p - y, so g < 0 exactly for the rows labelled 1); use it for tests "
@@ -36,7 +37,7 @@ def default_gradient_bound(objective: str) -> float:
     >>> default_gradient_bound("binary:logistic"), default_gradient_bound("reg:squarederror")
     (1.0, 65536.0)
     """
-    return 1.0 if objective == "binary:logistic" else DEFAULT_GRADIENT_BOUND
+    return 1.0 if objective == "binary:logistic" or is_multiclass(objective) else DEFAULT_GRADIENT_BOUND
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class BoostConfig(ValidatedConfig):
     max_bin : int
         Quantile bins per feature (missing values get one extra bin), in [2, 255].
     objective : str
-        ``"binary:logistic"`` or ``"reg:squarederror"``.
+        ``"binary:logistic"``, ``"reg:squarederror"``, or ``"multi:softprob"`` / ``"multi:softmax"``
+        (``num_class`` classes, :mod:`ray_vfl.trees.multiclass`).
     base_score : float or None
         Initial prediction; ``None`` uses the label mean (a probability for the
         logistic objective).
@@ -98,6 +100,11 @@ class BoostConfig(ValidatedConfig):
         squared-error labels further than half the bound from the base score
         (residuals may grow a little while boosting): scale the labels or raise
         the bound.
+    num_class : int or None
+        Classes of a multi-class objective, in [2, 1000]; ``None`` for the others.
+    multi_strategy : str
+        Multi-class trees: ``"one_output_per_tree"`` (one tree per class and round, XGBoost's
+        default) or ``"multi_output_tree"`` (one tree per round with ``num_class`` leaf weights).
 
     Warns
     -----
@@ -134,6 +141,8 @@ class BoostConfig(ValidatedConfig):
     precompute_masks: bool = True
     group_features: bool = True
     gradient_bound: float | None = None
+    num_class: int | None = None
+    multi_strategy: str = "one_output_per_tree"
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -145,6 +154,15 @@ class BoostConfig(ValidatedConfig):
         check_int("max_bin", self.max_bin, 2, 255)
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if is_multiclass(self.objective):
+            if self.num_class is None:
+                raise ConfigError(f"objective {self.objective!r} needs num_class, the number of classes (2 or more)")
+            check_int("num_class", self.num_class, 2, 1000)
+        elif self.num_class is not None:
+            raise ConfigError(f"num_class is for the multi-class objectives {MULTI_OBJECTIVES}; objective "
+                              f"{self.objective!r} takes num_class=None")
+        if self.multi_strategy not in MULTI_STRATEGIES:
+            raise ConfigError(f"multi_strategy must be one of {MULTI_STRATEGIES}, got {self.multi_strategy!r}")
         if self.base_score is not None:
             if self.objective == "binary:logistic":
                 check_float("base_score", self.base_score, 0.0, 1.0, lo_open=True)
@@ -170,8 +188,8 @@ class BoostConfig(ValidatedConfig):
         given = self.gradient_bound is not None
         if given:
             check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)
-            if self.objective == "binary:logistic" and self.gradient_bound < 1.0:
-                raise ConfigError(f"gradient_bound must be at least 1 for binary:logistic (gradients reach +-1), "
+            if (self.objective == "binary:logistic" or is_multiclass(self.objective)) and self.gradient_bound < 1.0:
+                raise ConfigError(f"gradient_bound must be at least 1 for {self.objective} (gradients reach +-1), "
                                   f"got {self.gradient_bound!r}")
         bound = float(self.gradient_bound) if given else default_gradient_bound(self.objective)
         object.__setattr__(self, "gradient_bound", bound)

@@ -39,6 +39,7 @@ import numpy as np
 from ..crypto.he.fixed_point import FixedPoint
 from ..errors import ConfigError
 from ..metrics import auc, logloss
+from .multiclass import is_multiclass, multiclass_metrics, softmax, softmax_gradients
 
 __all__ = [
     "evaluate_margin",
@@ -91,6 +92,8 @@ def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.nda
         return p - y, np.maximum(p * (1.0 - p), 1e-16)
     if objective == "reg:squarederror":
         return margin - y, np.ones_like(margin)
+    if is_multiclass(objective):  # y: class indices, margin: (n, K); (n, K) pairs back
+        return softmax_gradients(y, margin)
     raise ConfigError(f"unknown objective {objective!r}")
 
 
@@ -127,6 +130,8 @@ def base_score_of(objective: str, y: np.ndarray, base_score: float | None = None
     """
     if base_score is not None:
         return float(base_score)
+    if is_multiclass(objective):  # XGBoost's: the same for every class, so no softmax ever sees it
+        return 0.5
     mean = float(np.mean(y))
     return float(np.clip(mean, 1e-6, 1 - 1e-6)) if objective == "binary:logistic" else mean
 
@@ -139,9 +144,14 @@ def base_margin(objective: str, base_score: float) -> float:
 
 
 def transform_margin(objective: str, margin: np.ndarray) -> np.ndarray:
-    """Turn raw margins into predictions (probabilities for logistic)."""
+    """Turn raw margins into predictions (probabilities for logistic and ``multi:softprob``, ``(n, K)``;
+    the class index for ``multi:softmax``)."""
     if objective == "binary:logistic":
         return 1.0 / (1.0 + np.exp(-margin))
+    if objective == "multi:softprob":
+        return softmax(margin)
+    if objective == "multi:softmax":
+        return margin.argmax(axis=1).astype(np.float64)
     return margin
 
 
@@ -153,6 +163,8 @@ def evaluate_margin(objective: str, y: np.ndarray, margin: np.ndarray, with_auc:
     >>> evaluate_margin("reg:squarederror", np.array([1.0, 3.0]), np.array([1.0, 1.0]))
     {'rmse': 1.4142135623730951}
     """
+    if is_multiclass(objective):
+        return multiclass_metrics(y, margin)
     pred = transform_margin(objective, margin)
     if objective == "binary:logistic":
         metrics = {"logloss": logloss(y, pred)}
@@ -315,7 +327,9 @@ def is_splittable(gain, gamma: float):
 
 
 def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
-    """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms.
+    """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms, or
+    ``(slots, F, n_bins, K)`` ones of ``K`` outputs (multi-output trees): a candidate's gain is then
+    the sum of its ``K`` gains, valid only where every output's children are.
 
     Candidates are ordered feature by feature, missing-left before missing-right,
     thresholds ascending; ties (gains within a relative ``1e-9`` of the best)
@@ -329,7 +343,7 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     >>> int(choice.feature[0]), int(choice.bin[0]), bool(choice.default_left[0])
     (0, 0, True)
     """
-    slots, n_features, n_bins = G.shape
+    slots, n_features, n_bins = G.shape[:3]
     if n_features == 0:
         empty = np.full(slots, -np.inf)
         zeros = np.zeros(slots, dtype=np.int64)
@@ -337,7 +351,10 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
     h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
     (gl, gr), (hl, hr) = _children_sums(G), _children_sums(H)
-    gain = split_gains(gl, hl, gr, hr, g_tot, h_tot, reg_lambda, min_child_weight).reshape(slots, -1)
+    gain = split_gains(gl, hl, gr, hr, g_tot, h_tot, reg_lambda, min_child_weight)
+    if G.ndim == 4:  # K outputs: the sum of their gains (-inf if any output's children are invalid)
+        gain = gain.sum(axis=-1)
+    gain = gain.reshape(slots, -1)
     top = gain.max(axis=1, keepdims=True)
     best = np.argmax(ties_with(gain, top), axis=1)  # -inf everywhere: argmax picks 0
     feature, rest = np.divmod(best, 2 * (n_bins - 1))
