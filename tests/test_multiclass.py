@@ -205,3 +205,15 @@ def test_iris_accuracy_matches_xgboost(runtime):
 def test_digits_accuracy_matches_xgboost(runtime):
     ours, theirs = _accuracy_against_xgboost(runtime, _frame(load_digits), "one_output_per_tree", 10, 4)
     assert ours >= theirs - 0.005, (ours, theirs)
+
+
+def test_paillier_multi_output_tree_packs_every_class_in_one_ciphertext(runtime, iris):
+    """Paillier 1024: each row's 3 pairs in ONE ciphertext (one encrypted_gh entry per row), the
+    histograms' cells 3 pairs each; the trees still equal the reference's."""
+    cfg = BoostConfig(n_trees=2, max_depth=2, max_bin=8, backend="paillier", key_bits=1024, allow_weak_keys=True,
+                      objective="multi:softprob", num_class=3, multi_strategy="multi_output_tree")
+    model = train(runtime, iris, cfg)
+    assert_equal_to_reference(model, iris, cfg)
+    assert model.op_counts["encrypt"] == 2 * 150  # one ciphertext per row and round, not per class
+    gh = [r for r in model.comm_stats.records if r.kind == "encrypted_gh"]
+    assert len(gh) == 2  # one message per round

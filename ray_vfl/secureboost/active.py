@@ -25,7 +25,7 @@ from ..trees.kernels import (
     goes_left,
     leaf_weights,
 )
-from ..trees.multiclass import class_index, is_multiclass, trees_per_round
+from ..trees.multiclass import class_index, is_multiclass, pairs_per_row, trees_per_round
 from . import rounds
 from .label_crypto import (
     backend_options,
@@ -64,12 +64,13 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
         self.backend_spec = (config.backend, backend_options(config.gradient_bound,
-                                                             None if label is None else len(label)))
+                                                             None if label is None else len(label),
+                                                             pairs_per_row(config)))
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])
         with warnings.catch_warnings():  # the driver warned of a weak key when the config was made
             warnings.simplefilter("ignore", SecurityWarning)
             self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits, config.allow_weak_keys)
-        self.plain = get_backend("plain")
+        self.plain = get_backend("plain", pairs=pairs_per_row(config))
         self._plain_pk, self._plain_sk = self.plain.generate_keys()
         self.peers: dict[str, Any] = {}
         self.masks: MaskSupply | None = None
@@ -82,6 +83,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.history: dict[str, list[dict[str, float]]] = {}
         self.multi = is_multiclass(config.objective)
         self.per_round = trees_per_round(config.objective, config.num_class, config.multi_strategy)
+        self.outputs = (pairs_per_row(config),) if pairs_per_row(config) > 1 else ()  # a leaf's weights: () = one
         self.classes = None
         if label is None:
             self.y = None
@@ -186,7 +188,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.g, self.h = g, h
         gh = self._encrypted_gh(tree, g, h)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
-        self.builder = TreeBuilder()
+        self.builder = TreeBuilder(self.outputs[0] if self.outputs else None)
         self.levels = RowLevels(len(g))
         self.own_hists: dict[int, Any] = {}
         self.prebuilt: dict[int, Any] = {}
@@ -215,7 +217,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             # OU: rows in (g, h) order, so equal pairs share a piece whose task computes their message
             # part once (credit, 10 trees: 25,500 message parts instead of 86,200 with pieces in row
             # order); the ciphertexts go back to row order, and the masks are any rows'.
-            sort = self.backend.reuses_message_powers
+            sort = self.backend.reuses_message_powers and g.ndim == 1
             order = np.lexsort((h, g)) if sort else None
             eg, eh = (g[order], h[order]) if sort else (g, h)
             gh = self.backend.concat(self._encrypt_on_tasks(eg, eh, pieces))
@@ -239,7 +241,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def count_repeated_pairs(self) -> None:
         """Count the rows whose message part the encryption reused (an operation count for the
         benchmark's floor); the rounds call it while the passive parties sum, off the critical path."""
-        if self.backend.reuses_message_powers and self._repeats is not None:
+        if self.backend.reuses_message_powers and self._repeats is not None and self._repeats[0].ndim == 1:
             self.ops["encrypt_repeated"] += repeated_pairs(*self._repeats)
         self._repeats = None
 
@@ -305,8 +307,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         ones, so a derived cell is the very sum its decryption would give: float sums of such values
         are exact while they stay below ``2**21`` (credit: below 24,000)."""
         build = self.levels.build
-        return tuple(np.bincount(self.levels.node_of_row, weights=v, minlength=int(build.max()) + 1)[build]
-                     for v in (self.g, self.h))
+        return tuple(_node_sums(self.levels.node_of_row, v, int(build.max()) + 1)[build] for v in (self.g, self.h))
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray,
                     totals: tuple[np.ndarray, np.ndarray] | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -318,16 +319,17 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         if occupied.shape != (len(build), len(cells)) or int(occupied.sum()) != len(G):
             raise VFLError(f"party {sender!r} sent histograms of {occupied.shape[0]} nodes over {int(occupied.sum())} "
                                 f"cells and {len(G)} entries; expected {len(build)} nodes")
-        full_g, full_h = np.zeros((len(build), n_features * self.n_bins)), np.zeros((len(build), n_features * self.n_bins))
+        shape = (len(build), n_features * self.n_bins, *self.outputs)  # multi-output trees: K sums per cell
+        full_g, full_h = np.zeros(shape), np.zeros(shape)
         if occupied.all():
-            full_g[:, cells], full_h[:, cells] = G.reshape(len(build), -1), H.reshape(len(build), -1)
+            full_g[:, cells], full_h[:, cells] = G.reshape(len(build), -1, *self.outputs), H.reshape(len(build), -1, *self.outputs)
         else:
             node_of_entry, cell_of_entry = np.nonzero(occupied)
             full_g[node_of_entry, cells[cell_of_entry]] = G
             full_h[node_of_entry, cells[cell_of_entry]] = H
         if len(derived) and len(build):
             for full, total in zip((full_g, full_h), totals):  # derived cells hold 0 until here
-                full[:, derived] = total[:, None] - full.reshape(len(build), n_features, self.n_bins).sum(axis=2)
+                full[:, derived] = total[:, None] - full.reshape(len(build), n_features, self.n_bins, *self.outputs).sum(axis=2)
         level = {node: (full_g[i], full_h[i]) for i, node in enumerate(build)}
         parents = self.peer_hists.get(sender, {})
         for node, parent, sibling in self.levels.derive.tolist():
@@ -352,7 +354,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         blocks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         own = self.plain.concat([self.own_hists[n] for n in open_nodes.tolist()])
         G, H = self.plain.decrypt_gh(self._plain_sk, own)
-        blocks[self.name] = (G.reshape(n_open, -1, self.n_bins), H.reshape(n_open, -1, self.n_bins))
+        blocks[self.name] = (G.reshape(n_open, -1, self.n_bins, *G.shape[1:]), H.reshape(n_open, -1, self.n_bins, *H.shape[1:]))
         # every passive party's ciphertexts of the level in one round of decryption tasks
         by_sender = [hists.ciphers for _, hists in passive_hists]
         self.ops["decrypt"] += sum(len(c) for cs in by_sender for c in cs)
@@ -363,8 +365,8 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         for (sender, hists), (g_sums, h_sums) in zip(passive_hists, decrypted):
             level = self._peer_level(sender, hists.occupied_cells(len(self.layouts[sender][1])), g_sums, h_sums, totals)
             nodes = open_nodes.tolist()
-            blocks[sender] = (np.stack([level[n][0] for n in nodes]).reshape(n_open, -1, self.n_bins),
-                              np.stack([level[n][1] for n in nodes]).reshape(n_open, -1, self.n_bins))
+            blocks[sender] = tuple(np.stack([level[n][i] for n in nodes]).reshape(n_open, -1, self.n_bins, *self.outputs)
+                                   for i in (0, 1))
         # a node's gradient sums: any one feature's bins of this party's own (plaintext) histogram
         totals_g, totals_h = (b[:, 0, :].sum(axis=1) for b in blocks[self.name])
         G = np.concatenate([blocks[p][0] for p in self.order], axis=1)
@@ -422,8 +424,8 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def finish_tree(self) -> dict[str, Any]:
         """Close the open nodes as leaves, update the margins, report training metrics."""
         size = self.builder_size()
-        totals_g = np.bincount(self.levels.node_of_row, weights=self.g, minlength=size)
-        totals_h = np.bincount(self.levels.node_of_row, weights=self.h, minlength=size)
+        totals_g = _node_sums(self.levels.node_of_row, self.g, size)
+        totals_h = _node_sums(self.levels.node_of_row, self.h, size)
         for node in self.levels.open.tolist():
             self._make_leaf(node, totals_g[node], totals_h[node])
         tree = self.builder.finish()
@@ -483,3 +485,10 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def truncate(self, n_trees: int) -> None:
         """Keep the first ``n_trees`` rounds' trees (early stopping's best iteration)."""
         self.trees = self.trees[:n_trees * self.per_round]
+
+
+def _node_sums(node_of_row: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+    """Sums of ``v`` (``(n,)`` or ``(n, K)``) over the rows of each node ``0 .. size-1``."""
+    if v.ndim == 1:
+        return np.bincount(node_of_row, weights=v, minlength=size)
+    return np.stack([np.bincount(node_of_row, weights=v[:, k], minlength=size) for k in range(v.shape[1])], axis=1)

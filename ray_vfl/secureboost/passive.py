@@ -11,6 +11,7 @@ from ..crypto import get_backend
 from ..runtime.timeline import timed
 from ..trees.feature_groups import FeatureGroups, plan_feature_groups
 from ..trees.kernels import build_histograms, goes_left
+from ..trees.multiclass import pairs_per_row
 from .label_crypto import backend_options
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, NodeHistograms, RouteAnswer, RouteQuery, SplitOrders
@@ -65,7 +66,8 @@ class PassiveParty(Party):
     def set_public_key(self, message) -> None:
         # the options are the ones this party's own config gives for its rows: it checks them, not trusts them
         spec = (self.config.backend, backend_options(self.config.gradient_bound,
-                                                     None if self.fkeys is None else len(self.fkeys)))
+                                                     None if self.fkeys is None else len(self.fkeys),
+                                                     pairs_per_row(self.config)))
         self.backend_spec, self.public_key = self.mailbox.open(message, "public_key", {
             "backend_spec": spec, "backend": get_backend(spec[0], **spec[1]), "key_bits": self.config.key_bits})
         self.backend = get_backend(self.backend_spec[0], **self.backend_spec[1])

@@ -20,7 +20,8 @@ __all__ = ["Tree", "TreeBuilder", "LookupTable"]
 
 @dataclass
 class Tree:
-    """Arrays over node ids; ``left[i] == -1`` marks a leaf."""
+    """Arrays over node ids; ``left[i] == -1`` marks a leaf. ``weight`` is ``(n_nodes,)``, or
+    ``(n_nodes, K)`` for a multi-output tree."""
 
     left: np.ndarray
     right: np.ndarray
@@ -47,8 +48,10 @@ class Tree:
 
 @dataclass
 class TreeBuilder:
-    """Grows a tree node by node; ``finish`` freezes it into a :class:`Tree`."""
+    """Grows a tree node by node; ``finish`` freezes it into a :class:`Tree`. With ``outputs`` = K
+    (multi-output trees) every leaf holds K weights: ``weight`` becomes ``(n_nodes, K)``."""
 
+    outputs: int | None = None
     left: list[int] = field(default_factory=lambda: [-1])
     right: list[int] = field(default_factory=lambda: [-1])
     owner: list[int] = field(default_factory=lambda: [-1])
@@ -65,8 +68,8 @@ class TreeBuilder:
         self.owner[node], self.record[node] = owner, record
         return children[0], children[1]
 
-    def set_leaf(self, node: int, weight: float) -> None:
-        self.weight[node] = float(weight)
+    def set_leaf(self, node: int, weight) -> None:
+        self.weight[node] = float(weight) if self.outputs is None else np.asarray(weight, dtype=np.float64)
 
     def finish(self) -> Tree:
         return Tree(
@@ -74,7 +77,8 @@ class TreeBuilder:
             np.asarray(self.right, dtype=np.int32),
             np.asarray(self.owner, dtype=np.int32),
             np.asarray(self.record, dtype=np.int32),
-            np.asarray(self.weight, dtype=np.float64),
+            np.asarray(self.weight, dtype=np.float64) if self.outputs is None
+            else np.stack([np.broadcast_to(np.asarray(w, dtype=np.float64), (self.outputs,)) for w in self.weight]),
         )
 
 

@@ -9,7 +9,7 @@ __all__ = ["backend_options", "public_key_problem", "GUARD_BITS"]
 GUARD_BITS = 2  # per packed slot, above the bound every honest bin sum stays under (see backend_options)
 
 
-def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
+def backend_options(gradient_bound: float, n_rows: int | None = None, pairs: int = 1) -> dict:
     """Encoding options every party must share: the gradient bound
     (:attr:`~ray_vfl.trees.config.BoostConfig.gradient_bound`, 1 for logistic gradients), and no
     bin sum covers more than the training rows; tight bounds leave room for more bin sums per compressed ciphertext and make every
@@ -31,6 +31,8 @@ def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
     ciphertext holds 20 instead of 15. Fewer ciphertexts are compressed, re-randomised, sent
     and decrypted.
 
+    ``pairs`` > 1 (multi-output trees of ``K`` classes): each row's ``K`` pairs in one entry.
+
     Example
     -------
     >>> backend_options(1.0, 24_000)
@@ -41,6 +43,8 @@ def backend_options(gradient_bound: float, n_rows: int | None = None) -> dict:
     options: dict = {"gradient_bound": float(gradient_bound), "guard_bits": GUARD_BITS, "frac_bits": GRADIENT_FRAC_BITS}
     if n_rows:
         options["max_rows"] = 1 << max(1, int(n_rows - 1).bit_length())
+    if pairs > 1:
+        options["pairs"] = int(pairs)
     return options
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import DataError
 
 __all__ = ["MULTI_OBJECTIVES", "MULTI_STRATEGIES", "is_multiclass", "softmax", "softmax_gradients",
-           "multiclass_metrics", "class_index", "trees_per_round"]
+           "multiclass_metrics", "class_index", "trees_per_round", "pairs_per_row"]
 
 MULTI_OBJECTIVES = ("multi:softprob", "multi:softmax")
 MULTI_STRATEGIES = ("one_output_per_tree", "multi_output_tree")
@@ -49,6 +49,11 @@ def trees_per_round(objective: str, num_class: int | None, multi_strategy: str) 
     (3, 1)
     """
     return int(num_class) if is_multiclass(objective) and multi_strategy == "one_output_per_tree" else 1
+
+
+def pairs_per_row(config) -> int:
+    """Gradient pairs each row's ciphertext packs: ``K`` for multi-output trees, else 1."""
+    return int(config.num_class) if is_multiclass(config.objective) and config.multi_strategy == "multi_output_tree" else 1
 
 
 def softmax(margin: np.ndarray) -> np.ndarray:

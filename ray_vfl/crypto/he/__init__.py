@@ -122,7 +122,8 @@ def get_backend(name: str, **options) -> Backend:
         One of ``"plain"``, ``"phe"``, ``"paillier"``, ``"ou"`` or a registered name.
     **options
         Backend options: ``frac_bits`` (default 40), ``max_rows`` (default
-        2**20), ``gradient_bound`` (largest ``|g|``, ``|h|``; default 2**16), ``guard_bits`` (default 8).
+        2**20), ``gradient_bound`` (largest ``|g|``, ``|h|``; default 2**16), ``guard_bits`` (default 8), ``pairs``
+        (gradient pairs per row, default 1; K for multi-output trees).
         Every party must use the same options: they are part of each
         ciphertext's tag.
 
@@ -137,7 +138,7 @@ def get_backend(name: str, **options) -> Backend:
     >>> get_backend("plain").is_encrypted
     False
     """
-    allowed = {"frac_bits", "max_rows", "gradient_bound", "guard_bits"}
+    allowed = {"frac_bits", "max_rows", "gradient_bound", "guard_bits", "pairs"}
     unknown = sorted(set(options) - allowed)
     if name in _CUSTOM:
         return _CUSTOM[name](**options)

@@ -73,9 +73,10 @@ class Backend(ABC):
     public_key_type: ClassVar[type]
 
     def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gradient_bound: float = 2.0**16,
-                 guard_bits: int = 8) -> None:
+                 guard_bits: int = 8, pairs: int = 1) -> None:
         self.fixed_point = FixedPoint(frac_bits)
-        self.packing = GHPacking(self.fixed_point, gradient_bound=gradient_bound, max_rows=max_rows, guard_bits=guard_bits)
+        self.packing = GHPacking(self.fixed_point, gradient_bound=gradient_bound, max_rows=max_rows, guard_bits=guard_bits,
+                                 pairs=pairs)
         self.num_tag = f"num:f{self.fixed_point.frac_bits}"
 
     def __repr__(self) -> str:

@@ -195,7 +195,7 @@ class ModularBackend(Backend):
         pk, sk = self._encryption_keys(pk)
         per = self.slots_per_ciphertext(pk)
         packed = self.packing.pack(g, h, sums=True)
-        shift = 2 * self.packing.slot_bits
+        shift = self.packing.entry_bits
         stacked = []
         for lo in range(0, len(packed), per):  # C = P_0 + P_1 2^(2s) + ...: the layout compress_gh makes
             acc = 0
@@ -219,7 +219,8 @@ class ModularBackend(Backend):
                 self.make_masks(key, 1)
             return
         top = self.packing.gradient_bound
-        self.encrypt_gh(key, np.array([top]), np.array([top]))
+        shape = (1,) if self.packing.pairs == 1 else (1, self.packing.pairs)
+        self.encrypt_gh(key, np.full(shape, top), np.full(shape, top))
 
     supports_masks = True
 
@@ -298,7 +299,7 @@ class ModularBackend(Backend):
         tag = compressed_tag(self.packing.tag, per, len(c))
         if per == 1:  # nothing to pack: same ciphertexts, new layout tag
             return CipherArray(c.data, c.key_id, tag, c._ints)
-        out = self._raw_compress(pk, self._ints(pk, c), per, 2 * self.packing.slot_bits)
+        out = self._raw_compress(pk, self._ints(pk, c), per, self.packing.entry_bits)
         return self._wrap(pk, out, tag)
 
     def add(self, pk: Any, a: CipherArray, b: CipherArray) -> CipherArray:

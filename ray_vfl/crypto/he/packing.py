@@ -31,6 +31,11 @@ Cipher compression stacks ``k`` packed entries into one plaintext, entry
 back exactly, signs included. ``|C| < 2**(2sk)``, so ``k`` is the largest
 count with ``2sk + 1 < bitlen(M // 3)`` for a plaintext modulus ``M``: the
 same safe range (``|C| <= M // 3``) as single entries (:meth:`max_entries`).
+
+With ``pairs = K`` (multi-class: a row's ``K`` gradient pairs, one per class) one entry is ``K`` pairs
+in the same layout, ``P = P_0 + P_1 2**(2s) + ... + P_(K-1) 2**(2s (K-1))``: one ciphertext per row,
+its ``K`` pairs summed slot-wise by every homomorphic sum, and compression stacks whole entries
+``2 s K`` bits apart (:attr:`GHPacking.entry_bits`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ class GHPacking:
         Largest number of rows whose sum must unpack exactly.
     guard_bits : int, default 8
         Extra bits per slot used to detect overflow.
+    pairs : int, default 1
+        Gradient pairs per entry (``K`` classes: ``g`` and ``h`` are ``(n, K)``, and so are the
+        unpacked sums).
 
     Example
     -------
@@ -73,6 +81,7 @@ class GHPacking:
         gradient_bound: float = 2.0**16,
         max_rows: int = 2**20,
         guard_bits: int = 8,
+        pairs: int = 1,
     ) -> None:
         if not (isinstance(gradient_bound, (int, float)) and math.isfinite(gradient_bound) and gradient_bound > 0):
             raise ConfigError(f"gradient_bound must be a positive finite number, got {gradient_bound!r}")
@@ -80,6 +89,9 @@ class GHPacking:
             raise ConfigError(f"max_rows must be a positive int, got {max_rows!r}")
         if isinstance(guard_bits, bool) or not isinstance(guard_bits, int) or not 1 <= guard_bits <= 64:
             raise ConfigError(f"guard_bits must be an int in [1, 64], got {guard_bits!r}")
+        if isinstance(pairs, bool) or not isinstance(pairs, int) or not 1 <= pairs <= 1000:
+            raise ConfigError(f"pairs must be an int in [1, 1000], got {pairs!r}")
+        self.pairs = pairs
         self.fixed_point = fixed_point
         self.gradient_bound = float(gradient_bound)
         self.max_rows = max_rows
@@ -89,10 +101,11 @@ class GHPacking:
         self.count_bits = (max_rows - 1).bit_length()
         self.slot_bits = 1 + self.value_bits + self.count_bits + guard_bits
         self.bound = self.value_bound * max_rows
-        self.total_bits = 2 * self.slot_bits + 1
+        self.entry_bits = 2 * self.slot_bits * pairs  # one entry's width: compression's shift
+        self.total_bits = self.entry_bits + 1
         self.tag = (
             f"gh:f{fixed_point.frac_bits}:v{self.value_bits}:r{self.count_bits}:g{guard_bits}"
-        )
+        ) + (f":k{pairs}" if pairs > 1 else "")
 
     def __repr__(self) -> str:
         return (
@@ -116,7 +129,7 @@ class GHPacking:
         >>> GHPacking(FixedPoint(40)).max_entries(2**2048)  # 173-bit entries, 172 bits apart
         11
         """
-        return max(0, ((modulus // 3).bit_length() - 2) // (2 * self.slot_bits))
+        return max(0, ((modulus // 3).bit_length() - 2) // self.entry_bits)
 
     def pack(self, g: np.ndarray, h: np.ndarray, sums: bool = False) -> list[int]:
         """Return the signed packed integers ``G + H * 2**slot_bits``.
@@ -131,6 +144,8 @@ class GHPacking:
         OverflowEncodingError
             If ``|g|`` or ``|h|`` exceeds ``gradient_bound``.
         """
+        if self.pairs > 1:
+            return self._pack_rows(g, h, sums)
         g = as_float_vector(g, "g")
         h = as_float_vector(h, "h")
         if g.shape != h.shape:
@@ -141,6 +156,21 @@ class GHPacking:
         s = self.slot_bits
         return [a + (b << s) for a, b in zip(gi, hi)]
 
+    def _pack_rows(self, g: np.ndarray, h: np.ndarray, sums: bool) -> list[int]:
+        """``(n, K)`` pairs as ``n`` entries of ``K`` pairs each (class 0 in the lowest slots)."""
+        g, h = np.asarray(g, dtype=np.float64), np.asarray(h, dtype=np.float64)
+        if g.ndim != 2 or g.shape != h.shape or g.shape[1] != self.pairs:
+            raise DataError(f"g and h must both be (n, {self.pairs}) arrays, got {g.shape} and {h.shape}")
+        flat = self.pack(g.ravel(), h.ravel(), sums) if self.pairs == 1 else _Single(self).pack(g.ravel(), h.ravel(), sums)
+        shift, k = 2 * self.slot_bits, self.pairs
+        out = []
+        for lo in range(0, len(flat), k):
+            acc = 0
+            for p in reversed(flat[lo:lo + k]):
+                acc = (acc << shift) + p
+            out.append(acc)
+        return out
+
     def unpack(self, packed: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Split signed packed integers into float64 ``(G, H)`` arrays.
 
@@ -150,6 +180,8 @@ class GHPacking:
             If a slot exceeds the sum bound (a sum of more than ``max_rows``
             rows or values larger than ``gradient_bound``).
         """
+        if self.pairs > 1:
+            return self._unpack_rows(packed)
         s = self.slot_bits
         half = 1 << (s - 1)
         mask = (1 << s) - 1
@@ -167,6 +199,10 @@ class GHPacking:
             hs.append(hi)
         fp = self.fixed_point
         return fp.from_ints(gs), fp.from_ints(hs)
+
+    def _unpack_rows(self, packed: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Entries of ``K`` pairs back to ``(n, K)`` sums."""
+        return self.unpack_compressed(packed, 1, len(packed))
 
     def unpack_compressed(self, values: list[int], per: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Split signed compressed plaintexts into the float64 ``(G, H)`` of ``count`` entries.
@@ -203,7 +239,7 @@ class GHPacking:
         for v in values:
             r = min(per, left)
             left -= r
-            nbits = 2 * r * s
+            nbits = r * self.entry_bits
             if r not in offsets:  # half in every digit: makes each digit a plain bit field
                 offsets[r] = half * (((1 << nbits) - 1) // mask)
             x = v + offsets[r]
@@ -217,4 +253,13 @@ class GHPacking:
                 f"{self.max_rows} rows of |value| <= {self.gradient_bound:g} were summed"
             )
         fp = self.fixed_point
-        return fp.from_ints(digits[0::2]), fp.from_ints(digits[1::2])
+        G, H = fp.from_ints(digits[0::2]), fp.from_ints(digits[1::2])
+        return (G, H) if self.pairs == 1 else (G.reshape(count, self.pairs), H.reshape(count, self.pairs))
+
+
+class _Single(GHPacking):
+    """The one-pair packing of a :class:`GHPacking` of several pairs (same slots): packs the pairs
+    that :meth:`GHPacking._pack_rows` stacks."""
+
+    def __init__(self, multi: GHPacking) -> None:
+        super().__init__(multi.fixed_point, multi.gradient_bound, multi.max_rows, multi.guard_bits)

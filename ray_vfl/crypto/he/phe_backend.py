@@ -154,7 +154,10 @@ class PheBackend(ModularBackend):
     public_key_type = PaillierPublicKey
 
     def __init__(self, frac_bits: int = 40, max_rows: int = 2**20, gradient_bound: float = 2.0**16,
-                 guard_bits: int = 8) -> None:
+                 guard_bits: int = 8, pairs: int = 1) -> None:
+        if pairs != 1:
+            raise ConfigError("backend 'phe' packs one gradient pair per ciphertext; multi-output trees need "
+                              "backend='paillier' (or 'ou', 'plain')")
         super().__init__(frac_bits=frac_bits, max_rows=max_rows, gradient_bound=gradient_bound, guard_bits=guard_bits)
         self._exp = _exponent(self.fixed_point.frac_bits)
 

@@ -162,6 +162,12 @@ class PlainBackend(Backend):
 
     def encrypt_gh(self, pk: PublicKey | PrivateKey, g: np.ndarray, h: np.ndarray, masks: CipherArray | None = None) -> CipherArray:
         pk, _ = self._encryption_keys(pk)
+        k = self.packing.pairs
+        if k > 1:  # K pairs per row: columns g_0, h_0, g_1, h_1, ...
+            g, h = np.asarray(g, dtype=np.float64), np.asarray(h, dtype=np.float64)
+            if g.ndim != 2 or g.shape != h.shape or g.shape[1] != k:
+                raise DataError(f"g and h must both be (n, {k}) arrays, got {g.shape} and {h.shape}")
+            return self._wrap(pk, np.stack([g, h], axis=2).reshape(len(g), 2 * k), self.gh_tag)
         g = as_float_vector(g, "g")
         h = as_float_vector(h, "h")
         if g.shape != h.shape:
@@ -173,17 +179,20 @@ class PlainBackend(Backend):
 
     def decrypt_gh(self, sk: PrivateKey, c: CipherArray) -> tuple[np.ndarray, np.ndarray]:
         self._check_sk(sk)
-        self._check_ct(sk.public_key, c, _GH)
+        self._check_ct(sk.public_key, c, self.gh_tag)
+        if self.packing.pairs > 1:
+            return np.array(c.data[:, 0::2]), np.array(c.data[:, 1::2])
         return np.array(c.data[:, 0]), np.array(c.data[:, 1])
 
     @property
     def gh_tag(self) -> str:
-        return _GH
+        return _GH if self.packing.pairs == 1 else f"{_GH}:k{self.packing.pairs}"
 
     def _data_problem(self, pk: PublicKey, data: np.ndarray) -> str | None:
-        """Gradient pairs in plaintext: ``float64 (n, 2)``, finite."""
-        if data.dtype != np.float64 or data.ndim != 2 or data.shape[1] != 2:
-            return f"is a {data.dtype} {data.shape} array; expected float64 (n, 2)"
+        """Gradient pairs in plaintext: ``float64 (n, 2 K)`` for ``K`` pairs per row, finite."""
+        width = 2 * self.packing.pairs
+        if data.dtype != np.float64 or data.ndim != 2 or data.shape[1] != width:
+            return f"is a {data.dtype} {data.shape} array; expected float64 (n, {width})"
         if not np.isfinite(data).all():
             return f"row {int(np.flatnonzero(~np.isfinite(data).all(axis=1))[0])} is not finite"
         return None
