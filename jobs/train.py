@@ -8,6 +8,7 @@ Runs the same way on a laptop (starts a local Ray) and on a cluster::
     python jobs/train.py --checkpoint-dir ckpt            # run again after a failure: it resumes
     python jobs/train.py --dataset sales.csv --label y --categorical city,channel --objective reg:squarederror \
         --gradient-bound 1e6
+    python jobs/train.py --dataset iris.csv --label species --objective multi:softprob   # K classes: accuracy, mlogloss
 
 Every option is checked before Ray starts; a bad one ends the job with ``error: <what and how to fix it>``
 and exit code 1 (as do bad data and failed parties). Warnings print as ``warning: ...`` lines.
@@ -63,8 +64,13 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default=None,
                    help="folder holding the non-bundled named datasets (default: $VFL_DATA_DIR, then the shipped ray_vfl/data/files)")
     p.add_argument("--label", default=None, help="label column when --dataset is a path, or of the --party-files tables")
-    p.add_argument("--objective", default="binary:logistic", choices=["binary:logistic", "reg:squarederror"],
-                   help="objective when --dataset is a path or with --party-files")
+    p.add_argument("--objective", default=None, choices=["binary:logistic", "reg:squarederror", "multi:softprob",
+                                                         "multi:softmax"],
+                   help="objective when --dataset is a path or with --party-files (default: from the labels, as "
+                        "xgboost's scikit-learn wrapper: binary:logistic for 0/1 labels, multi:softprob for more classes)")
+    p.add_argument("--multi-strategy", default="one_output_per_tree", choices=["one_output_per_tree", "multi_output_tree"],
+                   help="multi-class trees: one per class and round, or one per round with K leaf weights (every row's "
+                        "K gradient pairs packed in one ciphertext)")
     p.add_argument("--parties", type=int, default=2, help="parties to split the columns over (one holds the labels)")
     p.add_argument("--party-files", nargs="+", default=None, metavar="PARTY=PATH",
                    help="one CSV/Parquet file per party (IDs may differ); rows are aligned by PSI, --label names "
@@ -147,7 +153,9 @@ def check_options(args) -> tuple[BoostConfig, dict]:
             raise ConfigError("--label is required when --dataset is a file")
     try:
         config = BoostConfig(n_trees=args.trees, max_depth=args.depth, max_bin=args.bins,
-                             learning_rate=args.learning_rate, objective=args.objective, backend=args.backend,
+                             learning_rate=args.learning_rate, objective=args.objective or "binary:logistic",
+                             num_class=2 if (args.objective or "").startswith("multi:") else None,  # checked here,
+                             multi_strategy=args.multi_strategy, backend=args.backend,  # K comes from the labels
                              key_bits=args.key_bits, allow_weak_keys=args.allow_weak_keys,
                              workers_per_party=args.workers, gradient_bound=args.gradient_bound)
     except ConfigError as exc:  # the library's parameter names, as this job spells them
@@ -230,10 +238,12 @@ def main(argv=None) -> dict:
     data = None
     if not args.party_files:  # a local table is read and split here, before Ray starts
         data, objective = local_data(args, cats)
-        if objective != config.objective:  # a named dataset's own objective (energy: regression)
-            config = config.replace(objective=objective)
+        if objective is not None and objective != config.objective:  # a named dataset's own (energy: regression)
+            config = config.replace(objective=objective, num_class=2 if objective.startswith("multi:") else None)
+        args.objective = objective  # None: the classifier picks it from the labels
         split = data.train_test_split(args.test_size, seed=args.seed)
-        if objective == "binary:logistic" and len(np.unique(split[1].label)) < 2:
+        binary = objective == "binary:logistic" or (objective is None and np.isin(split[0].label, (0, 1)).all())
+        if binary and len(np.unique(split[1].label)) < 2:
             raise DataError(_ONE_CLASS.format(n=split[1].n_rows))
     runtime = Runtime()
     try:
@@ -246,14 +256,15 @@ _ONE_CLASS = "test AUC is undefined: the {n} test rows hold one class only; rais
 
 
 def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, train=None, test=None) -> dict:
-    objective = config.objective
+    objective = args.objective  # None: binary or multi-class, from the labels
     if data is None:
         data = psi_aligned(args, cats, runtime)
         args.parties = len(data.party_names)
         train, test = data.train_test_split(args.test_size, seed=args.seed)
-    Model = SecureBoostClassifier if objective == "binary:logistic" else SecureBoostRegressor
+    Model, classes = (SecureBoostRegressor, {}) if objective == "reg:squarederror" else (SecureBoostClassifier, {
+        "objective": objective, "multi_strategy": args.multi_strategy})
     timer = TreeTimer()
-    model = Model(
+    model = Model(**classes,
         n_estimators=config.n_trees, max_depth=config.max_depth, max_bin=config.max_bin,
         learning_rate=config.learning_rate, backend=config.backend, key_bits=config.key_bits,
         allow_weak_keys=config.allow_weak_keys, workers_per_party=config.workers_per_party,
@@ -282,13 +293,18 @@ def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, tra
     with warnings.catch_warnings():  # an undefined AUC is this job's error, below
         warnings.filterwarnings("ignore", message="AUC is undefined")
         metrics = model.model_.evaluate(test)  # by the label party, from its own labels
-    if objective == "binary:logistic":
+    if "merror" in metrics:  # multi-class
+        report["classes"] = int(len(model.classes_))
+        report["test_accuracy"], report["test_mlogloss"] = round(1.0 - metrics["merror"], 5), round(metrics["mlogloss"], 5)
+    elif "auc" in metrics:
         if not math.isfinite(metrics["auc"]):  # party-held test labels: known only to the label party
             raise DataError(_ONE_CLASS.format(n=test.n_rows))
         report["test_auc"] = round(metrics["auc"], 5)
     else:
         report["test_rmse"] = round(metrics["rmse"], 5)
-    quality = f"test AUC {report['test_auc']:.4f}" if "test_auc" in report else f"test RMSE {report['test_rmse']:.4f}"
+    quality = (f"test AUC {report['test_auc']:.4f}" if "test_auc" in report else
+               f"test accuracy {report['test_accuracy']:.4f} ({report['classes']} classes, mlogloss "
+               f"{report['test_mlogloss']:.4f})" if "test_accuracy" in report else f"test RMSE {report['test_rmse']:.4f}")
     report["wall_s"] = round(process_seconds(), 3)  # the whole process: start-up, imports, data, Ray, fit, test
     crypto = "plain (no encryption)" if args.backend == "plain" else f"{args.backend} {args.key_bits}-bit"
     print(f"{quality} | wall time {report['wall_s']:.1f} s for the whole process (fit {fit_s:.1f} s, "

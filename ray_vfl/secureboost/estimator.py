@@ -181,17 +181,14 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
 
     Example
     -------
+    Three classes (Iris), then binary (credit):
+
     >>> from sklearn.datasets import load_iris                                  # doctest: +SKIP
-    >>> frame = load_iris(as_frame=True).frame                                  # doctest: +SKIP
-    >>> iris = vertical_split(frame, 2, label="target", seed=0)                 # doctest: +SKIP
+    >>> iris = vertical_split(load_iris(as_frame=True).frame, 2, label="target", seed=0)  # doctest: +SKIP
     >>> clf = SecureBoostClassifier(n_estimators=10, backend="paillier").fit(iris)  # doctest: +SKIP
     >>> clf.classes_, clf.predict_proba(iris).shape                             # doctest: +SKIP
-    (array([0., 1., 2.]), (150, 3))
-
-    Binary:
-
-    Example
-    -------
+    (array([0, 1, 2]), (150, 3))
+    >>> SecureBoostClassifier(multi_strategy="multi_output_tree").fit(iris)     # doctest: +SKIP
     >>> from ray_vfl import SecureBoostClassifier, vertical_split, load_credit  # doctest: +SKIP
     >>> data = vertical_split(load_credit().drop(columns="ID"), 2,
     ...                       label="default.payment.next.month")            # doctest: +SKIP

@@ -32,11 +32,14 @@ once     passive -> active       which (feature, bin) cells hold    which bins o
                                  active party derives it (node      has one hessian, so they are row counts)
                                  sums minus the other cells)        [attack: secureboost.attack.histogram_bins]
 1        active -> passive       Enc(g), Enc(h) per row (packed,    nothing: uniform ciphertexts mod n^2 whatever
-         (encrypted_gh)          one ciphertext per row)            the labels (semantic security)
+         (encrypted_gh)          one ciphertext per row; with       the labels (semantic security)
+                                 multi-output trees the row's K
+                                 classes' pairs in that one)
 per d    passive -> active       Enc(bin sums) per built node (the  bin sums of g and h of every node (not per
-         (encrypted_histograms)  root, then the smaller child of    row), the siblings derived as parent - built;
-                                 each split), feature and bin       with the rows of each node, the distribution
-                                                                    of the passive features over them
+         (encrypted_histograms)  root, then the smaller child of    row; K of each with multi-output trees), the
+                                 each split), feature and bin       siblings derived as parent - built; with the
+                                                                    rows of each node, the distribution of the
+                                                                    passive features over them
                                                                     [attack: secureboost.attack.histogram_bins]
 per d    active -> passive       the splits p won (node, p's        which of its own bins won, the children of
          (level_step)            feature, p's bin, record id);      each split and the instance space of each
@@ -58,6 +61,15 @@ predict  passive -> active       one bit per query: left or right   the path of 
 predict  active -> caller        the margins, sealed to a key the   the predictions it asked for (the caller is the
          (margins)               caller made for this call          label party's side)
 =======  ======================  =================================  ==============================================
+
+Multi-class (``num_class`` = K, :mod:`ray_vfl.trees.multiclass`): with one tree per class a round is K
+trees of the rounds above, tree k on class k's pairs (each its own ``encrypted_gh``: a row's pairs of
+one class cannot be cut out of a ciphertext holding all K, and summing such ciphertexts over tree k's
+nodes would hand the active party every class's bin sums over them and fill each compressed
+ciphertext with K sums per cell, K times the histogram bytes). With multi-output trees a round is one
+tree and one ``encrypted_gh`` whose ciphertexts hold each row's K pairs (``GHPacking(pairs=K)``):
+K times fewer encryptions, encrypted bytes and ciphertext products, the histograms as large as the
+K trees' (``benchmarks/multiclass.py``).
 
 Prediction (at most ``D`` rounds): the active party sends each passive party
 the (row, record id) pairs waiting at its nodes and gets one bit per pair
