@@ -217,3 +217,14 @@ def test_paillier_multi_output_tree_packs_every_class_in_one_ciphertext(runtime,
     assert model.op_counts["encrypt"] == 2 * 150  # one ciphertext per row and round, not per class
     gh = [r for r in model.comm_stats.records if r.kind == "encrypted_gh"]
     assert len(gh) == 2  # one message per round
+
+
+def test_ssxgb_and_pivodl_say_they_stay_binary(iris):
+    from ray_vfl.pivodl.config import PIVODLConfig
+    from ray_vfl.ssxgb.config import SSXGBConfig
+    from ray_vfl.ssxgb.protocol import _check_input
+
+    with pytest.raises(DataError, match="SSXGB is binary, as its paper"):
+        _check_input(iris, SSXGBConfig())
+    with pytest.raises(ConfigError, match="PIVODL trains binary"):
+        PIVODLConfig(objective="multi:softprob", num_class=3, backend="plain")

@@ -342,9 +342,9 @@ def test_a_callback_that_stops_training_keeps_the_trees_it_saw(runtime, small_cr
 
 def test_bad_input_is_rejected_before_training(runtime, credit):
     train_data, _ = credit
-    with pytest.raises(DataError, match="0 or 1"):
+    with pytest.raises(DataError, match="0 or 1"):  # without objective=, labels 0/2 are two classes (multi:softprob)
         bad = VerticalDataset(train_data.features, train_data.ids, train_data.label * 2, "party0")
-        SecureBoostClassifier(backend="plain", runtime=runtime).fit(bad)
+        SecureBoostClassifier(objective="binary:logistic", backend="plain", runtime=runtime).fit(bad)
     with pytest.raises(DataError, match="no party holds labels"):
         SecureBoostClassifier(backend="plain", runtime=runtime).fit(VerticalDataset(train_data.features, train_data.ids))
     with pytest.raises(ConfigError, match="key_bits"):

@@ -110,6 +110,7 @@ class _SecureBoost(FederatedEstimator):
         continues training that model: ``n_estimators`` more trees on ``data``, binned as that
         model's parties binned theirs.
         """
+        self._config()  # the hyper-parameters are checked before the data; the objective follows the labels
         VerticalDataset.ensure(data)
         self._choose_objective(data)
         config = self._config()
@@ -211,7 +212,7 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
             self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
             return
         classes = data.label_classes()
-        if self.objective is None and np.array_equal(classes, [0.0, 1.0]):
+        if self.objective is None and np.isin(classes, (0.0, 1.0)).all():  # one class: binary's error names it
             self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
             return
         self._fit_objective, self._num_class = self.objective or "multi:softprob", len(classes)
@@ -262,7 +263,7 @@ class SecureBoostRegressor(RegressorMixin, _SecureBoost):
     >>> SecureBoostRegressor(gradient_bound=2**24).fit(train_in_cents)           # doctest: +SKIP
     """
 
-    _objective = "reg:squarederror"
+    _objective = _fit_objective = "reg:squarederror"
 
     def predict(self, data: VerticalDataset) -> np.ndarray:
         return self.predict_margin(data)
