@@ -228,3 +228,12 @@ def test_ssxgb_and_pivodl_say_they_stay_binary(iris):
         _check_input(iris, SSXGBConfig())
     with pytest.raises(ConfigError, match="PIVODL trains binary"):
         PIVODLConfig(objective="multi:softprob", num_class=3, backend="plain")
+
+
+def test_save_and_load_keep_classes_and_predictions(runtime, iris, tmp_path):
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=2, backend="plain", multi_strategy="multi_output_tree",
+                                runtime=runtime).fit(iris)
+    clf.save_model(str(tmp_path / "m"))
+    loaded = SecureBoostClassifier.load_model(str(tmp_path / "m"), runtime=runtime)
+    assert loaded.classes_.tolist() == [10, 20, 30] and loaded.multi_strategy == "multi_output_tree"
+    np.testing.assert_array_equal(loaded.predict_proba(iris), clf.predict_proba(iris))

@@ -387,7 +387,7 @@ class VerticalDataset:
         [3.0, 7.0]
         """
         if self.label is None:
-            raise DataError("the data set holds no labels; build it with label= naming the label column")
+            raise DataError("no party holds labels; build the dataset with label= naming the label column")
         return np.unique(self.label)
 
     def check_labels(self, objective: str) -> None:

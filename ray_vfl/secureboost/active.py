@@ -20,12 +20,11 @@ from ..trees.kernels import (
     base_score_of,
     best_splits,
     build_histograms,
-    encoded_gradients,
     evaluate_margin,
     goes_left,
     leaf_weights,
 )
-from ..trees.multiclass import class_index, is_multiclass, pairs_per_row, trees_per_round
+from ..trees.multiclass import is_multiclass, pairs_per_row, trees_per_round
 from . import rounds
 from .label_crypto import (
     backend_options,
@@ -36,6 +35,7 @@ from .label_crypto import (
     repeated_pairs,
 )
 from .levels import RowLevels, pack_partition, unpack_partition
+from .multiclass_state import MultiClassState, node_sums
 from .messages import LevelStep, SplitOrders
 from .party import Party
 from .router import PredictionRouter
@@ -45,7 +45,7 @@ from .tree import Tree, TreeBuilder
 __all__ = ["ActiveParty"]
 
 
-class ActiveParty(TrainingState, PredictionRouter, Party):
+class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
     It learns the passive parties' histograms (sums over bins, not rows) and
@@ -63,6 +63,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.order = list(party_order)
         self.me = self.order.index(name)
         self.passives = [p for p in self.order if p != name]
+        self.outputs = (pairs_per_row(config),) if pairs_per_row(config) > 1 else ()  # a leaf's weights: () = one
         self.backend_spec = (config.backend, backend_options(config.gradient_bound,
                                                              None if label is None else len(label),
                                                              pairs_per_row(config)))
@@ -70,6 +71,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         with warnings.catch_warnings():  # the driver warned of a weak key when the config was made
             warnings.simplefilter("ignore", SecurityWarning)
             self.public_key, self._secret_key = self.backend.generate_keys(config.key_bits, config.allow_weak_keys)
+        self._check_packing()
         self.plain = get_backend("plain", pairs=pairs_per_row(config))
         self._plain_pk, self._plain_sk = self.plain.generate_keys()
         self.peers: dict[str, Any] = {}
@@ -83,7 +85,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.history: dict[str, list[dict[str, float]]] = {}
         self.multi = is_multiclass(config.objective)
         self.per_round = trees_per_round(config.objective, config.num_class, config.multi_strategy)
-        self.outputs = (pairs_per_row(config),) if pairs_per_row(config) > 1 else ()  # a leaf's weights: () = one
         self.classes = None
         if label is None:
             self.y = None
@@ -96,23 +97,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.margin = np.full(self._margin_shape(len(self.y)), self.base_margin)
         if self.init_part is not None:
             self.continue_from(self.init_part)
-
-    def _class_labels(self, label: np.ndarray, role: str) -> np.ndarray:
-        """Multi-class labels as class indices 0 .. K-1; the training labels fix the classes (ascending)."""
-        label = np.asarray(label, dtype=np.float64)
-        if self.classes is None:
-            self.classes = np.unique(label)
-            if len(self.classes) != self.config.num_class:
-                raise DataError(f"party {self.name!r}: the labels hold {len(self.classes)} classes, the config says "
-                                f"num_class={self.config.num_class}; set num_class to the number of classes")
-        return class_index(label, self.classes, role)
-
-    def _margin_shape(self, n: int) -> tuple[int, ...]:
-        return (n, self.config.num_class) if self.multi else (n,)
-
-    def label_classes(self) -> list[float]:
-        """The training labels' classes, ascending (multi-class; the caller's ``classes_``)."""
-        return [] if self.classes is None else self.classes.tolist()
 
     # setup ---------------------------------------------------------------
     def public_key_message(self):
@@ -196,16 +180,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.children: list[tuple[int, int, int]] = []
         self.lefts: dict[int, np.ndarray] = {}
         return self.mailbox.send("encrypted_gh", self.passives, gh, tree, 0)
-
-    def _tree_gradients(self, tree: int) -> tuple[np.ndarray, np.ndarray]:
-        """The gradient pairs tree ``tree`` fits: the model's; with one tree per class, column
-        ``tree % K`` of the pairs every class's tree of the round shares (taken at the round's start)."""
-        if self.per_round == 1:
-            return encoded_gradients(self.config.objective, self.y, self.margin)
-        if tree % self.per_round == 0 or self.round_gh is None:
-            self.round_gh = encoded_gradients(self.config.objective, self.y, self.margin)
-        k = tree % self.per_round
-        return np.ascontiguousarray(self.round_gh[0][:, k]), np.ascontiguousarray(self.round_gh[1][:, k])
 
     @timed("crypto", when=lambda self: self.backend.is_encrypted)
     def _encrypted_gh(self, tree: int, g: np.ndarray, h: np.ndarray):
@@ -307,7 +281,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         ones, so a derived cell is the very sum its decryption would give: float sums of such values
         are exact while they stay below ``2**21`` (credit: below 24,000)."""
         build = self.levels.build
-        return tuple(_node_sums(self.levels.node_of_row, v, int(build.max()) + 1)[build] for v in (self.g, self.h))
+        return tuple(node_sums(self.levels.node_of_row, v, int(build.max()) + 1)[build] for v in (self.g, self.h))
 
     def _peer_level(self, sender: str, occupied: np.ndarray, G: np.ndarray, H: np.ndarray,
                     totals: tuple[np.ndarray, np.ndarray] | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -424,8 +398,8 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def finish_tree(self) -> dict[str, Any]:
         """Close the open nodes as leaves, update the margins, report training metrics."""
         size = self.builder_size()
-        totals_g = _node_sums(self.levels.node_of_row, self.g, size)
-        totals_h = _node_sums(self.levels.node_of_row, self.h, size)
+        totals_g = node_sums(self.levels.node_of_row, self.g, size)
+        totals_h = node_sums(self.levels.node_of_row, self.h, size)
         for node in self.levels.open.tolist():
             self._make_leaf(node, totals_g[node], totals_h[node])
         tree = self.builder.finish()
@@ -485,10 +459,3 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def truncate(self, n_trees: int) -> None:
         """Keep the first ``n_trees`` rounds' trees (early stopping's best iteration)."""
         self.trees = self.trees[:n_trees * self.per_round]
-
-
-def _node_sums(node_of_row: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
-    """Sums of ``v`` (``(n,)`` or ``(n, K)``) over the rows of each node ``0 .. size-1``."""
-    if v.ndim == 1:
-        return np.bincount(node_of_row, weights=v, minlength=size)
-    return np.stack([np.bincount(node_of_row, weights=v[:, k], minlength=size) for k in range(v.shape[1])], axis=1)
