@@ -165,6 +165,7 @@ def test_estimator_picks_softprob_and_maps_labels(runtime, iris):
     proba = clf.predict_proba(test_data)
     assert proba.shape == (45, 3) and np.allclose(proba.sum(axis=1), 1.0)
     assert set(clf.predict(test_data).tolist()) <= {10, 20, 30}
+    assert clf.evals_result_["validation_0"][-1] == pytest.approx(clf.model_.evaluate(test_data))  # labels 10/20/30
     assert set(clf.evals_result_["validation_0"][-1]) == {"mlogloss", "merror"}
     soft = SecureBoostClassifier(n_estimators=2, max_depth=2, backend="plain", objective="multi:softmax",
                                  runtime=runtime).fit(train_data)
@@ -237,3 +238,15 @@ def test_save_and_load_keep_classes_and_predictions(runtime, iris, tmp_path):
     loaded = SecureBoostClassifier.load_model(str(tmp_path / "m"), runtime=runtime)
     assert loaded.classes_.tolist() == [10, 20, 30] and loaded.multi_strategy == "multi_output_tree"
     np.testing.assert_array_equal(loaded.predict_proba(iris), clf.predict_proba(iris))
+
+
+def test_train_job_picks_multiclass_from_the_labels(runtime, tmp_path, capsys):
+    """jobs/train.py on a CSV of 3 classes, in-process on the session's Ray: the objective follows the labels."""
+    from conftest import load_job
+
+    path = tmp_path / "iris.csv"
+    _frame(load_iris).to_csv(path, index=False)
+    report = load_job("train").cli(["--dataset", str(path), "--label", "y", "--backend", "plain", "--trees", "3",
+                                    "--depth", "2", "--quiet", "--multi-strategy", "multi_output_tree"])
+    assert report["classes"] == 3 and report["test_accuracy"] > 0.8
+    assert "test accuracy" in capsys.readouterr().out

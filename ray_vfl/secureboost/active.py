@@ -425,8 +425,9 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         """Metrics of the first ``n_trees`` trees on data set ``key``, from this party's own labels."""
         if key not in self.labels:
             raise DataError("the evaluation data holds no labels at the label party; build it with label=")
+        y = self._class_labels(self.labels[key], f"the labels of {key!r}") if self.multi else self.labels[key]
         margin = self.predict_margin(key, 0, n_trees) + self.base_margin
-        return evaluate_margin(self.config.objective, self.labels[key], margin)
+        return evaluate_margin(self.config.objective, y, margin)
 
     # model ----------------------------------------------------------------------
     def history_snapshot(self) -> dict[str, list[dict[str, float]]]:
