@@ -16,6 +16,8 @@ from sklearn.datasets import load_digits, load_iris
 from ray_vfl import SecureBoostClassifier, vertical_split
 from ray_vfl.data.binning import PartyBinner
 from ray_vfl.errors import ConfigError, DataError
+import ray_vfl.secureboost.protocol as protocol
+from ray_vfl.runtime.view_table import check_views, view_table
 from ray_vfl.secureboost.protocol import train
 from ray_vfl.trees.config import BoostConfig
 
@@ -167,6 +169,9 @@ def test_estimator_picks_softprob_and_maps_labels(runtime, iris):
     assert set(clf.predict(test_data).tolist()) <= {10, 20, 30}
     assert clf.evals_result_["validation_0"][-1] == pytest.approx(clf.model_.evaluate(test_data))  # labels 10/20/30
     assert set(clf.evals_result_["validation_0"][-1]) == {"mlogloss", "merror"}
+    roles = {p: "active" if p == clf.model_.label_party else "passive" for p in clf.model_.order}
+    # multi-class sends only the kinds of SecureBoost's view table (margins go to a caller at predict only)
+    assert check_views(view_table(protocol.__doc__), clf.comm_stats_.records, roles, optional={"margins", "partition"}) == []
     soft = SecureBoostClassifier(n_estimators=2, max_depth=2, backend="plain", objective="multi:softmax",
                                  runtime=runtime).fit(train_data)
     assert soft.model_.predict(test_data).shape == (45,)  # the class index, as xgboost's multi:softmax

@@ -300,6 +300,8 @@ def train(
     >>> from ray_vfl import Runtime, BoostConfig, vertical_split, load_credit   # doctest: +SKIP
     >>> data = vertical_split(load_credit(), 2, label="default.payment.next.month")  # doctest: +SKIP
     >>> model = train(Runtime(), data, BoostConfig(n_trees=3, backend="plain"))      # doctest: +SKIP
+    >>> multi = BoostConfig(n_trees=3, objective="multi:softprob", num_class=3)      # doctest: +SKIP
+    >>> train(Runtime(), iris, multi).predict(iris).shape     # (rows, 3) probabilities   # doctest: +SKIP
     """
     _check_training_input(data, config, eval_sets or {})
     config.warn_if_weak(stacklevel=2)  # a key under 2048 bits, or no encryption: said once per fit

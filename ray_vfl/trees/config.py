@@ -122,6 +122,8 @@ class BoostConfig(ValidatedConfig):
     (1.0, 65536.0)
     >>> BoostConfig.from_dict(cfg.to_dict()) == cfg
     True
+    >>> BoostConfig(objective="multi:softprob", num_class=3, multi_strategy="multi_output_tree").gradient_bound
+    1.0
     """
 
     n_trees: int = 10
