@@ -8,6 +8,8 @@ candidates: it calls none of ray_vfl's tree kernels.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -255,3 +257,24 @@ def test_train_job_picks_multiclass_from_the_labels(runtime, tmp_path, capsys):
                                     "--depth", "2", "--quiet", "--multi-strategy", "multi_output_tree"])
     assert report["classes"] == 3 and report["test_accuracy"] > 0.8
     assert "test accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("strategy", ["one_output_per_tree", "multi_output_tree"])
+def test_checkpoint_resume_and_continuation_grow_the_same_trees(runtime, iris, tmp_path, strategy):
+    from ray_vfl.trees.callbacks import TrainingCallback
+
+    class StopAfterFirst(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            return True
+
+    params = dict(max_depth=2, backend="plain", multi_strategy=strategy, runtime=runtime)
+    whole = SecureBoostClassifier(n_estimators=3, **params).fit(iris)
+    folder = str(tmp_path / "ckpt")
+    SecureBoostClassifier(n_estimators=3, callbacks=[StopAfterFirst()], **params).fit(iris, checkpoint_dir=folder)
+    with open(f"{folder}/checkpoint.json") as fh:
+        assert json.load(fh)["trees"] == 1  # one round saved: the next fit resumes from it
+    resumed = SecureBoostClassifier(n_estimators=3, **params).fit(iris, checkpoint_dir=folder)
+    np.testing.assert_array_equal(resumed.predict_proba(iris), whole.predict_proba(iris))
+    first = SecureBoostClassifier(n_estimators=2, **params).fit(iris)
+    more = SecureBoostClassifier(n_estimators=1, **params).fit(iris, xgb_model=first)
+    np.testing.assert_allclose(more.predict_proba(iris), whole.predict_proba(iris), atol=1e-12)
