@@ -211,6 +211,9 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
         if self.objective == "binary:logistic":
             self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
             return
+        if self.objective is None and (getattr(data, "labels_spread", False) or data.label_party is None):
+            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
+            return  # no single label party: training names what is wrong with these labels
         classes = data.label_classes()
         if self.objective is None and np.isin(classes, (0.0, 1.0)).all():  # one class: binary's error names it
             self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
