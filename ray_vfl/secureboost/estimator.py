@@ -15,11 +15,11 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
 from ..trees.config import BoostConfig
-from ..errors import ConfigError
 from ..trees.estimator import eval_sets_of, fit_callbacks
 from ..trees.kernels import transform_margin
 from ..trees.multiclass import MULTI_OBJECTIVES, softmax
@@ -208,15 +208,13 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
         allowed = (None,) + self._objectives
         if self.objective not in allowed:
             raise ConfigError(f"SecureBoostClassifier's objective must be one of {allowed}, got {self.objective!r}")
+        self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
         if self.objective == "binary:logistic":
-            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
             return
         if self.objective is None and (getattr(data, "labels_spread", False) or data.label_party is None):
-            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
             return  # no single label party: training names what is wrong with these labels
         classes = data.label_classes()
-        if self.objective is None and np.isin(classes, (0.0, 1.0)).all():  # one class: binary's error names it
-            self._fit_objective, self._num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
+        if self.objective is None and np.isin(classes, (0.0, 1.0)).all():  # (one class: binary's error names it)
             return
         self._fit_objective, self._num_class = self.objective or "multi:softprob", len(classes)
         self.classes_ = _as_labels(classes)
