@@ -1,0 +1,189 @@
+"""The unaligned-sample split networks' rows of ``benchmarks/attacks.py``: Diffu-AT and FedHSSL, recorded runs,
+every attack their view tables name.
+
+The setting: FedAds-like data (:func:`ray_vfl.splitnn.make_fedads_like`, 5% positives, half the training
+rows aligned, seed 0), the label party ``bank`` and the non-label party ``shop``, batches of 64, one
+pretraining and one alternating (fine-tuning) epoch, each party's view recorded
+(:func:`~ray_vfl.splitnn.unaligned_protocol.train_unaligned` with ``record_views=True``). Each attack runs on
+the payloads one party recorded for one row of the table:
+
+- the federated embeddings and the synthesis's trained embeddings (:mod:`.unaligned_protocol`), FedHSSL's
+  projections ``z_N`` and fine-tuning embeddings (:mod:`.unaligned.hybrid`): the label party's
+  :func:`~ray_vfl.splitnn.privacy.attacks.embedding_feature_attack` (it knows 10% of the rows' values
+  of each ``shop`` feature), scored as the AUC of telling the rows above the feature's median from the
+  others, averaged over the features;
+- FedHSSL's projections ``z_L``: the same attack by ``shop`` on the label party's 16 features;
+- the embedding gradients: the norm, direction and cluster attacks, per batch against the labels, one-
+  and two-sided (:func:`ray_vfl.splitnn.attack.label_results`);
+- FedHSSL's mean of the local upper layers: :func:`mean_part_attack`, scored as the share of the label
+  party's aggregated parameters ``shop`` recovers to 1e-6, against the share its own part (the best
+  guess without the mean: the parts start alike) gets right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..data.dataset import VerticalDataset
+from ..metrics import AttackResult, auc_both_ways
+from .attack import label_results
+from .data import SplitNNData, make_fedads_like
+from .network.config import SplitNNConfig
+from .network.models import batch_schedule
+from .privacy.attacks import NonLabelView, embedding_feature_attack
+from .privacy.views import PartyLog, recorded_events
+from .unaligned.diffusion import DiffusionConfig
+from .unaligned.synthesis import UnalignedOptions
+from .unaligned_protocol import train_unaligned
+
+__all__ = ["LABEL", "OTHER", "QUICK", "FULL", "unaligned_run", "received_view", "hssl_batches", "mean_part_attack",
+           "feature_result", "mean_part_result", "results", "attack_results"]
+
+LABEL, OTHER = "bank", "shop"
+QUICK, FULL = 4_000, 20_000  # rows (3 in 4 train, half of them aligned)
+SSL_EPOCHS = 2
+
+
+def unaligned_run(runtime, n_rows: int, method: str, seed: int = 0, secret_b: bool = False):
+    """``(data, model, logs)``: ``method`` (``"diffu-at"``, a baseline, ``"ss-vfl"`` or ``"fedhssl"``) trained
+    on ``n_rows`` FedAds-like rows, every party's view recorded, the test rows predicted; ``logs`` maps
+    each party to its :class:`~ray_vfl.splitnn.privacy.views.PartyLog`. ``secret_b``: the same rows with every
+    label flipped and ``shop``'s feature rows permuted (a second secret of both parties)."""
+    data = make_fedads_like(n_rows, positive_rate=0.05, aligned_fraction=0.5, seed=seed, label_party=LABEL,
+                            nonlabel_party=OTHER)
+    if secret_b:
+        data = _second_secret(data, seed)
+    options = UnalignedOptions(method=method, pretrain_epochs=1, ssl_epochs=SSL_EPOCHS,
+                               diffusion=DiffusionConfig(steps=20, epochs=5, hidden=(32, 32)))
+    config = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=1, nonlabel_hidden=(16, 8), label_hidden=(16, 12))
+    model = train_unaligned(runtime, data.train, data.label_only, config, options, record_views=True)
+    model.predict_proba(data.test)  # the prediction's rows too: embeddings in, probabilities to the caller
+    return data, model, {p: recorded_events(runtime, p) for p in (LABEL, OTHER)}
+
+
+def _second_secret(data: SplitNNData, seed: int) -> SplitNNData:
+    train = data.train
+    shop = train.features[OTHER]
+    shop = shop.iloc[np.random.default_rng([seed, 5]).permutation(len(shop))].reset_index(drop=True)
+    flipped = VerticalDataset({LABEL: train.features[LABEL], OTHER: shop}, train.ids, 1 - np.asarray(train.label),
+                              LABEL, train.categorical)
+    only = data.label_only
+    label_only = VerticalDataset(dict(only.features), only.ids, 1 - np.asarray(only.label), LABEL, only.categorical)
+    return SplitNNData(data.name, flipped, data.test, label_only)
+
+
+def received_view(log: PartyLog, kind: str, rows_of, way: str = "in", trees=None) -> NonLabelView:
+    """The payloads of ``kind`` a party recorded (``way``), as a :class:`NonLabelView` whose embeddings are
+    those payloads: ``rows_of(tree)`` gives the rows of each (the batch of the shared schedule, or every
+    row for a message about all of them); ``trees`` keeps the messages of those batch numbers only."""
+    events = [e for e in log.of_kind(kind, way) if trees is None or e.tree in trees]
+    rows = [np.asarray(rows_of(e.tree)) for e in events]
+    payloads = [np.asarray(e.payload, dtype=np.float64) for e in events]
+    return NonLabelView(log.party, rows=rows, embeddings=payloads, gradients=[np.zeros((len(r), 0)) for r in rows])
+
+
+def hssl_batches(n_rows: int, config: SplitNNConfig, ssl_epochs: int = SSL_EPOCHS) -> list[np.ndarray]:
+    """FedHSSL's cross-party batches over ``n_rows`` aligned rows: the schedule every party derives from the
+    shared seed (:meth:`ray_vfl.splitnn.unaligned.hybrid.HybridSSL.hssl_begin`)."""
+    return batch_schedule(n_rows, config.batch_size, ssl_epochs, config.seed * 1009 + 8111)
+
+
+def mean_part_attack(mean: np.ndarray, own: np.ndarray, n_parties: int) -> np.ndarray:
+    """What a party reads from the mean of ``n_parties`` parties' vectors and its own: the sum of the
+    others' (``n_parties * mean - own``); with two parties, the other party's vector itself.
+
+    >>> mean_part_attack(np.array([1.0, 2.0]), np.array([0.5, 3.0]), 2).tolist()
+    [1.5, 1.0]
+    """
+    return n_parties * np.asarray(mean, dtype=np.float64) - np.asarray(own, dtype=np.float64)
+
+
+def feature_result(frame: pd.DataFrame, categorical, view: NonLabelView, protocol: str, role: str, setting: str,
+                   command: str = "", seed: int = 0) -> AttackResult:
+    """:func:`~ray_vfl.splitnn.privacy.attacks.embedding_feature_attack` on ``view``, for every column of
+    ``frame`` (the attacked party's features, row ``i`` = position ``i``), the attacker knowing 10% of the
+    rows' values. Per column it guesses an indicator: for a ``categorical`` column, that the row holds the
+    category most common among the known rows, else that its value is above their median; scored as the
+    AUC of the guesses against the other rows' indicators, averaged over the columns."""
+    rows = np.unique(np.concatenate(view.rows))
+    known = np.random.default_rng(seed).choice(rows, max(len(rows) // 10, 2), replace=False)
+    categorical = set(categorical)
+    ones, twos = [], []
+    for column in frame.columns:
+        values = frame[column].to_numpy(dtype=np.float64)
+        if column in categorical:
+            seen, counts = np.unique(values[known], return_counts=True)
+            truth = (values == seen[np.argmax(counts)]).astype(np.float64)
+        else:
+            truth = (values > np.median(values[known])).astype(np.float64)
+        ids, guess = embedding_feature_attack(view, known, truth[known])
+        other = ~np.isin(ids, known)
+        if 0 < truth[ids[other]].mean() < 1:
+            one, two = auc_both_ways(truth[ids[other]], guess[other])
+            ones.append(one)
+            twos.append(two)
+    return AttackResult(protocol, role, "embedding_feature_attack",
+                        f"AUC of a feature indicator (top category or above median), mean of {len(ones)}",
+                        float(np.mean(ones)), 0.5, float(np.mean(twos)),
+                        f"{setting}; knows {len(known)} rows' values", command, 0.02)
+
+
+def mean_part_result(attacker: PartyLog, victim: PartyLog, setting: str, command: str = "") -> AttackResult:
+    """:func:`mean_part_attack` by ``attacker`` on every mean of the FedHSSL aggregation it saw (the non-label
+    party receives it, the label party computes it from the shares and sends it): the share of the
+    ``victim``'s aggregated parameters recovered to 1e-6, against the share its own part (the best guess
+    without the mean: the parts start alike) gets right."""
+    way = "in" if attacker.of_kind("hssl_average", "in") else "out"
+    means = [np.asarray(e.payload) for e in attacker.of_kind("hssl_average", way)]
+    own = [np.asarray(e.payload) for e in attacker.of_kind("hssl_shared_vector", "own")]
+    truth = np.concatenate([np.asarray(e.payload) for e in victim.of_kind("hssl_shared_vector", "own")])
+    guess = np.concatenate([mean_part_attack(m, o, 2) for m, o in zip(means, own)])
+    success = float(np.mean(np.abs(guess - truth) <= 1e-6))
+    chance = float(np.mean(np.abs(np.concatenate(own) - truth) <= 1e-6))
+    role = "label" if way == "out" else "non-label"
+    return AttackResult("FedHSSL", role, "mean_part_attack",
+                        f"share of the {'non-label' if role == 'label' else 'label'} party's aggregated parameters "
+                        "recovered to 1e-6", success, chance, None,
+                        f"{setting}; {len(means)} means of {len(means[0])} values", command, 0.0)
+
+
+def results(data: SplitNNData, model, logs: dict, method: str, setting: str, command: str = "") -> list[AttackResult]:
+    """Every attack the view table of ``method`` names, each on the recorded payloads of its row."""
+    protocol = {"fedhssl": "FedHSSL", "diffu-at": "Diffu-AT"}.get(method, method)
+    label_log, other_log = logs[LABEL], logs[OTHER]
+    train = data.train
+    cfg = model.config  # pretraining and alternating epochs: the schedule both parties derive from the seed
+    batches = batch_schedule(train.n_rows, cfg.batch_size, cfg.epochs, cfg.seed)
+    everything = lambda tree: np.arange(train.n_rows)  # noqa: E731
+    shop, cats = train.features[OTHER], train.categorical
+    federated = received_view(label_log, "embedding", lambda t: batches[t], trees=set(range(len(batches))))
+    out = [feature_result(shop, cats.get(OTHER, []), federated, protocol, "label", f"{setting}, federated embeddings", command)]
+    if method not in ("ss-vfl", "fedhssl"):  # the synthesis's trained embeddings of every aligned row
+        synthesis = received_view(label_log, "embedding", everything, trees={-2})
+        out.append(feature_result(shop, cats.get(OTHER, []), synthesis, protocol, "label", f"{setting}, trained embeddings (synthesis)",
+                                  command))
+    if method == "fedhssl":
+        cross = hssl_batches(train.n_rows, model.config)
+        z_l = received_view(other_log, "ssl_projection", lambda t: cross[t])
+        z_n = received_view(label_log, "ssl_projection", lambda t: cross[t])
+        out.append(feature_result(train.features[LABEL], cats.get(LABEL, []), z_l, protocol, "non-label", f"{setting}, projections z_L", command))
+        out.append(feature_result(shop, cats.get(OTHER, []), z_n, protocol, "label", f"{setting}, projections z_N", command))
+        out.append(mean_part_result(other_log, label_log, setting, command))
+        out.append(mean_part_result(label_log, other_log, setting, command))
+    out += label_results(data, model, model.recorded_view(OTHER), "none", setting, command, protocol=protocol)
+    return out
+
+
+def attack_results(runtime, quick: bool = True) -> list[AttackResult]:
+    """Diffu-AT and FedHSSL trained on :data:`QUICK` or :data:`FULL` rows, every party's view recorded, every
+    attack their view tables name run on it."""
+    n_rows = QUICK if quick else FULL
+    command = "python benchmarks/attacks.py --only unaligned" + (" --quick" if quick else "")
+    out = []
+    for method in ("diffu-at", "fedhssl"):
+        data, model, logs = unaligned_run(runtime, n_rows, method)
+        setting = (f"FedAds-like, 5% positives, {data.train.n_rows} aligned + {data.label_only.n_rows} label-only "
+                   "training rows, batches of 64")
+        out += results(data, model, logs, method, setting, command)
+    return out
