@@ -38,7 +38,7 @@ from .unaligned.synthesis import UnalignedOptions
 from .unaligned_protocol import train_unaligned
 
 __all__ = ["LABEL", "OTHER", "QUICK", "FULL", "unaligned_run", "received_view", "hssl_batches", "mean_part_attack",
-           "feature_result", "mean_part_result", "results", "attack_results"]
+           "feature_results", "mean_part_result", "feature_views", "results", "attack_results"]
 
 LABEL, OTHER = "bank", "shop"
 QUICK, FULL = 4_000, 20_000  # rows (3 in 4 train, half of them aligned)
@@ -46,9 +46,10 @@ SSL_EPOCHS = 2
 
 
 def unaligned_run(runtime, n_rows: int, method: str, seed: int = 0, secret_b: bool = False):
-    """``(data, model, logs)``: ``method`` (``"diffu-at"``, a baseline, ``"ss-vfl"`` or ``"fedhssl"``) trained
+    """``(data, model, logs, view)``: ``method`` (``"diffu-at"``, a baseline, ``"ss-vfl"`` or ``"fedhssl"``) trained
     on ``n_rows`` FedAds-like rows, every party's view recorded, the test rows predicted; ``logs`` maps
-    each party to its :class:`~ray_vfl.splitnn.privacy.views.PartyLog`. ``secret_b``: the same rows with every
+    each party to its :class:`~ray_vfl.splitnn.privacy.views.PartyLog`, ``view`` is ``shop``'s
+    :class:`~ray_vfl.splitnn.privacy.attacks.NonLabelView` (read now: the actors' next fit resets them). ``secret_b``: the same rows with every
     label flipped and ``shop``'s feature rows permuted (a second secret of both parties)."""
     data = make_fedads_like(n_rows, positive_rate=0.05, aligned_fraction=0.5, seed=seed, label_party=LABEL,
                             nonlabel_party=OTHER)
@@ -59,7 +60,7 @@ def unaligned_run(runtime, n_rows: int, method: str, seed: int = 0, secret_b: bo
     config = SplitNNConfig(batch_size=64, learning_rate=3e-3, epochs=1, nonlabel_hidden=(16, 8), label_hidden=(16, 12))
     model = train_unaligned(runtime, data.train, data.label_only, config, options, record_views=True)
     model.predict_proba(data.test)  # the prediction's rows too: embeddings in, probabilities to the caller
-    return data, model, {p: recorded_events(runtime, p) for p in (LABEL, OTHER)}
+    return data, model, {p: recorded_events(runtime, p) for p in (LABEL, OTHER)}, model.recorded_view(OTHER)
 
 
 def _second_secret(data: SplitNNData, seed: int) -> SplitNNData:
@@ -99,17 +100,19 @@ def mean_part_attack(mean: np.ndarray, own: np.ndarray, n_parties: int) -> np.nd
     return n_parties * np.asarray(mean, dtype=np.float64) - np.asarray(own, dtype=np.float64)
 
 
-def feature_result(frame: pd.DataFrame, categorical, view: NonLabelView, protocol: str, role: str, setting: str,
-                   command: str = "", seed: int = 0) -> AttackResult:
+def feature_results(frame: pd.DataFrame, categorical, view: NonLabelView, protocol: str, role: str, setting: str,
+                    command: str = "", seed: int = 0, repeats: int = 20) -> list[AttackResult]:
     """:func:`~ray_vfl.splitnn.privacy.attacks.embedding_feature_attack` on ``view``, for every column of
     ``frame`` (the attacked party's features, row ``i`` = position ``i``), the attacker knowing 10% of the
     rows' values. Per column it guesses an indicator: for a ``categorical`` column, that the row holds the
-    category most common among the known rows, else that its value is above their median; scored as the
-    AUC of the guesses against the other rows' indicators, averaged over the columns."""
+    category most common among the known rows, else that its value is above their median. Two rows: the
+    AUC of the guesses against the other rows' indicators, averaged over the columns, one-sided and
+    two-sided, each against what ``repeats`` random guesses on the same rows score (its mean the chance
+    level, three of its standard deviations the margin)."""
     rows = np.unique(np.concatenate(view.rows))
     known = np.random.default_rng(seed).choice(rows, max(len(rows) // 10, 2), replace=False)
     categorical = set(categorical)
-    ones, twos = [], []
+    truths, scores = [], []
     for column in frame.columns:
         values = frame[column].to_numpy(dtype=np.float64)
         if column in categorical:
@@ -120,13 +123,16 @@ def feature_result(frame: pd.DataFrame, categorical, view: NonLabelView, protoco
         ids, guess = embedding_feature_attack(view, known, truth[known])
         other = ~np.isin(ids, known)
         if 0 < truth[ids[other]].mean() < 1:
-            one, two = auc_both_ways(truth[ids[other]], guess[other])
-            ones.append(one)
-            twos.append(two)
-    return AttackResult(protocol, role, "embedding_feature_attack",
-                        f"AUC of a feature indicator (top category or above median), mean of {len(ones)}",
-                        float(np.mean(ones)), 0.5, float(np.mean(twos)),
-                        f"{setting}; knows {len(known)} rows' values", command, 0.02)
+            truths.append(truth[ids[other]])
+            scores.append(guess[other])
+    found = np.mean([auc_both_ways(t, g) for t, g in zip(truths, scores)], axis=0)
+    rng = np.random.default_rng([seed, 1])
+    null = np.array([np.mean([auc_both_ways(t, rng.random(len(t))) for t in truths], axis=0) for _ in range(repeats)])
+    metric = f"AUC of a feature indicator (top category or above median), mean of {len(truths)}"
+    where = f"{setting}; knows {len(known)} rows' values"
+    return [AttackResult(protocol, role, "embedding_feature_attack", f"{metric}, {side}", float(found[i]),
+                         float(null[:, i].mean()), None, where, command, float(3 * null[:, i].std()))
+            for i, side in enumerate(("one-sided", "two-sided"))]
 
 
 def mean_part_result(attacker: PartyLog, victim: PartyLog, setting: str, command: str = "") -> AttackResult:
@@ -148,31 +154,38 @@ def mean_part_result(attacker: PartyLog, victim: PartyLog, setting: str, command
                         f"{setting}; {len(means)} means of {len(means[0])} values", command, 0.0)
 
 
-def results(data: SplitNNData, model, logs: dict, method: str, setting: str, command: str = "") -> list[AttackResult]:
-    """Every attack the view table of ``method`` names, each on the recorded payloads of its row."""
-    protocol = {"fedhssl": "FedHSSL", "diffu-at": "Diffu-AT"}.get(method, method)
+def feature_views(data: SplitNNData, model, logs: dict, method: str) -> dict[str, tuple]:
+    """The per-row vectors each feature attack of ``method``'s view table runs on: ``{name: (attacker role,
+    attacked party, view)}``, each view the payloads of one row as the receiver recorded them."""
     label_log, other_log = logs[LABEL], logs[OTHER]
-    train = data.train
-    cfg = model.config  # pretraining and alternating epochs: the schedule both parties derive from the seed
-    batches = batch_schedule(train.n_rows, cfg.batch_size, cfg.epochs, cfg.seed)
-    everything = lambda tree: np.arange(train.n_rows)  # noqa: E731
-    shop, cats = train.features[OTHER], train.categorical
-    federated = received_view(label_log, "embedding", lambda t: batches[t], trees=set(range(len(batches))))
-    out = [feature_result(shop, cats.get(OTHER, []), federated, protocol, "label", f"{setting}, federated embeddings", command)]
+    n_rows, cfg = data.train.n_rows, model.config  # cfg: pretraining and alternating epochs
+    batches = batch_schedule(n_rows, cfg.batch_size, cfg.epochs, cfg.seed)  # the schedule both parties derive
+    out = {"federated embeddings": ("label", OTHER, received_view(label_log, "embedding", lambda t: batches[t],
+                                                                  trees=set(range(len(batches)))))}
     if method not in ("ss-vfl", "fedhssl"):  # the synthesis's trained embeddings of every aligned row
-        synthesis = received_view(label_log, "embedding", everything, trees={-2})
-        out.append(feature_result(shop, cats.get(OTHER, []), synthesis, protocol, "label", f"{setting}, trained embeddings (synthesis)",
-                                  command))
+        out["trained embeddings (synthesis)"] = ("label", OTHER, received_view(
+            label_log, "embedding", lambda t: np.arange(n_rows), trees={-2}))
     if method == "fedhssl":
-        cross = hssl_batches(train.n_rows, model.config)
-        z_l = received_view(other_log, "ssl_projection", lambda t: cross[t])
-        z_n = received_view(label_log, "ssl_projection", lambda t: cross[t])
-        out.append(feature_result(train.features[LABEL], cats.get(LABEL, []), z_l, protocol, "non-label", f"{setting}, projections z_L", command))
-        out.append(feature_result(shop, cats.get(OTHER, []), z_n, protocol, "label", f"{setting}, projections z_N", command))
-        out.append(mean_part_result(other_log, label_log, setting, command))
-        out.append(mean_part_result(label_log, other_log, setting, command))
-    out += label_results(data, model, model.recorded_view(OTHER), "none", setting, command, protocol=protocol)
+        cross = hssl_batches(n_rows, cfg)
+        out["projections z_L"] = ("non-label", LABEL, received_view(other_log, "ssl_projection", lambda t: cross[t]))
+        out["projections z_N"] = ("label", OTHER, received_view(label_log, "ssl_projection", lambda t: cross[t]))
     return out
+
+
+def results(data: SplitNNData, model, logs: dict, view: NonLabelView, method: str, setting: str,
+            command: str = "") -> list[AttackResult]:
+    """Every attack the view table of ``method`` names, each on the recorded payloads of its row (and the
+    cluster attack, which the tables do not name: see :mod:`.unaligned_protocol`)."""
+    protocol = {"fedhssl": "FedHSSL", "diffu-at": "Diffu-AT", "ss-vfl": "SS-VFL"}.get(method, method)
+    train = data.train
+    out = []
+    for name, (role, party, view) in feature_views(data, model, logs, method).items():
+        out += feature_results(train.features[party], train.categorical.get(party, []), view, protocol, role,
+                               f"{setting}, {name}", command)
+    if method == "fedhssl":
+        out.append(mean_part_result(logs[OTHER], logs[LABEL], setting, command))
+        out.append(mean_part_result(logs[LABEL], logs[OTHER], setting, command))
+    return out + label_results(data, model, view, "none", setting, command, protocol=protocol)
 
 
 def attack_results(runtime, quick: bool = True) -> list[AttackResult]:
@@ -182,8 +195,8 @@ def attack_results(runtime, quick: bool = True) -> list[AttackResult]:
     command = "python benchmarks/attacks.py --only unaligned" + (" --quick" if quick else "")
     out = []
     for method in ("diffu-at", "fedhssl"):
-        data, model, logs = unaligned_run(runtime, n_rows, method)
+        data, model, logs, view = unaligned_run(runtime, n_rows, method)
         setting = (f"FedAds-like, 5% positives, {data.train.n_rows} aligned + {data.label_only.n_rows} label-only "
                    "training rows, batches of 64")
-        out += results(data, model, logs, method, setting, command)
+        out += results(data, model, logs, view, method, setting, command)
     return out
