@@ -19,7 +19,7 @@ import ray_vfl.splitnn.unaligned_attack as unaligned_attack  # noqa: E402
 from ray_vfl.crypto.privacy.secure_sum import encode_ring  # noqa: E402
 from ray_vfl.runtime.view_table import check_views, view_table  # noqa: E402
 from ray_vfl.splitnn.attack import label_results  # noqa: E402
-from ray_vfl.splitnn.privacy.views import Event, PartyLog  # noqa: E402
+from ray_vfl.splitnn.privacy.views import PartyLog  # noqa: E402
 from ray_vfl.splitnn.unaligned_attack import (  # noqa: E402
     LABEL,
     OTHER,
@@ -100,7 +100,8 @@ def test_a_masked_share_is_uniform_whatever_the_secrets_and_an_unmasked_one_is_n
     """What hides a share from any party without its masks (with two or more non-label parties, the label
     party too): uniform mod 2^64 under both secrets. The table admits that with one non-label party the
     label party holds the masks (the attack below reads the share's vector)."""
-    shares = [np.concatenate([e.payload for e in run[2][OTHER].of_kind("hssl_share", "out")]) for run in (recorded, second)]
+    shares = [np.concatenate([e.payload for e in run[2][OTHER].of_kind("hssl_share", "out")])
+              for run in (recorded, second)]
     assert shares[0].dtype == np.uint64 and len(shares[0]) > 500
     independent_of_secret(*shares, modulus=2**64)
     unmasked = [encode_ring(np.concatenate([e.payload for e in run[2][OTHER].of_kind("hssl_shared_vector", "own")]))
@@ -149,10 +150,6 @@ def test_every_named_attack_beats_chance_both_ways_and_not_on_a_shuffled_view(re
     fake = label_results(data, model, _shuffled(view), "none", "test", protocol="FedHSSL")
     for name in ("norm_attack", "direction_attack"):
         leaks = [r for r in real if r.attack == name]
-        assert len(leaks) == 2 and all(r.leaks for r in leaks), [(r.metric, r.success, r.chance, r.margin) for r in leaks]
+        assert len(leaks) == 2 and all(r.leaks for r in leaks), [(r.metric, r.success, r.chance) for r in leaks]
         assert not any(r.leaks for r in fake if r.attack == name), [r for r in fake if r.attack == name]
 
-
-def test_a_recorded_event_is_what_the_party_opened():
-    log = PartyLog("shop", [Event("in", "bank", "hssl_nonce", -1, b"x" * 16), Event("out", "bank", "hssl_share", -1, 1)])
-    assert [e.kind for e in log.of_kind("hssl_nonce", "in")] == ["hssl_nonce"] and not log.of_kind("hssl_share", "in")

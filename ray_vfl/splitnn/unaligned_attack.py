@@ -9,15 +9,23 @@ the payloads one party recorded for one row of the table:
 
 - the federated embeddings and the synthesis's trained embeddings (:mod:`.unaligned_protocol`), FedHSSL's
   projections ``z_N`` and fine-tuning embeddings (:mod:`.unaligned.hybrid`): the label party's
-  :func:`~ray_vfl.splitnn.privacy.attacks.embedding_feature_attack` (it knows 10% of the rows' values
-  of each ``shop`` feature), scored as the AUC of telling the rows above the feature's median from the
-  others, averaged over the features;
+  :func:`~ray_vfl.splitnn.privacy.attacks.embedding_feature_attack`, knowing 10% of the rows' values of
+  each ``shop`` feature (:func:`feature_results`: per feature an indicator, the most common category or
+  above the median; the AUC averaged over the features, one- and two-sided, each against random guesses
+  on the same rows);
 - FedHSSL's projections ``z_L``: the same attack by ``shop`` on the label party's 16 features;
 - the embedding gradients: the norm, direction and cluster attacks, per batch against the labels, one-
-  and two-sided (:func:`ray_vfl.splitnn.attack.label_results`);
-- FedHSSL's mean of the local upper layers: :func:`mean_part_attack`, scored as the share of the label
-  party's aggregated parameters ``shop`` recovers to 1e-6, against the share its own part (the best
-  guess without the mean: the parts start alike) gets right.
+  and two-sided (:func:`ray_vfl.splitnn.attack.label_results`; the view tables do not name the cluster
+  attack: after one epoch it does not beat chance);
+- FedHSSL's secure average: :func:`mean_part_attack` by ``shop`` on the mean it receives and by the label
+  party on the mean it computes from the shares, scored as the share of the other party's aggregated
+  parameters recovered to 1e-6, against the share its own part (the best guess without the mean: the
+  parts start alike) gets right.
+
+Example
+-------
+>>> data, model, logs, view = unaligned_run(Runtime(), QUICK, "fedhssl")      # doctest: +SKIP
+>>> [r.leaks for r in results(data, model, logs, view, "fedhssl", "quick")]   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ def unaligned_run(runtime, n_rows: int, method: str, seed: int = 0, secret_b: bo
     """``(data, model, logs, view)``: ``method`` (``"diffu-at"``, a baseline, ``"ss-vfl"`` or ``"fedhssl"``) trained
     on ``n_rows`` FedAds-like rows, every party's view recorded, the test rows predicted; ``logs`` maps
     each party to its :class:`~ray_vfl.splitnn.privacy.views.PartyLog`, ``view`` is ``shop``'s
-    :class:`~ray_vfl.splitnn.privacy.attacks.NonLabelView` (read now: the actors' next fit resets them). ``secret_b``: the same rows with every
-    label flipped and ``shop``'s feature rows permuted (a second secret of both parties)."""
+    :class:`~ray_vfl.splitnn.privacy.attacks.NonLabelView` (read now: the actors' next fit resets them).
+    ``secret_b``: the same rows with every label flipped and ``shop``'s feature rows permuted (a second
+    secret of both parties)."""
     data = make_fedads_like(n_rows, positive_rate=0.05, aligned_fraction=0.5, seed=seed, label_party=LABEL,
                             nonlabel_party=OTHER)
     if secret_b:
