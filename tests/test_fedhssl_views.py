@@ -153,3 +153,11 @@ def test_every_named_attack_beats_chance_both_ways_and_not_on_a_shuffled_view(re
         assert len(leaks) == 2 and all(r.leaks for r in leaks), [(r.metric, r.success, r.chance) for r in leaks]
         assert not any(r.leaks for r in fake if r.attack == name), [r for r in fake if r.attack == name]
 
+
+
+def test_the_benchmark_rows_run_the_same_attacks_on_the_same_views(recorded):
+    """benchmarks/attacks.py's rows (ray_vfl.splitnn.unaligned_attack.results): every named attack leaks there too."""
+    named = {a.rsplit(".", 1)[1] for row in ROWS for a in row.attacks}
+    rows = unaligned_attack.results(*recorded, "fedhssl", "test")
+    assert {r.attack for r in rows} == named | {"cluster_attack"}  # the cluster attack: run, not claimed
+    assert len(rows) == 3 * 2 + 2 + 3 * 2 and all(r.leaks for r in rows if r.attack in named), rows

@@ -17,7 +17,14 @@ import ray_vfl.splitnn.privacy.attacks as attack_module  # noqa: E402
 import ray_vfl.splitnn.unaligned_protocol as protocol  # noqa: E402
 from ray_vfl.runtime.view_table import check_views, view_table  # noqa: E402
 from ray_vfl.splitnn.attack import label_results  # noqa: E402
-from ray_vfl.splitnn.unaligned_attack import LABEL, OTHER, feature_results, feature_views, unaligned_run  # noqa: E402
+from ray_vfl.splitnn.unaligned_attack import (  # noqa: E402
+    LABEL,
+    OTHER,
+    feature_results,
+    feature_views,
+    results,
+    unaligned_run,
+)
 
 ROWS = view_table(protocol.__doc__)
 ROLES = {LABEL: "label", OTHER: "non-label", "caller": "caller"}
@@ -88,3 +95,11 @@ def test_every_named_attack_beats_chance_both_ways_and_not_on_a_shuffled_view(di
         assert len(leaks) == 2 and all(r.leaks and r.success > 0.9 for r in leaks), [
             (r.metric, r.success, r.chance, r.margin) for r in leaks]  # one- and two-sided
         assert not any(r.leaks for r in fake if r.attack == name), [r for r in fake if r.attack == name]
+
+
+def test_the_benchmark_rows_run_the_same_attacks_on_the_same_views(diffu_at):
+    """benchmarks/attacks.py's rows (ray_vfl.splitnn.unaligned_attack.results): every named attack leaks there too."""
+    named = {a.rsplit(".", 1)[1] for row in ROWS for a in row.attacks}
+    rows = results(*diffu_at, "diffu-at", "test")
+    assert {r.attack for r in rows} == named | {"cluster_attack"}  # the cluster attack: run, not claimed
+    assert len(rows) == 2 * 2 + 3 * 2 and all(r.leaks for r in rows if r.attack in named), rows

@@ -188,8 +188,8 @@ def results(data: SplitNNData, model, logs: dict, view: NonLabelView, method: st
     protocol = {"fedhssl": "FedHSSL", "diffu-at": "Diffu-AT", "ss-vfl": "SS-VFL"}.get(method, method)
     train = data.train
     out = []
-    for name, (role, party, view) in feature_views(data, model, logs, method).items():
-        out += feature_results(train.features[party], train.categorical.get(party, []), view, protocol, role,
+    for name, (role, party, received) in feature_views(data, model, logs, method).items():
+        out += feature_results(train.features[party], train.categorical.get(party, []), received, protocol, role,
                                f"{setting}, {name}", command)
     if method == "fedhssl":
         out.append(mean_part_result(logs[OTHER], logs[LABEL], setting, command))
