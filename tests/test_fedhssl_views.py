@@ -32,7 +32,7 @@ from ray_vfl.splitnn.unaligned_attack import (  # noqa: E402
 
 ROWS = view_table(hybrid.__doc__)
 ROLES = {LABEL: "label", OTHER: "non-label", "caller": "caller"}
-N_ROWS = 2_400  # 910 aligned and 852 label-only training rows
+N_ROWS = unaligned_attack.QUICK  # 2,400: 910 aligned and 852 label-only training rows
 
 
 @pytest.fixture(scope="module")

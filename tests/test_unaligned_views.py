@@ -20,6 +20,7 @@ from ray_vfl.splitnn.attack import label_results  # noqa: E402
 from ray_vfl.splitnn.unaligned_attack import (  # noqa: E402
     LABEL,
     OTHER,
+    QUICK,
     feature_results,
     feature_views,
     results,
@@ -34,7 +35,7 @@ ROLES = {LABEL: "label", OTHER: "non-label", "caller": "caller"}
 def diffu_at(runtime):
     """Diffu-AT on 2,400 FedAds-like rows (910 aligned, 852 label-only training rows), one pretraining and one
     alternating epoch, every party's view recorded, the test rows predicted."""
-    return unaligned_run(runtime, 2_400, "diffu-at")
+    return unaligned_run(runtime, QUICK, "diffu-at")
 
 
 @pytest.fixture(scope="module")
