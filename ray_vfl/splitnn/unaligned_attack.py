@@ -42,6 +42,7 @@ from .network.models import batch_schedule
 from .privacy.attacks import NonLabelView, embedding_feature_attack
 from .privacy.views import PartyLog, recorded_events
 from .unaligned.diffusion import DiffusionConfig
+from .unaligned.hybrid import cross_schedule
 from .unaligned.synthesis import UnalignedOptions
 from .unaligned_protocol import train_unaligned
 
@@ -96,7 +97,7 @@ def received_view(log: PartyLog, kind: str, rows_of, way: str = "in", trees=None
 def hssl_batches(n_rows: int, config: SplitNNConfig, ssl_epochs: int = SSL_EPOCHS) -> list[np.ndarray]:
     """FedHSSL's cross-party batches over ``n_rows`` aligned rows: the schedule every party derives from the
     shared seed (:meth:`ray_vfl.splitnn.unaligned.hybrid.HybridSSL.hssl_begin`)."""
-    return batch_schedule(n_rows, config.batch_size, ssl_epochs, config.seed * 1009 + 8111)
+    return cross_schedule(n_rows, config, ssl_epochs)
 
 
 def mean_part_attack(mean: np.ndarray, own: np.ndarray, n_parties: int) -> np.ndarray:

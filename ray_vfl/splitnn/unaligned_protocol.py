@@ -45,9 +45,9 @@ federated  label -> non-label  d loss / d embedding (B, d),       the gradient o
                                                                   [attack: splitnn.privacy.attacks.norm_attack]
                                                                   [attack: splitnn.privacy.attacks.direction_attack]
 synthesis  non-label -> label  p's trained embeddings (n_a, d)    p's pretrained model output for every aligned row
-           (embedding)         of every aligned row, once (not    at once (it saw each row's embedding of the last
-                               SS-VFL)                            pretraining epoch already, from a model a few
-                                                                  steps older): as the federated embeddings
+           (embedding)         of every aligned row, once (not    at once (the label party received each row's
+                               SS-VFL)                            embedding in the last pretraining epoch, from a
+                                                                  model a few steps older): as the federated ones
                                                                   [attack: splitnn.privacy.attacks.embedding_feature_attack]
 predict    label -> caller     probabilities, sealed to a key     the predictions it asked for (the caller is the
            (splitnn_proba)     the caller made for this call      label party's side)
@@ -57,12 +57,13 @@ No message carries an unaligned row, a synthetic embedding or the diffusion mode
 party, and the refresh adds no message (the label party keeps the ``h_N`` of each aligned row from the
 federated step that carried it and refits on them). SS-VFL's self-supervised pretraining sends nothing, and
 its alternation is federated steps only. What the table leaves out, because no payload carries it, is timing:
-the wait before the first pretraining batch hints at the time each party's local pretraining takes (SS-VFL:
-its row count), the pauses between an alternation's federated steps (the label party's local steps) at
-``n_u``, and a longer pause per epoch (refresh) at the synthesis time. The cluster attack on a non-label
+in SS-VFL the wait before the first pretraining batch hints at how long the other parties' local pretraining
+took (their row counts); in Diffu-AT the pauses between an alternation's federated steps (the label party's
+local steps) hint at ``n_u``, and a longer pause per epoch (refresh) at the synthesis time. The cluster attack on a non-label
 party's own embeddings (:mod:`.protocol`'s table) is not named here: after one pretraining and one
 alternating epoch it does not beat chance on the tests' 910 aligned rows, and on 7,466 only one-sided
-(``benchmarks/RESULTS.md``, "Privacy: attacks on recorded views"). FedHSSL's pretraining between the parties has its own table (:mod:`.unaligned.hybrid`).
+(``benchmarks/RESULTS.md``, "Privacy: attacks on recorded views"). FedHSSL's pretraining between the parties
+has its own table (:mod:`.unaligned.hybrid`).
 """
 
 from __future__ import annotations

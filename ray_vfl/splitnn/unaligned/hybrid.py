@@ -118,7 +118,7 @@ from ..network.models import batch_schedule, build_bottom, make_optimizer, nonla
 from ..network.parties import NonLabelParty
 from ..network.selfsupervised import SimSiamHead, mask_fields, negative_cosine, output_spread
 
-__all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain"]
+__all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain", "cross_schedule"]
 
 register("ssl_projection", Array("", "float", ("n_rows", "width"), finite=True))
 register("hssl_mask_key", Rule(lambda p, c: None if isinstance(p, bytes) and len(p) == PUBLIC_KEY_BYTES
@@ -131,6 +131,15 @@ register("hssl_average", Array("", "float", ("n_params",), finite=True))
 
 SHARED_SEED = 31  # offset of the parts every party initialises alike (the aggregated ones)
 CROSS_HEAD_SEED = 37
+
+
+def cross_schedule(n_rows: int, config: SplitNNConfig, ssl_epochs: int) -> list[np.ndarray]:
+    """The cross-party batches over ``n_rows`` aligned rows: every party derives them from the shared seed.
+
+    >>> [len(b) for b in cross_schedule(5, SplitNNConfig(batch_size=2), 1)]
+    [2, 2, 1]
+    """
+    return batch_schedule(n_rows, config.batch_size, ssl_epochs, config.seed * 1009 + 8111)
 
 
 class HybridEncoder(nn.Module):
@@ -187,7 +196,7 @@ class HybridSSL:
         self.hssl_optimizers = {"cross": torch.optim.Adam(cross, lr=cfg.learning_rate),
                                 "local": torch.optim.Adam(local, lr=cfg.learning_rate)}
         self.hssl_settings = {"mask_rate": mask_rate, "guidance": guidance}
-        self.hssl_schedule = batch_schedule(len(self.rows["train"]), cfg.batch_size, ssl_epochs, cfg.seed * 1009 + 8111)
+        self.hssl_schedule = cross_schedule(len(self.rows["train"]), cfg, ssl_epochs)
         self.hssl_per_epoch = len(self.hssl_schedule) // ssl_epochs
         self._hssl_running: dict[str, tuple[float, int]] = {}
         self.hssl_rng = np.random.default_rng([cfg.seed, 8117])
