@@ -7,7 +7,7 @@ of its local upper layers and heads it secret-shares (``"own"``: what it compute
 as it is). :func:`recorded_events` hands them to whoever asks, the driver included.
 :func:`ray_vfl.splitnn.unaligned_protocol.train_unaligned` starts the recording with
 ``record_views=True``, after the actors are introduced and before the first message; a party's next
-fit (its actor reset with a fresh mailbox) records nothing unless asked again.
+fit (its actor reset with a fresh mailbox) records nothing, and reads as nothing, unless asked again.
 
 Example
 -------
@@ -19,6 +19,9 @@ Example
 >>> _ = party.mailbox.send("hello", ["bank"], np.zeros(2), tree=3)
 >>> [(e.way, e.peer, e.kind, e.tree) for e in _collect(party).events]
 [('out', 'bank', 'hello', 3)]
+>>> party.mailbox = Mailbox("shop")   # what a reset for the next fit does
+>>> _collect(party).events
+[]
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ def keep_views(actor: Any) -> None:
     """Inside a party's actor: wrap its mailbox so that every payload opened or sent is kept (and a
     FedHSSL party's shared vectors as it computes them)."""
     kept: list[Event] = []
-    actor._kept_events = kept
     box = actor.mailbox
+    actor._kept_events, actor._kept_box = kept, box
     opens, sends = box.open, box.send
 
     def opened(message, kind, *args, **kwargs):
@@ -74,10 +77,11 @@ def keep_views(actor: Any) -> None:
 
     box.open, box.send = opened, sent
     if hasattr(actor, "_masked_share"):  # FedHSSL: the vector a party masks for each secure sum, before the masks
-        masked = actor._masked_share
+        masked = type(actor)._masked_share.__get__(actor)  # the class's own: a second recording does not stack
 
         def share(nonce: bytes) -> np.ndarray:
-            kept.append(Event("own", actor.name, "hssl_shared_vector", -1, actor._shared_vector().copy()))
+            if actor.mailbox is box:  # this fit's (a reset makes a new mailbox)
+                kept.append(Event("own", actor.name, "hssl_shared_vector", -1, actor._shared_vector().copy()))
             return masked(nonce)
 
         actor._masked_share = share
@@ -88,7 +92,8 @@ def _copy(payload: Any) -> Any:
 
 
 def _collect(actor: Any) -> PartyLog:
-    return PartyLog(getattr(actor, "name", actor.mailbox.name), list(getattr(actor, "_kept_events", [])))
+    recording = getattr(actor, "_kept_box", None) is actor.mailbox  # else a later fit reset the actor: nothing kept
+    return PartyLog(getattr(actor, "name", actor.mailbox.name), list(actor._kept_events) if recording else [])
 
 
 def recorded_events(runtime: Any, party: str) -> PartyLog:
