@@ -25,9 +25,10 @@ from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.comm import Mailbox
 from ..runtime.task_pool import TaskPool
-from ..runtime.party import PartyActor, resolve_rows
+from ..runtime.party import PartyActor, resolve_rows, resolve_weights
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
+from ..trees.weights import check_weighted_bound, row_weights, weighted_pairs
 from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
 from .messages import fetch
@@ -91,6 +92,9 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         label = np.full(self.n_rows, np.nan) if label is None else np.asarray(label, dtype=np.float64)
         self.own = np.flatnonzero(~np.isnan(label))
         self.y_own = label[self.own]
+        weight = resolve_weights(table)  # sample weights of the rows it labels, held with its labels
+        self.sw_own = None if weight is None else np.asarray(weight, dtype=np.float64)[self.own]
+        self.w_own = row_weights(self.y_own, self.sw_own, config.scale_pos_weight)
         if config.objective == "binary:logistic" and not np.isin(self.y_own, (0.0, 1.0)).all():
             bad = self.y_own[~np.isin(self.y_own, (0.0, 1.0))][0]
             raise DataError(f"client {name!r}: binary:logistic needs labels 0 or 1, found {bad!r}; map the labels first")
@@ -151,8 +155,9 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def total_share(self, what: str, encryptor: str, aggregator: str) -> tuple:
         """This client's sums for ``what`` (``"base"``: label sum and count; ``"root"``: the gradient
         sums of its labelled rows), encrypted under the encryption client's key, for the aggregator."""
-        if what == "base":
-            g, h = np.array([self.y_own.sum()]), np.array([float(len(self.y_own))])
+        if what == "base":  # weighted: the weights' sum, and the labels' sum weighted by them
+            sw = np.ones(len(self.y_own)) if self.sw_own is None else self.sw_own
+            g, h = np.array([float((sw * self.y_own).sum())]), np.array([float(sw.sum())])
         else:
             g, h = np.array([self.g.sum()]), np.array([self.h.sum()])
         c = self.backend.encrypt_gh_sums(self.peer_pk[encryptor], g, h)
@@ -191,6 +196,8 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         if what == "base":
             mean = values[0] / values[1]
             self.base_score = base_score_of(self.config.objective, np.array([mean]), self.config.base_score)
+            check_weighted_bound(self.config.objective, self.y_own, self.w_own, self.config.gradient_bound,
+                                 self.base_score, self.backend.is_encrypted)
             self.margin_own = np.full(len(self.own), base_margin(self.config.objective, self.base_score))
         else:
             self.root_totals = (float(values[0]), float(values[1]))
@@ -198,7 +205,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     # trees --------------------------------------------------------------------------------------------
     def begin_tree(self) -> None:
         """Gradients of this client's own labelled rows at the current (released) margins."""
-        self.g, self.h = encoded_gradients(self.config.objective, self.y_own, self.margin_own)
+        self.g, self.h = weighted_pairs(*encoded_gradients(self.config.objective, self.y_own, self.margin_own), self.w_own)
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
         self.trees.append({})
         self.released.append({})

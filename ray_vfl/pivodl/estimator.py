@@ -17,7 +17,7 @@ from ..data.dataset import VerticalDataset
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
-from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
+from ..trees.estimator import BinaryClassifier, ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
 from .config import PIVODLConfig
 from .protocol import PIVODLModel, train
 
@@ -37,7 +37,8 @@ class _PIVODL(FederatedEstimator):
                  backend: str = "paillier", key_bits: int = 2048, allow_weak_keys: bool = False,
                  workers_per_party: int | None = None, timeout_s: float | None = None,
                  gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
-                 delta: float = 1e-5, leaf_clip: float | None = None, early_stopping_rounds: int | None = None,
+                 delta: float = 1e-5, leaf_clip: float | None = None, scale_pos_weight: float = 1.0,
+                 early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
                  runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -58,24 +59,31 @@ class _PIVODL(FederatedEstimator):
         self.epsilon = epsilon
         self.delta = delta
         self.leaf_clip = leaf_clip
+        self.scale_pos_weight = scale_pos_weight
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
         self.runtime = runtime
 
-    def _config(self) -> PIVODLConfig:
+    def _config(self, gradient_bound: float | None = None) -> PIVODLConfig:
         params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
+        if gradient_bound is not None:
+            params["gradient_bound"] = gradient_bound
         return PIVODLConfig(objective=self._objective, **params)
 
-    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
-            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+    def fit(self, data: VerticalDataset, y=None, *, sample_weight=None, eval_set: Sequence[VerticalDataset] | None = None,
+            sample_weight_eval_set=None, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
         """Train on ``data`` (labels spread over its clients); ``eval_set`` data sets are scored after
-        every tree (logloss and error, or RMSE and MAE). With ``checkpoint_dir`` every client saves its
+        every tree (logloss and error, or RMSE and MAE). ``y`` is scikit-learn's (None, or the data's
+        own labels). ``sample_weight``: one weight per row, each travelling with its row's label to the
+        client that labels it, which weighs that row's gradients (and the base score's sums) before
+        anything is encrypted; ``sample_weight_eval_set`` weighs the eval sets' metrics alike. With
+        ``checkpoint_dir`` every client saves its
         training state there (on its own machine) every ``checkpoint_every`` trees, and a fit started
         again with the same folder continues from the last tree every client completed."""
-        config = self._config()
-        VerticalDataset.ensure(data)
-        evals = eval_sets_of(eval_set)
+        data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
+        config = self._config(bound_for_weights(self._objective, self.gradient_bound, getattr(data, "weight", None),
+                                                self.scale_pos_weight))
         callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, self._stop_metric, maximize=False)
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, evals, callbacks)
         self.evals_result_ = self.model_.history
@@ -83,6 +91,7 @@ class _PIVODL(FederatedEstimator):
         self.best_iteration_ = self.model_.best_iteration
         self.n_trees_ = self.model_.n_trees
         self.epsilon_ = self.model_.epsilon
+        self._set_fitted_shape(data)
         return self
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
@@ -124,7 +133,7 @@ class PIVODLClassifier(BinaryClassifier, ClassifierMixin, _PIVODL):
     _objective = "binary:logistic"
 
 
-class PIVODLRegressor(RegressorMixin, _PIVODL):
+class PIVODLRegressor(ScoreOnDataLabels, RegressorMixin, _PIVODL):
     """Federated XGBoost regressor (squared error) with labels spread over several clients (PIVODL).
 
     ``gradient_bound`` sizes the encrypted fixed-point sums (65,536 by default): scale the labels or

@@ -198,6 +198,12 @@ class FederatedModel:
         """The trees as the active party holds them (owner, record id, weights)."""
         return self.runtime.get([(self.label_party, self._handle(self.label_party).trees_snapshot.remote())], "trees")[0]
 
+    def importance_stats(self) -> dict[str, Any]:
+        """The label party's feature-importance figures (:meth:`ActiveParty.importance_stats`): split
+        statistics of its own features, and per party the totals of each importance type."""
+        return self.runtime.get([(self.label_party, self._handle(self.label_party).importance_stats.remote())],
+                                "importances")[0]
+
     def lookup_tables(self) -> dict[str, Any]:
         """Every party's lookup table. Diagnostic only: in a deployment each stays with its party."""
         parts = self.runtime.get([(p, self._handle(p).model_part.remote()) for p in self.order], "model parts")
