@@ -28,10 +28,10 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 from .sources import read_table
-from .store import check_labels, split_table
+from .store import check_labels, row_positions, split_table
 from .weights import check_sample_weight
 
-__all__ = ["AlignedDataset", "VerticalDataset", "align_frames", "read_table", "row_positions"]
+__all__ = ["AlignedDataset", "VerticalDataset", "align_frames", "read_table"]
 
 if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
     from ..psi.protocol import PsiResult
@@ -77,21 +77,6 @@ def _merge_spread_labels(labels: Mapping[str, np.ndarray], ids: np.ndarray) -> t
         y[held[j]] = labels[p][held[j]]
         owner[held[j]] = p
     return y, owner
-
-
-def row_positions(key, n_rows: int) -> np.ndarray:
-    """Row positions from an index: an integer array or list, a boolean mask, a slice; ``(rows, ...)``
-    too. Anything else (columns, a second axis) raises :class:`DataError`: a vertical data set is cut by
-    rows only, each party cutting its own block."""
-    if isinstance(key, tuple):
-        if len(key) == 2 and key[1] is Ellipsis:
-            key = key[0]
-        else:
-            raise DataError("a vertical data set is indexed by rows only (data[rows]); its columns stay with their parties")
-    try:
-        return np.arange(n_rows)[key]
-    except (IndexError, TypeError, ValueError) as exc:
-        raise DataError(f"cannot select rows {key!r} of {n_rows} rows: {exc}") from None
 
 
 @dataclass(frozen=True)

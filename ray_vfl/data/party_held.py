@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .sources import PartySource
-from .store import PartyStore, TableRef
+from .store import PartyStore, TableRef, row_positions
 
 if TYPE_CHECKING:
     from ..runtime.actors import Runtime
@@ -208,8 +208,6 @@ class PartyHeldDataset:
     def __getitem__(self, key) -> "PartyHeldDataset":
         """Rows by position (``data[rows]``, as scikit-learn's folds index an ``X``): :meth:`take`, each
         party's store keeping its own rows at those positions."""
-        from .dataset import row_positions
-
         return self.take(row_positions(key, self.n_rows))
 
     @property

@@ -31,7 +31,8 @@ from ..runtime.comm import Mailbox, Message, Record
 from ..runtime.validation import Array, register
 from .sources import PartySource
 
-__all__ = ["Table", "PartyStore", "TableRef", "PutRows", "InlineRows", "split_table", "stratified_test_rows"]
+__all__ = ["Table", "PartyStore", "TableRef", "PutRows", "InlineRows", "split_table", "stratified_test_rows",
+           "row_positions"]
 
 # The label party's test positions (rows of the shared table, each once), checked on receipt
 # (context: n_rows of the receiver's table); see ray_vfl.runtime.validation.
@@ -134,6 +135,21 @@ def check_complete(label: np.ndarray, party: str) -> None:
         raise DataError(f"party {party!r}: {int(bad.sum())} label(s) are NaN or inf; drop or impute those rows "
                         "before training (or, if other parties label those rows, give each of them the label "
                         "column: the labels are then spread over the parties)")
+
+
+def row_positions(key, n_rows: int) -> np.ndarray:
+    """Row positions from an index: an integer array or list, a boolean mask, a slice; ``(rows, ...)``
+    too. Anything else (columns, a second axis) raises :class:`DataError`: a vertical data set is cut by
+    rows only, each party cutting its own block."""
+    if isinstance(key, tuple):
+        if len(key) == 2 and key[1] is Ellipsis:
+            key = key[0]
+        else:
+            raise DataError("a vertical data set is indexed by rows only (data[rows]); its columns stay with their parties")
+    try:
+        return np.arange(n_rows)[key]
+    except (IndexError, TypeError, ValueError) as exc:
+        raise DataError(f"cannot select rows {key!r} of {n_rows} rows: {exc}") from None
 
 
 def stratified_test_rows(label: np.ndarray, test_size: float, seed: int) -> np.ndarray:
