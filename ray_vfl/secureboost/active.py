@@ -447,6 +447,31 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             per_party[party] = {t: float(importance_scores(table, t).sum()) for t in IMPORTANCE_TYPES}
         return {"own": mine, "parties": per_party}
 
+    def own_trees(self) -> dict[str, Any]:
+        """The label party's view (see :meth:`Party.own_trees`), plus every tree: its own splits with
+        their feature names and thresholds, the other parties' as ``(party, record)`` only, each split's
+        gain and cover, the leaf weights; and its own features' gain, cover and weight importances."""
+        view = super().own_trees()
+        names, rows = list(self.binner.feature_names), self.lookup.to_dict()["rows"]
+
+        def node(tree: Tree, i: int) -> dict[str, Any]:
+            if tree.left[i] < 0:
+                return {"leaf": float(tree.weight[i])}
+            party = self.order[int(tree.owner[i])]
+            out: dict[str, Any] = {"party": party, "record": int(tree.record[i]), "gain": float(tree.gain[i]),
+                                   "cover": float(tree.cover[i])}
+            if party == self.name:
+                f, b, t, dl = rows[int(tree.record[i])]
+                out.update(feature=names[f], bin=b, threshold=t, default_left=dl)
+            out.update(yes=node(tree, int(tree.left[i])), no=node(tree, int(tree.right[i])))
+            return out
+
+        view["trees"] = [node(t, 0) for t in self.trees]
+        view["base_margin"] = self.base_margin
+        own = self.importance_stats()["own"]
+        view["importance"] = {kind: dict(zip(names, importance_scores(own, kind).tolist())) for kind in IMPORTANCE_TYPES}
+        return view
+
     def model_part(self) -> dict[str, Any]:
         part = super().model_part()
         part.update(

@@ -164,6 +164,13 @@ class _SecureBoost(FederatedEstimator):
         """Raw margins by federated prediction."""
         return self._check_fitted().predict_margin(data)
 
+    def dump_model(self, directory: str) -> dict[str, str]:
+        """Each party writes its own trees, with its thresholds, on its own machine
+        (:meth:`FederatedModel.dump_trees`); returns the paths. This is the federated ``get_booster()``:
+        a party's trees with thresholds stay at that party, so the driver (the label party's side) is
+        handed no booster holding another party's thresholds."""
+        return self._check_fitted().dump_trees(directory)
+
     def save_model(self, directory: str) -> dict[str, str]:
         """Each party writes its own part under ``directory`` (see :meth:`FederatedModel.save`)."""
         return self._check_fitted().save(directory)

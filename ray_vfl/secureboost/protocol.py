@@ -209,6 +209,16 @@ class FederatedModel:
         parts = self.runtime.get([(p, self._handle(p).model_part.remote()) for p in self.order], "model parts")
         return {p: part["lookup"] for p, part in zip(self.order, parts)}
 
+    def dump_trees(self, directory: str) -> dict[str, str]:
+        """Each party writes its own view of the trees, thresholds included, to
+        ``<directory>/<party>.trees.json`` on its own machine (XGBoost's ``dump_model``, per party): the
+        label party the tree structure, leaf weights, every split's gain and cover and its own splits'
+        thresholds; a passive party its split records with their thresholds. The driver gets the paths
+        only: a party's thresholds never leave it (see :meth:`lookup_tables` for the diagnostic way)."""
+        paths = {p: os.path.join(directory, f"{p}.trees.json") for p in self.order}
+        self.runtime.get([(p, self._handle(p).dump_trees.remote(paths[p])) for p in self.order], "dump trees")
+        return paths
+
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.json``, its own part only."""
         meta = {"order": self.order, "label_party": self.label_party, "n_trees": self.n_trees, "config": self.config.to_dict()}

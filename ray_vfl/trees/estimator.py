@@ -40,18 +40,20 @@ def check_y(data: VerticalDataset, y: Any) -> None:
 def weighted_fit_data(data: VerticalDataset, y: Any, sample_weight: Any, eval_set: Sequence[VerticalDataset] | None,
                       sample_weight_eval_set: Sequence[Any] | None) -> tuple[VerticalDataset, dict[str, VerticalDataset]]:
     """The training data with its sample weights attached (held with the labels, see
-    :meth:`VerticalDataset.with_weights`) and the eval sets by name, each with its weights from
-    ``sample_weight_eval_set`` (one entry per eval set, None for an unweighted one)."""
+    :meth:`VerticalDataset.with_weights`; ``sample_weight=None`` keeps the weights the data carries, if
+    any) and the eval sets by name, each with its weights from ``sample_weight_eval_set`` (one entry per
+    eval set; None keeps that set's own)."""
     VerticalDataset.ensure(data)
     check_y(data, y)
-    data = data.with_weights(sample_weight)
+    if sample_weight is not None:
+        data = data.with_weights(sample_weight)
     evals = eval_sets_of(eval_set)
     if sample_weight_eval_set is not None:
         if not isinstance(sample_weight_eval_set, (list, tuple)) or len(sample_weight_eval_set) != len(evals):
             given = len(sample_weight_eval_set) if isinstance(sample_weight_eval_set, (list, tuple)) else "no list"
             raise DataError(f"sample_weight_eval_set takes one weight array (or None) per eval set: {len(evals)} eval "
                             f"set(s), got {given}")
-        evals = {k: d.with_weights(w) for (k, d), w in zip(evals.items(), sample_weight_eval_set)}
+        evals = {k: d if w is None else d.with_weights(w) for (k, d), w in zip(evals.items(), sample_weight_eval_set)}
     return data, evals
 
 

@@ -219,3 +219,72 @@ def test_cross_val_score_and_grid_search_over_a_vertical_dataset(runtime, compar
     search = GridSearchCV(clf, {"max_depth": [1, 3]}, cv=2).fit(data)
     assert search.best_params_["max_depth"] in (1, 3) and search.best_estimator_.n_features_in_ == 6
     assert list(search.best_estimator_.classes_) == [0, 1]
+
+
+def test_each_party_dumps_its_own_trees_with_its_thresholds_on_its_node(runtime, comparable, tmp_path):
+    """get_booster's federated form: every party writes its own view on its own machine; the driver gets
+    paths. The label party's file has the trees (same structure and leaf weights as the model), its own
+    thresholds and (party, record) for the passive party's splits; the passive file has its thresholds,
+    which never appear in the label party's."""
+    data = comparable[3]
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, backend="plain", runtime=runtime).fit(data)
+    paths = clf.dump_model(str(tmp_path))
+    assert all(isinstance(p, str) for p in paths.values())
+    active, passive = (json.load(open(paths[p])) for p in (clf.model_.label_party, clf.model_.passives[0]))
+    tables = clf.model_.lookup_tables()
+    mine, theirs = tables[clf.model_.label_party]["rows"], tables[clf.model_.passives[0]]["rows"]
+    assert [r["threshold"] for r in passive["records"]] == [row[2] for row in theirs] and theirs
+    seen = {"own": 0, "other": 0}
+
+    def walk(node, tree, i):
+        if "leaf" in node:
+            assert tree.left[i] < 0 and node["leaf"] == tree.weight[i]
+            return
+        if node["party"] == clf.model_.label_party:
+            assert node["threshold"] == mine[node["record"]][2] and node["feature"] in data.columns(node["party"])
+            seen["own"] += 1
+        else:
+            assert "threshold" not in node and "feature" not in node
+            seen["other"] += 1
+        walk(node["yes"], tree, int(tree.left[i]))
+        walk(node["no"], tree, int(tree.right[i]))
+
+    for node, tree in zip(active["trees"], clf.model_.trees()):
+        walk(node, tree, 0)
+    assert seen["own"] and seen["other"]
+    weight = clf.set_params(importance_type="weight").feature_importances_
+    own_cols = data.columns(clf.model_.label_party)
+    counts = np.array([active["importance"]["weight"][c] for c in own_cols])
+    assert weight[~np.isnan(weight)] == pytest.approx(counts / (seen["own"] + seen["other"]))
+    assert sum(passive["importance"]["weight"].values()) == seen["other"]
+
+
+def test_weight_column_flag_of_the_main_job(tmp_path, capsys, monkeypatch):
+    """jobs/train.py --weight-column: the column leaves the features and travels with the labels (checked
+    before Ray starts); a bad weight ends the job with one error line naming it."""
+    import ray_vfl
+    from conftest import load_job
+
+    job = load_job("train")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"]).assign(
+        y=rng.integers(0, 2, 60), w=rng.integers(1, 5, 60) / 2)
+    path = tmp_path / "loans.csv"
+    frame.to_csv(path, index=False)
+    args = job.parse_args(["--dataset", str(path), "--label", "y", "--weight-column", "w", "--backend", "plain",
+                           "--scale-pos-weight", "2"])
+    config, cats = job.check_options(args)
+    data, _ = job.local_data(args, cats)
+    assert config.scale_pos_weight == 2.0
+    assert all("w" not in data.columns(p) for p in data.party_names)
+    np.testing.assert_array_equal(data.weights_of(data.label_party), frame["w"].to_numpy())
+    assert all(data.weights_of(p) is None for p in data.party_names if p != data.label_party)
+
+    def no_runtime(*a, **k):
+        raise AssertionError("the job started a runtime for bad weights")
+
+    monkeypatch.setattr(job, "Runtime", no_runtime)
+    frame.assign(w=-frame["w"]).to_csv(path, index=False)
+    with pytest.raises(SystemExit) as exit_:
+        job.cli(["--dataset", str(path), "--label", "y", "--weight-column", "w", "--backend", "plain"])
+    assert str(exit_.value.code).startswith("error: --weight-column 'w' must be finite and non-negative")
