@@ -288,3 +288,51 @@ def test_weight_column_flag_of_the_main_job(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         job.cli(["--dataset", str(path), "--label", "y", "--weight-column", "w", "--backend", "plain"])
     assert str(exit_.value.code).startswith("error: --weight-column 'w' must be finite and non-negative")
+
+
+def test_party_held_weights_stay_in_the_label_partys_store(runtime, comparable, tmp_path):
+    """from_files(..., weight="w"): the label party's store takes the column out of its features and keeps it
+    with the labels; training on it grows the trees of the in-process data with the same weights. A weight
+    array from the driver is refused for party-held data, naming weight=."""
+    _, _, w, data = comparable
+    data, w = data.take(np.arange(200)), w[:200]
+    label_party, other = data.label_party, [p for p in data.party_names if p != data.label_party][0]
+    ids = np.arange(200)
+    data.features[label_party].assign(id=ids, target=data.label, w=w).to_csv(tmp_path / "a.csv", index=False)
+    data.features[other].assign(id=ids).to_csv(tmp_path / "b.csv", index=False)
+    held = VerticalDataset.from_files({label_party: str(tmp_path / "a.csv"), other: str(tmp_path / "b.csv")},
+                                      id_column="id", label="target", weight="w", runtime=runtime)
+    assert held.weighted and held.columns(label_party) == data.columns(label_party)
+    kwargs = dict(n_estimators=2, max_depth=3, backend="plain", runtime=runtime)
+    theirs = SecureBoostClassifier(**kwargs).fit(data, sample_weight=w).model_.trees()
+    ours = SecureBoostClassifier(**kwargs).fit(held).model_.trees()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a.left, b.left)
+        np.testing.assert_array_equal(a.weight, b.weight)
+    with pytest.raises(DataError, match="weight='<column of the label party>'"):
+        SecureBoostClassifier(**kwargs).fit(held, sample_weight=w)
+
+
+def test_pivodl_importances_equal_xgboost(runtime, comparable):
+    """PIVODL at instance threshold 1 grows xgboost's weighted first tree; the first client's importances
+    (total gain and weight of its own features, from its own view) and every client's total are xgboost's
+    normalised scores; gain and cover, which no client holds, are refused."""
+    _, y, w, data = comparable
+    stacked = pd.concat([data.features[p] for p in data.party_names], axis=1).to_numpy()
+    booster = xgb_booster(stacked, y, w, dict(max_depth=2, eta=0.3, min_child_weight=2.0, scale_pos_weight=2.0))
+    owner = np.where(np.arange(data.n_rows) % 3 == 0, "party0", "party1")
+    spread = VerticalDataset(data.features, data.ids, data.label, label_owner=owner)
+    clf = PIVODLClassifier(n_estimators=1, max_depth=2, min_child_weight=2.0, base_score=0.5, scale_pos_weight=2.0,
+                           backend="plain", instance_threshold=1, runtime=runtime).fit(spread, sample_weight=w)
+    columns = [c for p in data.party_names for c in data.columns(p)]
+    first = clf.model_.order[0]
+    for kind in ("total_gain", "weight"):
+        theirs = booster.get_score(importance_type=kind)
+        expect = {c: theirs.get(f"f{columns.index(c)}", 0.0) / sum(theirs.values()) for c in columns}
+        got = dict(zip(columns, clf.set_params(importance_type=kind).feature_importances_))
+        for c in data.columns(first):
+            assert got[c] == pytest.approx(expect[c], rel=1e-5, abs=1e-9), (kind, c)
+        for p in data.party_names:
+            assert clf.party_importances_[p] == pytest.approx(sum(expect[c] for c in data.columns(p)), rel=1e-5, abs=1e-9)
+    with pytest.raises(ConfigError, match="split client only"):
+        clf.set_params(importance_type="cover").feature_importances_

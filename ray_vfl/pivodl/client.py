@@ -82,6 +82,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.leaf_of_row: list[np.ndarray] = []  # per tree: the leaf of every training row (partitions are public)
         self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> kept weight, leaves this client holds
         self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
+        self.node_gains: dict[tuple[int, int], float] = {}  # (tree, split node) -> its gain, as every client learns it
         self.base_score: float | None = None
         frame, label = resolve_rows(table)
         if frame is None:  # a client loaded from a saved model: restore() fills it
@@ -275,11 +276,37 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
         del self.trees[n_trees:], self.released[n_trees:], self.leaf_of_row[n_trees:]
         self.held = {k: v for k, v in self.held.items() if k[0] < n_trees}
+        self.node_gains = {k: v for k, v in self.node_gains.items() if k[0] < n_trees}
+
+    def importance_stats(self) -> dict[str, Any]:
+        """Feature importances from what this client already knows (no message of its own): every split's
+        gain (the best gains every client is told) and source (the tree skeleton), and, for its own splits,
+        the feature (its lookup table). Returns the ``(features, 3)`` split statistics of its own features
+        (total gain, total cover, splits; the cover is NaN: a node's hessian sum is known to its split
+        client only) and per client its splits' ``total_gain`` and ``weight`` (their gain and number: the
+        other clients' features are unknown here, so no per-feature mean)."""
+        from ..trees.importance import split_stats
+
+        n_features = len(self.binner.feature_names)
+        own_rows, parties = [], {p: {"total_gain": 0.0, "weight": 0.0} for p in self.order}
+        for t, tree in enumerate(self.trees):
+            for node, entry in tree.items():
+                if entry[0] == "split":
+                    gain = self.node_gains.get((t, node), 0.0)
+                    parties[entry[1]]["total_gain"] += gain
+                    parties[entry[1]]["weight"] += 1.0
+                    if entry[1] == self.name:
+                        own_rows.append((self.lookup[int(entry[2])][0], gain))
+        rows = np.asarray(own_rows, dtype=np.float64).reshape(-1, 2)
+        own = split_stats(rows[:, 0], rows[:, 1], np.zeros(len(rows)), n_features)
+        own[:, 1] = np.nan
+        return {"own": own, "parties": parties}
 
     def model_part(self) -> dict[str, Any]:
         return {"party": self.name, "binner": self.binner.to_dict(), "lookup": [list(r) for r in self.lookup],
                 "trees": [{str(k): list(v) for k, v in t.items()} for t in self.trees],
-                "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score}
+                "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score,
+                "node_gains": [[t, n, g] for (t, n), g in self.node_gains.items()]}
 
     def training_state(self) -> dict[str, Any]:
         """The model part plus what continuing needs: released weights, leaf of every training row, margins."""
@@ -316,5 +343,6 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.lookup = [(int(f), int(b), bool(d), float(t)) for f, b, d, t in part["lookup"]]
         self.trees = [{int(k): tuple(v) for k, v in t.items()} for t in part["trees"]]
         self.held = {(int(t), int(n)): float(w) for t, n, w in part["held"]}
+        self.node_gains = {(int(t), int(n)): float(g) for t, n, g in part.get("node_gains", [])}
         self.base_score = None if part["base_score"] is None else float(part["base_score"])
         self.rows = {}

@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
@@ -25,7 +26,10 @@ __all__ = ["PIVODLClassifier", "PIVODLRegressor"]
 
 # Estimator parameter -> PIVODLConfig field, where the names differ (scikit-learn's n_estimators).
 _RENAMED = {"n_estimators": "n_trees"}
-_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime"}
+_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime", "importance_type"}
+# What a PIVODL client can score from its own view: a node's gain and source are told to every client, its
+# hessian sum (cover) only to its split client, and no client knows another's features (no per-feature mean).
+IMPORTANCE_TYPES = ("total_gain", "weight")
 
 
 class _PIVODL(FederatedEstimator):
@@ -38,7 +42,7 @@ class _PIVODL(FederatedEstimator):
                  workers_per_party: int | None = None, timeout_s: float | None = None,
                  gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
                  delta: float = 1e-5, leaf_clip: float | None = None, scale_pos_weight: float = 1.0,
-                 early_stopping_rounds: int | None = None,
+                 importance_type: str = "total_gain", early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
                  runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -60,6 +64,7 @@ class _PIVODL(FederatedEstimator):
         self.delta = delta
         self.leaf_clip = leaf_clip
         self.scale_pos_weight = scale_pos_weight
+        self.importance_type = importance_type
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -93,6 +98,39 @@ class _PIVODL(FederatedEstimator):
         self.epsilon_ = self.model_.epsilon
         self._set_fitted_shape(data)
         return self
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Importances of ``importance_type`` (``"total_gain"`` or ``"weight"``, XGBoost's meanings) over
+        ``feature_names_in_``, normalised over every client's splits: the first client's own features carry
+        their scores (it computes them from its own view: every split's gain is told to every client, and
+        it knows its own splits' features); the other clients' features are NaN, their totals are in
+        :attr:`party_importances_`. ``"gain"`` and ``"cover"`` need a per-feature mean or a node's hessian
+        sum, which no single client holds: :class:`~ray_vfl.errors.ConfigError`."""
+        own, parties = self._importances()
+        out = np.full(self.n_features_in_, np.nan)
+        order = list(self.party_features_)
+        start = sum(self.party_features_[p] for p in order[:order.index(self.model_.order[0])])
+        out[start:start + len(own)] = own
+        return out
+
+    @property
+    def party_importances_(self) -> dict[str, float]:
+        """Each client's share of the ``importance_type`` total over its splits, normalised to 1."""
+        return self._importances()[1]
+
+    def _importances(self) -> tuple[np.ndarray, dict[str, float]]:
+        from ..trees.importance import importance_scores
+
+        kind = self.importance_type
+        if kind not in IMPORTANCE_TYPES:
+            raise ConfigError(f"PIVODL's importance_type must be one of {IMPORTANCE_TYPES}, got {kind!r}: a node's "
+                              "cover (hessian sum) is known to its split client only, and no client knows another's "
+                              "features, so 'gain', 'cover' and 'total_cover' have no federated value here")
+        stats = self._check_fitted().importance_stats()
+        totals = {p: v[kind] for p, v in stats["parties"].items()}
+        norm = sum(totals.values()) or 1.0
+        return importance_scores(stats["own"], kind) / norm, {p: t / norm for p, t in totals.items()}
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Raw margins by secure prediction (the clients' masked shares summed by the first client)."""
