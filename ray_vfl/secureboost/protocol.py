@@ -32,7 +32,8 @@ once     passive -> active       which (feature, bin) cells hold    which bins o
                                  active party derives it (node      has one hessian, so they are row counts)
                                  sums minus the other cells)        [attack: secureboost.attack.histogram_bins]
 1        active -> passive       Enc(g), Enc(h) per row (packed,    nothing: uniform ciphertexts mod n^2 whatever
-         (encrypted_gh)          one ciphertext per row)            the labels (semantic security)
+         (encrypted_gh)          one ciphertext per row; with       the labels (semantic security)
+                                 sample weights, of w * g and w * h)
 per d    passive -> active       Enc(bin sums) per built node (the  bin sums of g and h of every node (not per
          (encrypted_histograms)  root, then the smaller child of    row), the siblings derived as parent - built;
                                  each split), feature and bin       with the rows of each node, the distribution
