@@ -144,18 +144,22 @@ def test_weights_under_paillier_equal_the_plain_run(runtime, comparable):
 
 def test_pivodl_weighted_at_threshold_one_is_the_weighted_centralized_boosting(runtime, comparable):
     """PIVODL with labels (and their weights) spread over 2 clients, instance threshold 1: the weighted
-    centralized boosting's predictions; each client weighs its own rows, the base score is the weighted mean."""
+    centralized boosting's predictions; each client weighs its own rows, the base score is the weighted mean,
+    and a weighted eval set's logloss is scikit-learn's weighted one."""
     _, _, w, data = comparable
     owner = np.where(np.arange(data.n_rows) % 3 == 0, "party0", "party1")
     spread = VerticalDataset(data.features, data.ids, data.label, label_owner=owner)
     clf = PIVODLClassifier(n_estimators=2, max_depth=3, backend="plain", instance_threshold=1, runtime=runtime)
-    clf.fit(spread, sample_weight=w)
+    clf.fit(spread, sample_weight=w, eval_set=[spread], sample_weight_eval_set=[w])
     config = clf.model_.config
     base = float(np.average(data.label, weights=w))
     ref = fit_reference(reference_bins(data, config.max_bin), data.label, config, base, weight=w)
     expect = predict_reference(ref, reference_bins(data, config.max_bin), base_margin(config.objective, base),
                                config.max_bin)
     np.testing.assert_allclose(clf.predict_margin(spread), expect, atol=1e-6)
+    p = 1 / (1 + np.exp(-expect))  # the eval set's weighted logloss, from each client's masked weighted sums
+    assert clf.evals_result_["validation_0"][-1]["logloss"] == pytest.approx(
+        log_loss(data.label, p, sample_weight=w), rel=1e-6)
 
 
 @pytest.mark.parametrize("weights, match", [

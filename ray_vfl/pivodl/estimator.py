@@ -86,6 +86,7 @@ class _PIVODL(FederatedEstimator):
         ``checkpoint_dir`` every client saves its
         training state there (on its own machine) every ``checkpoint_every`` trees, and a fit started
         again with the same folder continues from the last tree every client completed."""
+        self._config()  # the parameters are checked before the data
         data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
         config = self._config(bound_for_weights(self._objective, self.gradient_bound, getattr(data, "weight", None),
                                                 self.scale_pos_weight))

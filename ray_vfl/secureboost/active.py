@@ -34,7 +34,7 @@ from .label_crypto import (
     repeated_pairs,
 )
 from ..trees.weights import check_weighted_bound, evaluate_weighted, row_weights, weighted_base_score, weighted_pairs
-from ..trees.importance import IMPORTANCE_TYPES, importance_scores, split_stats
+from .importances import ImportanceReport
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, SplitOrders
 from .party import Party
@@ -45,7 +45,7 @@ from .tree import Tree, TreeBuilder
 __all__ = ["ActiveParty"]
 
 
-class ActiveParty(TrainingState, PredictionRouter, Party):
+class ActiveParty(ImportanceReport, TrainingState, PredictionRouter, Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
     It learns the passive parties' histograms (sums over bins, not rows) and
@@ -424,53 +424,6 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
 
     def trees_snapshot(self) -> list[Tree]:
         return list(self.trees)
-
-    def importance_stats(self) -> dict[str, Any]:
-        """What this party reports of feature importances (:mod:`ray_vfl.trees.importance`): the
-        ``(features, 3)`` split statistics (total gain, total cover, splits) of its own features, and per
-        party (itself included) the same three summed over that party's features: a passive party's
-        per-feature figures stay here (this party chose those splits, by feature index), it reports
-        only their totals."""
-        own = self.order.index(self.name)
-        stats: dict[int, list] = {}
-        for tree in self.trees:
-            internal = np.flatnonzero(tree.left >= 0)
-            for node in internal.tolist():
-                stats.setdefault(int(tree.owner[node]), []).append((int(tree.feature[node]), tree.gain[node], tree.cover[node]))
-        per_party, mine = {}, np.zeros((self.n_features, 3))
-        for i, party in enumerate(self.order):
-            rows = np.asarray(stats.get(i, []), dtype=np.float64).reshape(-1, 3)
-            width = self.n_features if i == own else int(rows[:, 0].max(initial=-1)) + 1
-            table = split_stats(rows[:, 0], rows[:, 1], rows[:, 2], width)
-            if i == own:
-                mine = table
-            per_party[party] = {t: float(importance_scores(table, t).sum()) for t in IMPORTANCE_TYPES}
-        return {"own": mine, "parties": per_party}
-
-    def own_trees(self) -> dict[str, Any]:
-        """The label party's view (see :meth:`Party.own_trees`), plus every tree: its own splits with
-        their feature names and thresholds, the other parties' as ``(party, record)`` only, each split's
-        gain and cover, the leaf weights; and its own features' gain, cover and weight importances."""
-        view = super().own_trees()
-        names, rows = list(self.binner.feature_names), self.lookup.to_dict()["rows"]
-
-        def node(tree: Tree, i: int) -> dict[str, Any]:
-            if tree.left[i] < 0:
-                return {"leaf": float(tree.weight[i])}
-            party = self.order[int(tree.owner[i])]
-            out: dict[str, Any] = {"party": party, "record": int(tree.record[i]), "gain": float(tree.gain[i]),
-                                   "cover": float(tree.cover[i])}
-            if party == self.name:
-                f, b, t, dl = rows[int(tree.record[i])]
-                out.update(feature=names[f], bin=b, threshold=t, default_left=dl)
-            out.update(yes=node(tree, int(tree.left[i])), no=node(tree, int(tree.right[i])))
-            return out
-
-        view["trees"] = [node(t, 0) for t in self.trees]
-        view["base_margin"] = self.base_margin
-        own = self.importance_stats()["own"]
-        view["importance"] = {kind: dict(zip(names, importance_scores(own, kind).tolist())) for kind in IMPORTANCE_TYPES}
-        return view
 
     def model_part(self) -> dict[str, Any]:
         part = super().model_part()

@@ -109,6 +109,7 @@ class _SecureBoost(FederatedEstimator):
         continues training that model: ``n_estimators`` more trees on ``data``, binned as that
         model's parties binned theirs.
         """
+        self._config()  # the parameters are checked before the data
         data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
         config = self._config(bound_for_weights(self._objective, self.gradient_bound, getattr(data, "weight", None),
                                                 self.scale_pos_weight))
