@@ -12,16 +12,15 @@ from ..crypto.he.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
 from ..runtime.comm import Message
+from ..runtime.party import resolve_weights
 from ..runtime.task_pool import TaskPool
 from ..runtime.timeline import span_if, timed
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
     base_margin,
-    base_score_of,
     best_splits,
     build_histograms,
     encoded_gradients,
-    evaluate_margin,
     goes_left,
     leaf_weights,
 )
@@ -34,6 +33,8 @@ from .label_crypto import (
     encryption_pieces,
     repeated_pairs,
 )
+from ..trees.weights import check_weighted_bound, evaluate_weighted, row_weights, weighted_base_score, weighted_pairs
+from .importances import ImportanceReport
 from .levels import RowLevels, pack_partition, unpack_partition
 from .messages import LevelStep, SplitOrders
 from .party import Party
@@ -44,7 +45,7 @@ from .tree import Tree, TreeBuilder
 __all__ = ["ActiveParty"]
 
 
-class ActiveParty(TrainingState, PredictionRouter, Party):
+class ActiveParty(ImportanceReport, TrainingState, PredictionRouter, Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
     It learns the passive parties' histograms (sums over bins, not rows) and
@@ -84,7 +85,12 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
             self.base_margin = 0.0
             return
         self.y = np.asarray(label, dtype=np.float64)
-        base = base_score_of(config.objective, self.y, config.base_score)
+        # Sample weights come with the labels, from this party's own block; scale_pos_weight multiplies them.
+        self.sample_weight = resolve_weights(table)
+        self.w = row_weights(self.y, self.sample_weight, config.scale_pos_weight)
+        base = weighted_base_score(config.objective, self.y, self.sample_weight, config.base_score)
+        check_weighted_bound(config.objective, self.y, self.w, config.gradient_bound, base,
+                             get_backend(config.backend).is_encrypted)
         self.base_score = base
         self.base_margin = base_margin(config.objective, base)
         self.margin = np.full(len(self.y), self.base_margin)
@@ -124,7 +130,8 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
     def set_eval_labels(self, key: str) -> None:
         """Evaluate every tree on data set ``key`` (loaded with its labels from this party's store)."""
         label = self.labels[key]
-        self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin)}
+        self.eval[key] = {"y": np.asarray(label, dtype=np.float64), "margin": np.full(len(label), self.base_margin),
+                          "w": self.weights.get(key)}
         self.history[key] = []
 
     # one tree --------------------------------------------------------------
@@ -154,7 +161,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         the leaf weights all sum these values, as the centralized reference does.
         """
         self.tree = tree
-        g, h = encoded_gradients(self.config.objective, self.y, self.margin)
+        g, h = weighted_pairs(*encoded_gradients(self.config.objective, self.y, self.margin), self.w)
         self.g, self.h = g, h
         gh = self._encrypted_gh(tree, g, h)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
@@ -352,7 +359,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
                 self.record_count[party] += 1
                 self.orders[party].append((node, feature, bin_index, default_left, record))
             self.owner_of[node] = party
-            self.children.append((node, *self.builder.split(node, owner, record)))
+            self.children.append((node, *self.builder.split(node, owner, record, feature, choice.gain[i], totals_h[i])))
         return bool(self.children)
 
     def winners(self) -> list[str]:
@@ -392,7 +399,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         self.trees.append(tree)
         self.margin = self.margin + tree.weight[self.levels.node_of_row]
         # AUC is left to the eval sets: ranking every training row after each tree costs more than the tree
-        metrics = evaluate_margin(self.config.objective, self.y, self.margin, with_auc=False)
+        metrics = evaluate_weighted(self.config.objective, self.y, self.margin, self.sample_weight, with_auc=False)
         self.history.setdefault("train", []).append(metrics)
         return metrics
 
@@ -400,7 +407,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         """Add one tree's margins to an eval set's and report its metrics."""
         state = self.eval[key]
         state["margin"] = state["margin"] + margin_delta
-        metrics = evaluate_margin(self.config.objective, state["y"], state["margin"])
+        metrics = evaluate_weighted(self.config.objective, state["y"], state["margin"], state["w"])
         self.history[key].append(metrics)
         return metrics
 
@@ -409,7 +416,7 @@ class ActiveParty(TrainingState, PredictionRouter, Party):
         if key not in self.labels:
             raise DataError("the evaluation data holds no labels at the label party; build it with label=")
         margin = self.predict_margin(key, 0, n_trees) + self.base_margin
-        return evaluate_margin(self.config.objective, self.labels[key], margin)
+        return evaluate_weighted(self.config.objective, self.labels[key], margin, self.weights.get(key))
 
     # model ----------------------------------------------------------------------
     def history_snapshot(self) -> dict[str, list[dict[str, float]]]:
