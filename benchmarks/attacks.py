@@ -1,6 +1,7 @@
 """Every attack on every protocol's recorded view, in one table: role, attack, success, chance.
 
-Each protocol's attack module (``ray_vfl.<protocol>.attack``; PIVODL's ``attack_views``, the split network's ``ray_vfl.splitnn.attack``)
+Each protocol's attack module (``ray_vfl.<protocol>.attack``; PIVODL's ``attack_views``, the split network's ``ray_vfl.splitnn.attack``,
+the unaligned-sample split networks' (Diffu-AT, FedHSSL) ``ray_vfl.splitnn.unaligned_attack``)
 exposes ``attack_results(runtime, quick)``: it trains the protocol on the setting it names, records the
 attacking party's view through the metered send path (what its mailbox received and what it holds itself),
 runs each attack on that view alone and returns :class:`ray_vfl.metrics.AttackResult` rows. This script
@@ -9,6 +10,7 @@ collects them and prints the markdown table the README's privacy section shows.
     python benchmarks/attacks.py             # the settings the README's table shows (minutes)
     python benchmarks/attacks.py --quick     # the small settings the tests use (seconds)
     python benchmarks/attacks.py --only pivodl ssxgb
+    python benchmarks/attacks.py --only unaligned   # Diffu-AT and FedHSSL
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MODULES = {
     "pivodl": "ray_vfl.pivodl.attack_views",
     "ssxgb": "ray_vfl.ssxgb.attack",
     "splitnn": "ray_vfl.splitnn.attack",
+    "unaligned": "ray_vfl.splitnn.unaligned_attack",
 }
 
 

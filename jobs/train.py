@@ -6,6 +6,7 @@ Runs the same way on a laptop (starts a local Ray) and on a cluster::
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/train.py --parties 3
     python jobs/train.py --party-files bank=bank.csv shop=shop.csv --id-column ID --label y   # aligned by PSI
     python jobs/train.py --checkpoint-dir ckpt            # run again after a failure: it resumes
+    python jobs/train.py --dataset loans.csv --label y --weight-column w   # weighted rows (the label party's column)
     python jobs/train.py --dataset sales.csv --label y --categorical city,channel --objective reg:squarederror \
         --gradient-bound 1e6
     python jobs/train.py --dataset iris.csv --label species --objective multi:softprob   # K classes: accuracy, mlogloss
@@ -48,6 +49,7 @@ from ray_vfl import (
 )
 from ray_vfl.crypto import get_backend
 from ray_vfl.data.bundled import NAMED_DATASETS, data_dirs, load_named
+from ray_vfl.data.weights import check_sample_weight
 from ray_vfl.data.sources import read_table
 from ray_vfl.errors import ConfigError, DataError, VFLError
 from ray_vfl.trees.callbacks import TreeTimer
@@ -76,6 +78,11 @@ def parse_args(argv=None):
                    help="one CSV/Parquet file per party (IDs may differ); rows are aligned by PSI, --label names "
                         "the label column, --dataset and --parties are ignored")
     p.add_argument("--id-column", default="id", help="ID column of the --party-files tables")
+    p.add_argument("--weight-column", default=None,
+                   help="sample-weight column (finite, non-negative), kept with the labels at the label party and "
+                        "taken out of the features; weighs every row's gradients and the test metrics")
+    p.add_argument("--scale-pos-weight", type=float, default=1.0,
+                   help="weight of the rows labelled 1 relative to those labelled 0 (xgboost's scale_pos_weight)")
     p.add_argument("--categorical", nargs="+", default=[], metavar="[PARTY=]COL,...",
                    help="categorical (non-numeric) columns, encoded inside their party: PARTY=COL,... with "
                         "--party-files; COL,... (or PARTY=COL,... to check where it lands) for a split table")
@@ -157,7 +164,8 @@ def check_options(args) -> tuple[BoostConfig, dict]:
                              num_class=2 if (args.objective or "").startswith("multi:") else None,  # checked here,
                              multi_strategy=args.multi_strategy, backend=args.backend,  # K comes from the labels
                              key_bits=args.key_bits, allow_weak_keys=args.allow_weak_keys,
-                             workers_per_party=args.workers, gradient_bound=args.gradient_bound)
+                             workers_per_party=args.workers, gradient_bound=args.gradient_bound,
+                             scale_pos_weight=args.scale_pos_weight)
     except ConfigError as exc:  # the library's parameter names, as this job spells them
         raise ConfigError(_as_flags(str(exc))) from None
     return config, cats
@@ -167,7 +175,7 @@ def _as_flags(message: str) -> str:
     for name, flag in (("allow_weak_keys=True", "--allow-weak-keys"), ("key_bits", "--key-bits"),
                        ("n_trees", "--trees"), ("max_depth", "--depth"), ("max_bin", "--bins"),
                        ("learning_rate", "--learning-rate"), ("gradient_bound", "--gradient-bound"),
-                       ("workers_per_party", "--workers")):
+                       ("workers_per_party", "--workers"), ("scale_pos_weight", "--scale-pos-weight")):
         message = message.replace(name, flag)
     return message
 
@@ -181,6 +189,14 @@ def local_data(args, cats: dict):
     else:
         folders = [args.data_dir] if args.data_dir else data_dirs()
         frame, label, named_cats, objective = load_named(args.dataset, folders)
+    weight = None
+    if args.weight_column is not None:
+        if args.weight_column not in frame.columns or args.weight_column == label:
+            raise DataError(f"--weight-column {args.weight_column!r} is not a column of {args.dataset!r} besides the "
+                            f"label; its columns are {list(frame.columns)}")
+        weight = check_sample_weight(frame[args.weight_column].to_numpy(dtype=float, na_value=np.nan), len(frame),
+                                     f"--weight-column {args.weight_column!r}")
+        frame = frame.drop(columns=[args.weight_column])
     n_features = len(frame.columns) - 1  # every column but the label
     if not 2 <= args.parties <= n_features:
         raise ConfigError(f"--parties must be in [2, {n_features}]: {args.dataset!r} has {n_features} feature columns "
@@ -189,7 +205,8 @@ def local_data(args, cats: dict):
     missing = [c for c in wanted if c not in frame.columns]
     if missing:
         raise DataError(f"--categorical column(s) {missing} are not in {args.dataset!r}; its columns are {list(frame.columns)}")
-    data = vertical_split(frame, args.parties, label=label, categorical=list(named_cats) + wanted, seed=args.seed)
+    data = vertical_split(frame, args.parties, label=label, categorical=list(named_cats) + wanted,
+                          seed=args.seed).with_weights(weight)  # the weights travel with the labels
     for party, cols in cats.items():
         if party is None:
             continue
@@ -207,7 +224,7 @@ def psi_aligned(args, cats: dict, runtime: Runtime):
     intersection among the parties: this driver never reads a party file."""
     paths = dict(_pairs(args.party_files, "--party-files", "PATH"))
     return VerticalDataset.from_files(paths, id_column=args.id_column, label=args.label, categorical=cats,
-                                      align="psi", runtime=runtime)
+                                      align="psi", runtime=runtime, weight=args.weight_column)
 
 
 _LOADED = time.monotonic()
@@ -268,7 +285,7 @@ def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, tra
         n_estimators=config.n_trees, max_depth=config.max_depth, max_bin=config.max_bin,
         learning_rate=config.learning_rate, backend=config.backend, key_bits=config.key_bits,
         allow_weak_keys=config.allow_weak_keys, workers_per_party=config.workers_per_party,
-        gradient_bound=args.gradient_bound, runtime=runtime,
+        gradient_bound=args.gradient_bound, scale_pos_weight=args.scale_pos_weight, runtime=runtime,
         callbacks=[timer] + ([] if args.quiet else [ProgressBar(), EvaluationLogger()]),
     )
     start = time.perf_counter()
@@ -285,6 +302,7 @@ def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, tra
         "s_per_tree": round(timer.seconds / model.n_trees_, 3),
         "mb_exchanged": round(model.comm_stats_.total_mb, 3), "mb_by_channel": model.comm_stats_.by_channel(),
         "mb_by_kind": model.comm_stats_.by_kind(),
+        "weight_column": args.weight_column, "scale_pos_weight": args.scale_pos_weight,
     }
     if args.party_files:
         report["party_files"] = dict(_pairs(args.party_files, "--party-files", "PATH"))

@@ -27,15 +27,30 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def auc(y: np.ndarray, score: np.ndarray) -> float:
-    """ROC AUC by the rank-sum (Mann-Whitney) formula, ties averaged; NaN for one class.
+def auc(y: np.ndarray, score: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """ROC AUC by the rank-sum (Mann-Whitney) formula, ties averaged; NaN for one class. With
+    ``sample_weight``, every (positive, negative) pair counts by the product of their weights
+    (scikit-learn's ``roc_auc_score(..., sample_weight=)``).
 
     Example
     -------
     >>> auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
     0.75
+    >>> auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]), np.array([1.0, 3.0, 1.0, 1.0]))
+    0.625
     """
     pos = y == 1
+    if sample_weight is not None:
+        w = np.asarray(sample_weight, dtype=np.float64)
+        w_pos, w_neg = float(w[pos].sum()), float(w[~pos].sum())
+        if w_pos <= 0 or w_neg <= 0:
+            return float("nan")
+        order = np.argsort(score, kind="mergesort")
+        s, wp, wn = np.asarray(score)[order], np.where(pos, w, 0.0)[order], np.where(pos, 0.0, w)[order]
+        starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+        group_pos, group_neg = np.add.reduceat(wp, starts), np.add.reduceat(wn, starts)
+        below = np.concatenate(([0.0], np.cumsum(group_neg)[:-1]))  # negative weight under each tie group
+        return float((group_pos * (below + 0.5 * group_neg)).sum() / (w_pos * w_neg))
     n_pos = int(pos.sum())
     n_neg = len(y) - n_pos
     if n_pos == 0 or n_neg == 0:
@@ -44,9 +59,14 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def logloss(y: np.ndarray, p: np.ndarray) -> float:
+def logloss(y: np.ndarray, p: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    """Mean binary log loss (weighted by ``sample_weight`` if given).
+
+    >>> round(logloss(np.array([1, 0]), np.array([0.8, 0.4]), np.array([3.0, 1.0])), 6)
+    0.295064
+    """
     p = np.clip(p, 1e-15, 1 - 1e-15)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+    return float(-np.average(y * np.log(p) + (1 - y) * np.log1p(-p), weights=sample_weight))
 
 
 def auc_both_ways(y: np.ndarray, score: np.ndarray) -> tuple[float, float]:

@@ -25,7 +25,8 @@ SUBPEERS = {"crypto": {"two_server", "privacy"}, "splitnn": set()}
 # The modules a layer keeps at its top; everything else lives in one of its sub-packages.
 SUBTOP = {
     "crypto": ["__init__.py"],
-    "splitnn": ["__init__.py", "attack.py", "data.py", "estimator.py", "experiments.py", "protocol.py", "unaligned_protocol.py"],
+    "splitnn": ["__init__.py", "attack.py", "data.py", "estimator.py", "experiments.py", "protocol.py", "unaligned_attack.py",
+               "unaligned_protocol.py"],
 }
 
 

@@ -188,6 +188,19 @@ def test_bad_multiclass_input_is_named(runtime, iris):
         SecureBoostClassifier(objective="binary:logistic", backend="plain", runtime=runtime).fit(iris)
 
 
+def test_multiclass_refuses_sample_weights(runtime, iris):
+    """Weights are not implemented for multi-class objectives: refused by name, never trained unweighted."""
+    with pytest.raises(ConfigError, match="scale_pos_weight"):
+        BoostConfig(objective="multi:softprob", num_class=3, backend="plain", scale_pos_weight=2.0)
+    clf = SecureBoostClassifier(n_estimators=1, backend="plain", runtime=runtime)
+    with pytest.raises(ConfigError, match="no sample weights yet.*training data"):
+        clf.fit(iris, sample_weight=np.ones(iris.n_rows))
+    with pytest.raises(ConfigError, match="validation_0"):
+        clf.fit(iris, eval_set=[iris], sample_weight_eval_set=[np.ones(iris.n_rows)])
+    with pytest.raises(ConfigError, match="scale_pos_weight"):
+        SecureBoostClassifier(n_estimators=1, backend="plain", scale_pos_weight=3.0, runtime=runtime).fit(iris)
+
+
 def _accuracy_against_xgboost(runtime, frame, strategy, n_estimators, max_depth):
     import xgboost as xgb
     from sklearn.model_selection import train_test_split

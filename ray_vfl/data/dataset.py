@@ -28,7 +28,8 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 from .sources import read_table
-from .store import check_labels, split_table
+from .store import check_labels, row_positions, split_table
+from .weights import check_sample_weight
 
 __all__ = ["AlignedDataset", "VerticalDataset", "align_frames", "read_table"]
 
@@ -99,6 +100,10 @@ class VerticalDataset:
     label_owner : numpy.ndarray or None
         Labels spread over parties (PIVODL): per row, the name of the party holding its label.
         None: the classic single ``label_party``.
+    weight : numpy.ndarray or None
+        Sample weights (finite, non-negative), held with the labels: the label party's actors receive
+        them with its block (each label party those of the rows it labels), no other party does.
+        :meth:`with_weights` attaches them; ``fit(data, sample_weight=w)`` does it for you.
 
     Example
     -------
@@ -123,6 +128,7 @@ class VerticalDataset:
     label_party: str | None = None
     categorical: dict[str, list[str]] = field(default_factory=dict)
     label_owner: np.ndarray | None = None
+    weight: np.ndarray | None = None
     # the Ray session and each party's reference (see tables()): the frames are put once per session
     _placed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -148,6 +154,11 @@ class VerticalDataset:
                 where = (" (with labels spread over parties every row needs its label at one party)"
                          if self.label_owner is not None else "")
                 raise DataError(f"{bad} label(s) are NaN or inf{where}; drop or impute those rows before training")
+        if self.weight is not None:
+            if self.label is None:
+                raise DataError("sample weights need labels: they travel with the labels to the label party; "
+                                "build the dataset with label= first")
+            object.__setattr__(self, "weight", check_sample_weight(self.weight, len(self.ids)))
         for party in self.categorical:
             if party not in self.features:
                 raise DataError(f"categorical columns given for unknown party {party!r}; parties are {self.party_names}")
@@ -254,22 +265,22 @@ class VerticalDataset:
     @classmethod
     def from_sources(cls, sources, id_column: str | None = "id", label: str | None = None,
                      categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
-                     runtime: "Runtime | None" = None, labels: str = "auto"):
+                     runtime: "Runtime | None" = None, labels: str = "auto", weight: str | None = None):
         """Open each party's table inside that party's own store actor; see
         :meth:`PartyHeldDataset.open <ray_vfl.data.party_held.PartyHeldDataset.open>` (``labels``:
         "auto", "single" or "spread"). The driver never reads a party's table, IDs or labels: it gets
         a handle (counts and column schemas)."""
         from .party_held import PartyHeldDataset
 
-        return PartyHeldDataset.open(sources, id_column, label, categorical, align, runtime, labels=labels)
+        return PartyHeldDataset.open(sources, id_column, label, categorical, align, runtime, labels=labels, weight=weight)
 
     @classmethod
     def from_files(cls, paths, id_column: str | None = "id", label: str | None = None,
                    categorical: Mapping[str, Sequence[str]] | None = None, align: str | None = None,
-                   runtime: "Runtime | None" = None, labels: str = "auto"):
+                   runtime: "Runtime | None" = None, labels: str = "auto", weight: str | None = None):
         """One CSV/Parquet file (or Parquet folder) per party, each read by its own party's actor:
-        :meth:`from_sources` with paths."""
-        return cls.from_sources(paths, id_column, label, categorical, align, runtime, labels)
+        :meth:`from_sources` with paths (``weight``: the label party's sample-weight column)."""
+        return cls.from_sources(paths, id_column, label, categorical, align, runtime, labels, weight)
 
     # what protocols use (shared with PartyHeldDataset) -----------------------
     def columns(self, party: str) -> list[str]:
@@ -293,7 +304,8 @@ class VerticalDataset:
             self._placed.clear()
             self._placed["session"] = session
             self._placed["refs"] = {
-                p: PutRows(p, ray.put((frame, self.labels_of(p))), runtime.timeout_s)
+                p: PutRows(p, ray.put((frame, self.labels_of(p))), runtime.timeout_s,
+                           None if self.weights_of(p) is None else ray.put(self.weights_of(p)))
                 for p, frame in self.features.items()
             }
         return dict(self._placed["refs"])
@@ -314,6 +326,56 @@ class VerticalDataset:
         if self.label_owner is None:
             return self.label if party == self.label_party else None
         return np.where(self.label_owner == party, self.label, np.nan).astype(np.float64)
+
+    def weights_of(self, party: str) -> np.ndarray | None:
+        """The sample weights ``party``'s actors receive with its labels (see :meth:`labels_of`): all of
+        them at the label party, None elsewhere; with spread labels the weights of the party's own rows
+        and NaN elsewhere (None at a party that labels none); None for unweighted data.
+
+        Example
+        -------
+        >>> frames = {"a": pd.DataFrame({"x": [1.0, 2.0]}), "b": pd.DataFrame({"z": [3.0, 4.0]})}
+        >>> data = VerticalDataset(frames, np.array([7, 8]), np.array([1.0, 0.0]), "a").with_weights([2.0, 0.5])
+        >>> data.weights_of("a").tolist(), data.weights_of("b")
+        ([2.0, 0.5], None)
+        """
+        if self.weight is None or party not in self.features:
+            return None
+        if self.label_owner is None:
+            return self.weight if party == self.label_party else None
+        mine = self.label_owner == party
+        return np.where(mine, self.weight, np.nan).astype(np.float64) if mine.any() else None
+
+    def with_weights(self, weight) -> "VerticalDataset":
+        """This data set with sample weights (one per row, finite and non-negative; ``None``: none),
+        held with its labels (:attr:`weight`). Raises :class:`DataError` for bad weights."""
+        if weight is None:
+            return self if self.weight is None else replace(self, weight=None)
+        return replace(self, weight=check_sample_weight(weight, self.n_rows))
+
+    def __len__(self) -> int:
+        """The number of rows (what scikit-learn's model selection counts)."""
+        return self.n_rows
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, features of every party)``, as scikit-learn reads an ``X``."""
+        return self.n_rows, self.n_features()
+
+    def __getitem__(self, key) -> "VerticalDataset":
+        """Rows by position: ``data[rows]`` (or ``data[rows, ...]``, as scikit-learn's folds index an ``X``)
+        is :meth:`take`, every party's block and the labels cut alike.
+
+        >>> frames = {"a": pd.DataFrame({"x": [1.0, 2.0, 3.0]}), "b": pd.DataFrame({"z": [4.0, 5.0, 6.0]})}
+        >>> VerticalDataset(frames, np.array([7, 8, 9]))[np.array([2, 0])].ids.tolist()
+        [9, 7]
+        """
+        return self.take(row_positions(key, self.n_rows))
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the data carries sample weights (:attr:`weight`)."""
+        return self.weight is not None
 
     # views ----------------------------------------------------------------
     @property
@@ -351,6 +413,7 @@ class VerticalDataset:
             ids=self.ids[rows],
             label=None if self.label is None else self.label[rows],
             label_owner=None if self.label_owner is None else self.label_owner[rows],
+            weight=None if self.weight is None else self.weight[rows],
         )
 
     def train_test_split(self, test_size: float = 0.2, seed: int = 0, stratify: bool = False):

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .sources import PartySource
-from .store import PartyStore, TableRef
+from .store import PartyStore, TableRef, row_positions
 
 if TYPE_CHECKING:
     from ..runtime.actors import Runtime
@@ -89,7 +89,7 @@ class PartyHeldDataset:
     def open(cls, sources: Mapping[str, PartySource | str | os.PathLike], id_column: str | None = "id",
              label: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None,
              align: str | None = None, runtime: "Runtime | None" = None, workers: int | None = None,
-             labels: str = "auto") -> "PartyHeldDataset":
+             labels: str = "auto", weight: str | None = None) -> "PartyHeldDataset":
         """Have each party open its own source and align the rows.
 
         Parameters
@@ -115,6 +115,10 @@ class PartyHeldDataset:
             have the label column, each leaving the rows it does not label missing (PIVODL).
             ``"auto"`` (default): spread if more than one party's table has the label column,
             single otherwise.
+        weight : str or None
+            Sample-weight column of the label party's (or parties') table: opened and kept there with
+            the labels, taken out of its features (finite and non-negative, one per labelled row);
+            training weighs each row's gradients by it. Other parties' columns of that name stay features.
         """
         from ..runtime.actors import Runtime
 
@@ -136,7 +140,7 @@ class PartyHeldDataset:
         base = f"source-{uuid.uuid4().hex[:8]}"
         # A path source takes the common label name if its table has that column (only its party can tell).
         # Missing labels are allowed while opening, and refused below if one party holds every label.
-        calls = [(p, stores[p].open.remote(base, spec, label, True)) for p, spec in specs.items()]
+        calls = [(p, stores[p].open.remote(base, spec, label, True, weight)) for p, spec in specs.items()]
         schemas = dict(zip(specs, runtime.get(calls, "open party data")))
         owners = [p for p, s in schemas.items() if s["has_label"]]
         if label is not None and not owners:
@@ -191,6 +195,34 @@ class PartyHeldDataset:
     @property
     def n_rows(self) -> int:
         return int(next(iter(self.schemas.values()))["n_rows"])
+
+    def __len__(self) -> int:
+        """The number of rows (what scikit-learn's model selection counts)."""
+        return self.n_rows
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, features of every party)``, as scikit-learn reads an ``X``."""
+        return self.n_rows, self.n_features()
+
+    def __getitem__(self, key) -> "PartyHeldDataset":
+        """Rows by position (``data[rows]``, as scikit-learn's folds index an ``X``): :meth:`take`, each
+        party's store keeping its own rows at those positions."""
+        return self.take(row_positions(key, self.n_rows))
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the label party (or parties) holds sample weights with the labels (``weight=`` at open)."""
+        return any(s.get("has_weight") for s in self.schemas.values())
+
+    def with_weights(self, weight) -> "PartyHeldDataset":
+        """``None`` only: party-held data keeps its sample weights with the labels, in the label party's
+        store; an array held by the driver is refused with :class:`DataError` naming the fix."""
+        if weight is None:
+            return self
+        raise DataError("party-held data keeps its sample weights at the label party: open it with "
+                        "weight='<column of the label party>' (from_files / from_sources) instead of passing "
+                        "sample_weight from the driver")
 
     @property
     def labels_spread(self) -> bool:

@@ -31,7 +31,8 @@ from ..runtime.comm import Mailbox, Message, Record
 from ..runtime.validation import Array, register
 from .sources import PartySource
 
-__all__ = ["Table", "PartyStore", "TableRef", "PutRows", "InlineRows", "split_table", "stratified_test_rows"]
+__all__ = ["Table", "PartyStore", "TableRef", "PutRows", "InlineRows", "split_table", "stratified_test_rows",
+           "row_positions"]
 
 # The label party's test positions (rows of the shared table, each once), checked on receipt
 # (context: n_rows of the receiver's table); see ray_vfl.runtime.validation.
@@ -50,11 +51,13 @@ class Table:
     ids: np.ndarray | None
     label: np.ndarray | None
     spread: bool = False
+    weight: np.ndarray | None = None  # sample weights, held with the labels
 
     def take(self, rows: np.ndarray) -> "Table":
         return Table(self.features.iloc[rows].reset_index(drop=True),
                      None if self.ids is None else self.ids[rows],
-                     None if self.label is None else self.label[rows], self.spread)
+                     None if self.label is None else self.label[rows], self.spread,
+                     None if self.weight is None else self.weight[rows])
 
     def labels(self) -> np.ndarray | None:
         """The labels this party serves its own actors: with spread labels, NaN where it labels no row."""
@@ -64,8 +67,9 @@ class Table:
 
 
 def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: str | None,
-                partial: bool = False) -> Table:
-    """Split one party's table into features, IDs and labels, checking each.
+                partial: bool = False, weight: str | None = None) -> Table:
+    """Split one party's table into features, IDs, labels and (with ``weight``, a column the label
+    party holds) sample weights, checking each.
 
     ``partial=True``: the labels are spread over parties, and a missing label (NaN) marks a row
     this party does not label; inf is still refused.
@@ -105,10 +109,23 @@ def split_table(frame: pd.DataFrame, party: str, id_column: str | None, label: s
                             "them missing (NaN) where this party does not label the row")
         if not partial:
             check_complete(y, party)
-    features = frame.drop(columns=[c for c in (id_column, label) if c is not None]).reset_index(drop=True)
+    w = None
+    if weight is not None and y is not None and weight in frame.columns:
+        from .weights import check_sample_weight
+
+        w = frame[weight].to_numpy(dtype=np.float64, na_value=np.nan)
+        labelled = ~np.isnan(y)  # spread labels: only the rows this party labels carry a weight here
+        try:
+            check_sample_weight(w[labelled], int(labelled.sum()), f"weight column {weight!r}")
+        except DataError as exc:
+            raise DataError(f"party {party!r}: {exc}") from None
+        w = np.where(labelled, w, np.nan)
+    else:
+        weight = None
+    features = frame.drop(columns=[c for c in (id_column, label, weight) if c is not None]).reset_index(drop=True)
     if features.shape[1] == 0:
         raise DataError(f"party {party!r} has no feature columns; give it at least one or leave it out")
-    return Table(features, ids, y)
+    return Table(features, ids, y, weight=w)
 
 
 def check_complete(label: np.ndarray, party: str) -> None:
@@ -118,6 +135,21 @@ def check_complete(label: np.ndarray, party: str) -> None:
         raise DataError(f"party {party!r}: {int(bad.sum())} label(s) are NaN or inf; drop or impute those rows "
                         "before training (or, if other parties label those rows, give each of them the label "
                         "column: the labels are then spread over the parties)")
+
+
+def row_positions(key, n_rows: int) -> np.ndarray:
+    """Row positions from an index: an integer array or list, a boolean mask, a slice; ``(rows, ...)``
+    too. Anything else (columns, a second axis) raises :class:`DataError`: a vertical data set is cut by
+    rows only, each party cutting its own block."""
+    if isinstance(key, tuple):
+        if len(key) == 2 and key[1] is Ellipsis:
+            key = key[0]
+        else:
+            raise DataError("a vertical data set is indexed by rows only (data[rows]); its columns stay with their parties")
+    try:
+        return np.arange(n_rows)[key]
+    except (IndexError, TypeError, ValueError) as exc:
+        raise DataError(f"cannot select rows {key!r} of {n_rows} rows: {exc}") from None
 
 
 def stratified_test_rows(label: np.ndarray, test_size: float, seed: int) -> np.ndarray:
@@ -157,6 +189,12 @@ class TableRef:
 
         return ray.get(self.store.rows.remote(self.key), timeout=self.timeout_s)
 
+    def fetch_weights(self) -> np.ndarray | None:
+        """The sample weights held with the labels (None: unweighted, or not a label party)."""
+        import ray
+
+        return ray.get(self.store.weights.remote(self.key), timeout=self.timeout_s)
+
     def fetch_ids(self) -> np.ndarray:
         """The table's row IDs (for private set intersection, inside the party's PSI actor)."""
         import ray
@@ -172,11 +210,18 @@ class PutRows:
     party: str
     ref: Any  # ObjectRef of (features, labels or None)
     timeout_s: float = 600.0
+    weights: Any = None  # ObjectRef of the sample weights held with the labels, or None
 
     def fetch(self) -> tuple[pd.DataFrame, np.ndarray | None]:
         import ray
 
         return ray.get(self.ref, timeout=self.timeout_s)
+
+    def fetch_weights(self) -> np.ndarray | None:
+        """The sample weights that come with this party's labels (None: unweighted, or not a label party)."""
+        import ray
+
+        return None if self.weights is None else ray.get(self.weights, timeout=self.timeout_s)
 
 
 @dataclass(frozen=True)
@@ -186,9 +231,13 @@ class InlineRows:
 
     features: pd.DataFrame
     label: np.ndarray | None = None
+    weight: np.ndarray | None = None
 
     def fetch(self) -> tuple[pd.DataFrame, np.ndarray | None]:
         return self.features, self.label
+
+    def fetch_weights(self) -> np.ndarray | None:
+        return self.weight
 
 
 class PartyStore:
@@ -225,12 +274,13 @@ class PartyStore:
         t = self._table(key)
         return {"n_rows": len(t.features), "columns": list(t.features.columns),
                 "dtypes": [str(d) for d in t.features.dtypes], "has_label": t.label is not None,
-                "labels_spread": t.spread,
+                "labels_spread": t.spread, "has_weight": t.weight is not None,
                 "has_ids": t.ids is not None, "categorical": list(self.categorical.get(key, [])),
                 "id_digest": id_digest(t.ids)}
 
     # opening ------------------------------------------------------------------
-    def open(self, key: str, source: PartySource, label: str | None = None, partial: bool = False) -> dict[str, Any]:
+    def open(self, key: str, source: PartySource, label: str | None = None, partial: bool = False,
+             weight: str | None = None) -> dict[str, Any]:
         """Read ``source`` here, on this party's node, and keep it as ``key``; ``label`` names a
         label column that this party holds if its table has it (a source's own label must exist).
         ``partial``: missing labels are allowed for now (spread labels; see :meth:`spread_labels`
@@ -242,12 +292,13 @@ class PartyStore:
         self.reads.append({"location": source.location, "pid": os.getpid(), "host": socket.gethostname(),
                            "node_id": _node_id()})
         label = source.label or (label if label in frame.columns else None)
-        return self.put(key, frame, source.id_column, label, list(source.categorical), partial)
+        return self.put(key, frame, source.id_column, label, list(source.categorical), partial, weight)
 
     def put(self, key: str, frame: pd.DataFrame, id_column: str | None, label: str | None,
-            categorical: Sequence[str], partial: bool = False) -> dict[str, Any]:
-        """Keep a table given as a frame (a simulation's data, moved into the party once)."""
-        self.tables[key] = split_table(frame, self.name, id_column, label, partial)
+            categorical: Sequence[str], partial: bool = False, weight: str | None = None) -> dict[str, Any]:
+        """Keep a table given as a frame (a simulation's data, moved into the party once); ``weight``:
+        the sample-weight column, taken out of the features where this party holds the labels."""
+        self.tables[key] = split_table(frame, self.name, id_column, label, partial, weight)
         self.categorical[key] = [c for c in categorical if c in self.tables[key].features.columns]
         return self.schema(key)
 
@@ -313,6 +364,10 @@ class PartyStore:
     def rows(self, key: str) -> tuple[pd.DataFrame, np.ndarray | None]:
         table = self._table(key)
         return table.features, table.labels()
+
+    def weights(self, key: str) -> np.ndarray | None:
+        """The sample weights held with the labels (NaN on rows this party does not label), or None."""
+        return self._table(key).weight
 
     def ids(self, key: str) -> np.ndarray:
         table = self._table(key)

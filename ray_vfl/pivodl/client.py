@@ -25,9 +25,10 @@ from ..data.binning import PartyBinner, check_encodable
 from ..errors import DataError
 from ..runtime.comm import Mailbox
 from ..runtime.task_pool import TaskPool
-from ..runtime.party import PartyActor, resolve_rows
+from ..runtime.party import PartyActor, resolve_rows, resolve_weights
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
+from ..trees.weights import check_weighted_bound, row_weights, weighted_pairs
 from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
 from .messages import fetch
@@ -81,6 +82,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.leaf_of_row: list[np.ndarray] = []  # per tree: the leaf of every training row (partitions are public)
         self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> kept weight, leaves this client holds
         self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
+        self.node_gains: dict[tuple[int, int], float] = {}  # (tree, split node) -> its gain, as every client learns it
         self.base_score: float | None = None
         frame, label = resolve_rows(table)
         if frame is None:  # a client loaded from a saved model: restore() fills it
@@ -91,6 +93,9 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         label = np.full(self.n_rows, np.nan) if label is None else np.asarray(label, dtype=np.float64)
         self.own = np.flatnonzero(~np.isnan(label))
         self.y_own = label[self.own]
+        weight = resolve_weights(table)  # sample weights of the rows it labels, held with its labels
+        self.sw_own = None if weight is None else np.asarray(weight, dtype=np.float64)[self.own]
+        self.w_own = row_weights(self.y_own, self.sw_own, config.scale_pos_weight)
         if config.objective == "binary:logistic" and not np.isin(self.y_own, (0.0, 1.0)).all():
             bad = self.y_own[~np.isin(self.y_own, (0.0, 1.0))][0]
             raise DataError(f"client {name!r}: binary:logistic needs labels 0 or 1, found {bad!r}; map the labels first")
@@ -151,8 +156,9 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def total_share(self, what: str, encryptor: str, aggregator: str) -> tuple:
         """This client's sums for ``what`` (``"base"``: label sum and count; ``"root"``: the gradient
         sums of its labelled rows), encrypted under the encryption client's key, for the aggregator."""
-        if what == "base":
-            g, h = np.array([self.y_own.sum()]), np.array([float(len(self.y_own))])
+        if what == "base":  # weighted: the weights' sum, and the labels' sum weighted by them
+            sw = np.ones(len(self.y_own)) if self.sw_own is None else self.sw_own
+            g, h = np.array([float((sw * self.y_own).sum())]), np.array([float(sw.sum())])
         else:
             g, h = np.array([self.g.sum()]), np.array([self.h.sum()])
         c = self.backend.encrypt_gh_sums(self.peer_pk[encryptor], g, h)
@@ -191,6 +197,8 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         if what == "base":
             mean = values[0] / values[1]
             self.base_score = base_score_of(self.config.objective, np.array([mean]), self.config.base_score)
+            check_weighted_bound(self.config.objective, self.y_own, self.w_own, self.config.gradient_bound,
+                                 self.base_score, self.backend.is_encrypted)
             self.margin_own = np.full(len(self.own), base_margin(self.config.objective, self.base_score))
         else:
             self.root_totals = (float(values[0]), float(values[1]))
@@ -198,7 +206,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     # trees --------------------------------------------------------------------------------------------
     def begin_tree(self) -> None:
         """Gradients of this client's own labelled rows at the current (released) margins."""
-        self.g, self.h = encoded_gradients(self.config.objective, self.y_own, self.margin_own)
+        self.g, self.h = weighted_pairs(*encoded_gradients(self.config.objective, self.y_own, self.margin_own), self.w_own)
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
         self.trees.append({})
         self.released.append({})
@@ -268,11 +276,37 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
         del self.trees[n_trees:], self.released[n_trees:], self.leaf_of_row[n_trees:]
         self.held = {k: v for k, v in self.held.items() if k[0] < n_trees}
+        self.node_gains = {k: v for k, v in self.node_gains.items() if k[0] < n_trees}
+
+    def importance_stats(self) -> dict[str, Any]:
+        """Feature importances from what this client already knows (no message of its own): every split's
+        gain (the best gains every client is told) and source (the tree skeleton), and, for its own splits,
+        the feature (its lookup table). Returns the ``(features, 3)`` split statistics of its own features
+        (total gain, total cover, splits; the cover is NaN: a node's hessian sum is known to its split
+        client only) and per client its splits' ``total_gain`` and ``weight`` (their gain and number: the
+        other clients' features are unknown here, so no per-feature mean)."""
+        from ..trees.importance import split_stats
+
+        n_features = len(self.binner.feature_names)
+        own_rows, parties = [], {p: {"total_gain": 0.0, "weight": 0.0} for p in self.order}
+        for t, tree in enumerate(self.trees):
+            for node, entry in tree.items():
+                if entry[0] == "split":
+                    gain = self.node_gains.get((t, node), 0.0)
+                    parties[entry[1]]["total_gain"] += gain
+                    parties[entry[1]]["weight"] += 1.0
+                    if entry[1] == self.name:
+                        own_rows.append((self.lookup[int(entry[2])][0], gain))
+        rows = np.asarray(own_rows, dtype=np.float64).reshape(-1, 2)
+        own = split_stats(rows[:, 0], rows[:, 1], np.zeros(len(rows)), n_features)
+        own[:, 1] = np.nan
+        return {"own": own, "parties": parties}
 
     def model_part(self) -> dict[str, Any]:
         return {"party": self.name, "binner": self.binner.to_dict(), "lookup": [list(r) for r in self.lookup],
                 "trees": [{str(k): list(v) for k, v in t.items()} for t in self.trees],
-                "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score}
+                "held": [[t, n, w] for (t, n), w in self.held.items()], "base_score": self.base_score,
+                "node_gains": [[t, n, g] for (t, n), g in self.node_gains.items()]}
 
     def training_state(self) -> dict[str, Any]:
         """The model part plus what continuing needs: released weights, leaf of every training row, margins."""
@@ -309,5 +343,6 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.lookup = [(int(f), int(b), bool(d), float(t)) for f, b, d, t in part["lookup"]]
         self.trees = [{int(k): tuple(v) for k, v in t.items()} for t in part["trees"]]
         self.held = {(int(t), int(n)): float(w) for t, n, w in part["held"]}
+        self.node_gains = {(int(t), int(n)): float(g) for t, n, g in part.get("node_gains", [])}
         self.base_score = None if part["base_score"] is None else float(part["base_score"])
         self.rows = {}

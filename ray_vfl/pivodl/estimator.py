@@ -14,10 +14,11 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
-from ..trees.estimator import BinaryClassifier, eval_sets_of, fit_callbacks
+from ..trees.estimator import BinaryClassifier, ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
 from .config import PIVODLConfig
 from .protocol import PIVODLModel, train
 
@@ -25,7 +26,10 @@ __all__ = ["PIVODLClassifier", "PIVODLRegressor"]
 
 # Estimator parameter -> PIVODLConfig field, where the names differ (scikit-learn's n_estimators).
 _RENAMED = {"n_estimators": "n_trees"}
-_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime"}
+_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime", "importance_type"}
+# What a PIVODL client can score from its own view: a node's gain and source are told to every client, its
+# hessian sum (cover) only to its split client, and no client knows another's features (no per-feature mean).
+IMPORTANCE_TYPES = ("total_gain", "weight")
 
 
 class _PIVODL(FederatedEstimator):
@@ -37,7 +41,8 @@ class _PIVODL(FederatedEstimator):
                  backend: str = "paillier", key_bits: int = 2048, allow_weak_keys: bool = False,
                  workers_per_party: int | None = None, timeout_s: float | None = None,
                  gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
-                 delta: float = 1e-5, leaf_clip: float | None = None, early_stopping_rounds: int | None = None,
+                 delta: float = 1e-5, leaf_clip: float | None = None, scale_pos_weight: float = 1.0,
+                 importance_type: str = "total_gain", early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
                  runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -58,24 +63,33 @@ class _PIVODL(FederatedEstimator):
         self.epsilon = epsilon
         self.delta = delta
         self.leaf_clip = leaf_clip
+        self.scale_pos_weight = scale_pos_weight
+        self.importance_type = importance_type
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
         self.runtime = runtime
 
-    def _config(self) -> PIVODLConfig:
+    def _config(self, gradient_bound: float | None = None) -> PIVODLConfig:
         params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
+        if gradient_bound is not None:
+            params["gradient_bound"] = gradient_bound
         return PIVODLConfig(objective=self._objective, **params)
 
-    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
-            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+    def fit(self, data: VerticalDataset, y=None, *, sample_weight=None, eval_set: Sequence[VerticalDataset] | None = None,
+            sample_weight_eval_set=None, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
         """Train on ``data`` (labels spread over its clients); ``eval_set`` data sets are scored after
-        every tree (logloss and error, or RMSE and MAE). With ``checkpoint_dir`` every client saves its
+        every tree (logloss and error, or RMSE and MAE). ``y`` is scikit-learn's (None, or the data's
+        own labels). ``sample_weight``: one weight per row, each travelling with its row's label to the
+        client that labels it, which weighs that row's gradients (and the base score's sums) before
+        anything is encrypted; ``sample_weight_eval_set`` weighs the eval sets' metrics alike. With
+        ``checkpoint_dir`` every client saves its
         training state there (on its own machine) every ``checkpoint_every`` trees, and a fit started
         again with the same folder continues from the last tree every client completed."""
-        config = self._config()
-        VerticalDataset.ensure(data)
-        evals = eval_sets_of(eval_set)
+        self._config()  # the parameters are checked before the data
+        data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
+        config = self._config(bound_for_weights(self._objective, self.gradient_bound, getattr(data, "weight", None),
+                                                self.scale_pos_weight))
         callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, self._stop_metric, maximize=False)
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, evals, callbacks)
         self.evals_result_ = self.model_.history
@@ -83,7 +97,41 @@ class _PIVODL(FederatedEstimator):
         self.best_iteration_ = self.model_.best_iteration
         self.n_trees_ = self.model_.n_trees
         self.epsilon_ = self.model_.epsilon
+        self._set_fitted_shape(data)
         return self
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Importances of ``importance_type`` (``"total_gain"`` or ``"weight"``, XGBoost's meanings) over
+        ``feature_names_in_``, normalised over every client's splits: the first client's own features carry
+        their scores (it computes them from its own view: every split's gain is told to every client, and
+        it knows its own splits' features); the other clients' features are NaN, their totals are in
+        :attr:`party_importances_`. ``"gain"`` and ``"cover"`` need a per-feature mean or a node's hessian
+        sum, which no single client holds: :class:`~ray_vfl.errors.ConfigError`."""
+        own, parties = self._importances()
+        out = np.full(self.n_features_in_, np.nan)
+        order = list(self.party_features_)
+        start = sum(self.party_features_[p] for p in order[:order.index(self.model_.order[0])])
+        out[start:start + len(own)] = own
+        return out
+
+    @property
+    def party_importances_(self) -> dict[str, float]:
+        """Each client's share of the ``importance_type`` total over its splits, normalised to 1."""
+        return self._importances()[1]
+
+    def _importances(self) -> tuple[np.ndarray, dict[str, float]]:
+        from ..trees.importance import importance_scores
+
+        kind = self.importance_type
+        if kind not in IMPORTANCE_TYPES:
+            raise ConfigError(f"PIVODL's importance_type must be one of {IMPORTANCE_TYPES}, got {kind!r}: a node's "
+                              "cover (hessian sum) is known to its split client only, and no client knows another's "
+                              "features, so 'gain', 'cover' and 'total_cover' have no federated value here")
+        stats = self._check_fitted().importance_stats()
+        totals = {p: v[kind] for p, v in stats["parties"].items()}
+        norm = sum(totals.values()) or 1.0
+        return importance_scores(stats["own"], kind) / norm, {p: t / norm for p, t in totals.items()}
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Raw margins by secure prediction (the clients' masked shares summed by the first client)."""
@@ -124,7 +172,7 @@ class PIVODLClassifier(BinaryClassifier, ClassifierMixin, _PIVODL):
     _objective = "binary:logistic"
 
 
-class PIVODLRegressor(RegressorMixin, _PIVODL):
+class PIVODLRegressor(ScoreOnDataLabels, RegressorMixin, _PIVODL):
     """Federated XGBoost regressor (squared error) with labels spread over several clients (PIVODL).
 
     ``gradient_bound`` sizes the encrypted fixed-point sums (65,536 by default): scale the labels or

@@ -132,6 +132,12 @@ class PIVODLModel:
         calls.value("agree", order, lambda p: (calls.to(p, keys, lambda s, r: 0),), "load")
         return model
 
+    def importance_stats(self, client: str | None = None) -> dict:
+        """``client``'s feature-importance figures (the first client, the caller's side, by default): its own
+        features' split statistics and every client's totals (:meth:`Client.importance_stats`)."""
+        client = client or self.order[0]
+        return self.runtime.get([(client, self.runtime.actor(client).importance_stats.remote())], "importances")[0]
+
     def skeleton(self) -> list[dict[int, tuple]]:
         """The tree shapes (owner of every split, holder of every leaf), as every client knows them."""
         return self._calls().value("skeleton", self.order[:1], lambda p: (), "trees")[0]

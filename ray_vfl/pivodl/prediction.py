@@ -141,12 +141,14 @@ class PredictionRole:
         margin = combine([self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others)
                                               for m in fetch(shares)]) + base_margin(self.config.objective, self.base_score)
         y = self.labels[key][own] if len(own) else np.zeros(0)
+        weight = self.weights.get(key)  # sample weights of its own eval rows, if the eval set is weighted
+        w = np.ones(len(own)) if weight is None else np.asarray(weight, dtype=np.float64)[own]
         if self.config.objective == "binary:logistic":
             p = np.clip(transform_margin(self.config.objective, margin), 1e-15, 1 - 1e-15)
-            sums = np.array([-(y * np.log(p) + (1 - y) * np.log(1 - p)).sum(), float(((p > 0.5) != (y == 1)).sum()),
-                             float(len(y))])
+            sums = np.array([-(w * (y * np.log(p) + (1 - y) * np.log(1 - p))).sum(),
+                             float((w * ((p > 0.5) != (y == 1))).sum()), float(w.sum())])
         else:
-            sums = np.array([((margin - y) ** 2).sum(), float(np.abs(margin - y).sum()), float(len(y))])
+            sums = np.array([(w * (margin - y) ** 2).sum(), float((w * np.abs(margin - y)).sum()), float(w.sum())])
         share = self.masker.share(sums, nonce, self.order)
         if output == self.name:
             self._metric_share = share

@@ -24,8 +24,11 @@ step       sender -> receiver           payload                                 
            pivodl_labelled_rows)
 2          every -> a                   Enc_e(sum of own labels, own count),    nothing: ciphertexts under e's key, uniform
            (pivodl_total_share)         then Enc_e(G_k, H_k) of each root       mod e's n^2 whatever the labels
-2          a -> e                       the sum of every client's               e: every client's label count (once) and each
-           (pivodl_total_sum)           ciphertexts                             root's G, H [attack: ray_vfl.pivodl.attack_views.label_count]
+                                        (weighted: the weighted label sum and
+                                        the weights' sum)
+2          a -> e                       the sum of every client's               e: every client's label count (once; weighted:
+           (pivodl_total_sum)           ciphertexts                             their weighted label sum and weight sum) and each
+                                                                                root's G, H [attack: ray_vfl.pivodl.attack_views.label_count]
 2          e -> every                   the label mean (the base score), each   the same [attack: ray_vfl.pivodl.attack_views.label_count]
            (pivodl_totals)              root's G, H
 3, level   driver -> every              per node, the split client of every     nothing of the data: a random derangement per

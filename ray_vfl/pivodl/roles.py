@@ -295,6 +295,7 @@ class SplitRole:
                     leaves.append((self.order[entries[0][0]], node))
                 continue
             s, splitter, _ = entries[int(np.argmax(ties_with(gains, top)))]
+            self.node_gains[(tree, node)] = float(top)  # every client learns it (the best gains), for importances
             if splitter == self.name:
                 gain = self.scored[(self.order[s], node)][4]
                 wins.setdefault(self.order[s], []).append((node, np.flatnonzero(ties_with(gain, top)).astype(np.int64)))

@@ -147,6 +147,14 @@ class Runtime:
     >>> rt.get([("bank", bank.step.remote())], "step")    # doctest: +SKIP
     """
 
+    def __deepcopy__(self, memo) -> "Runtime":
+        """The same runtime: it owns Ray actors and a connection, which a copy could not own twice
+        (scikit-learn's ``clone`` deep-copies parameters; a cloned estimator trains on this runtime)."""
+        return self
+
+    def __copy__(self) -> "Runtime":
+        return self
+
     def __init__(self, address: str | None = None, num_cpus: int | None = None, timeout_s: float = 600.0) -> None:
         if address not in (None, "auto", "local") and not str(address).startswith(("ray://", "http")) and ":" not in str(address):
             raise ConfigError(f"address must be None, 'auto', 'local' or a Ray address, got {address!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
 from ..errors import NotFittedError
@@ -24,6 +25,14 @@ class FederatedEstimator(BaseEstimator):
         if self.runtime is not None:
             return self.runtime
         return Runtime() if timeout_s is None else Runtime(timeout_s=timeout_s)
+
+    def _set_fitted_shape(self, data) -> None:
+        """scikit-learn's ``n_features_in_`` and ``feature_names_in_`` (every party's column names, in
+        party order: the schema the driver holds anyway), from the training data."""
+        names = [c for p in data.party_names for c in data.columns(p)]
+        self.n_features_in_ = len(names)
+        self.party_features_ = {p: len(data.columns(p)) for p in data.party_names}
+        self.feature_names_in_ = np.asarray(names, dtype=object)
 
     def _check_fitted(self):
         model = getattr(self, "model_", None)

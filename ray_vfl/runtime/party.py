@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from ..errors import DataError, DataWarning
 from .comm import Mailbox, Record
 
-__all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows",
+__all__ = ["PartyActor", "save_parts", "load_meta", "read_part", "write_atomically", "resolve_rows", "resolve_weights",
            "warn_unseen_categories", "FORMAT_VERSION"]
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,13 @@ def resolve_rows(rows: Any) -> tuple[Any, Any]:
     return fetch()
 
 
+def resolve_weights(rows: Any) -> Any:
+    """The sample weights that come with a data set's labels (see :func:`resolve_rows`), or None:
+    unweighted data, a party without labels, or a reference that carries no weights."""
+    fetch = getattr(rows, "fetch_weights", None)
+    return None if fetch is None else fetch()
+
+
 class PartyActor:
     """Base of every party role: name, mailbox, data sets kept by key, and the saved part.
 
@@ -77,12 +84,14 @@ class PartyActor:
     mailbox: Mailbox
     rows: dict[str, Any]
     labels: dict[str, Any]
+    weights: dict[str, Any]
 
     def _start_party(self, name: str) -> None:
         self.name = name
         self.mailbox = Mailbox(name)
         self.rows = {}
         self.labels = {}
+        self.weights = {}  # sample weights of a data set, held with its labels
 
     # data sets --------------------------------------------------------------
     def encode_rows(self, frame: Any) -> Any:  # pragma: no cover - every role overrides it
@@ -104,11 +113,15 @@ class PartyActor:
         self.rows[key] = self.encode_rows(frame)
         if label is not None:  # only the label party's store hands out labels
             self.labels[key] = label
+            weight = resolve_weights(table)
+            if weight is not None:
+                self.weights[key] = weight
         return {"rows": len(frame), "unseen_categories": self.unseen_categories()}
 
     def drop_rows(self, key: str) -> None:
         self.rows.pop(key, None)
         self.labels.pop(key, None)
+        getattr(self, "weights", {}).pop(key, None)
 
     # reporting --------------------------------------------------------------
     def comm_records(self) -> list[Record]:

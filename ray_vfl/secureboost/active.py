@@ -12,15 +12,15 @@ from ..crypto.he.mask_reserve import MaskSupply
 from ..errors import DataError, SecurityWarning, VFLError
 from ..runtime.actors import gather
 from ..runtime.comm import Message
+from ..runtime.party import resolve_weights
 from ..runtime.task_pool import TaskPool
 from ..runtime.timeline import span_if, timed
 from ..trees.config import BoostConfig
 from ..trees.kernels import (
     base_margin,
-    base_score_of,
     best_splits,
     build_histograms,
-    evaluate_margin,
+    encoded_gradients,
     goes_left,
     leaf_weights,
 )
@@ -34,6 +34,8 @@ from .label_crypto import (
     encryption_pieces,
     repeated_pairs,
 )
+from ..trees.weights import check_weighted_bound, evaluate_weighted, row_weights, weighted_base_score, weighted_pairs
+from .importances import ImportanceReport
 from .levels import RowLevels, pack_partition, unpack_partition
 from .multiclass_state import MultiClassState, node_sums
 from .messages import LevelStep, SplitOrders
@@ -45,7 +47,7 @@ from .tree import Tree, TreeBuilder
 __all__ = ["ActiveParty"]
 
 
-class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
+class ActiveParty(MultiClassState, ImportanceReport, TrainingState, PredictionRouter, Party):
     """The label owner. Decrypts histograms, finds every split, holds the trees.
 
     It learns the passive parties' histograms (sums over bins, not rows) and
@@ -91,7 +93,13 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
             self.base_margin = 0.0
             return
         self.y = self._class_labels(label, "the training labels") if self.multi else np.asarray(label, dtype=np.float64)
-        base = base_score_of(config.objective, self.y, config.base_score)
+        # Sample weights come with the labels, from this party's own block; scale_pos_weight multiplies them.
+        self.sample_weight = resolve_weights(table)
+        self._refuse_multiclass_weights(self.sample_weight, "the training data")
+        self.w = row_weights(self.y, self.sample_weight, config.scale_pos_weight)
+        base = weighted_base_score(config.objective, self.y, self.sample_weight, config.base_score)
+        check_weighted_bound(config.objective, self.y, self.w, config.gradient_bound, base,
+                             get_backend(config.backend).is_encrypted)
         self.base_score = base
         self.base_margin = base_margin(config.objective, base)
         self.margin = np.full(self._margin_shape(len(self.y)), self.base_margin)
@@ -132,7 +140,9 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         """Evaluate every tree on data set ``key`` (loaded with its labels from this party's store)."""
         label = self.labels[key]
         y = self._class_labels(label, f"the labels of eval set {key!r}") if self.multi else np.asarray(label, dtype=np.float64)
-        self.eval[key] = {"y": y, "margin": np.full(self._margin_shape(len(label)), self.base_margin)}
+        self._refuse_multiclass_weights(self.weights.get(key), f"eval set {key!r}")
+        self.eval[key] = {"y": y, "margin": np.full(self._margin_shape(len(label)), self.base_margin),
+                          "w": self.weights.get(key)}
         self.history[key] = []
 
     # one tree --------------------------------------------------------------
@@ -168,7 +178,7 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         the leaf weights all sum these values, as the centralized reference does.
         """
         self.tree = tree
-        g, h = self._tree_gradients(tree)
+        g, h = self._tree_gradients(tree)  # weighted (self.w) unless multi-class, which refuses weights
         self.g, self.h = g, h
         gh = self._encrypted_gh(tree, g, h)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
@@ -366,7 +376,8 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
                 self.record_count[party] += 1
                 self.orders[party].append((node, feature, bin_index, default_left, record))
             self.owner_of[node] = party
-            self.children.append((node, *self.builder.split(node, owner, record)))
+            self.children.append((node, *self.builder.split(node, owner, record, feature, float(np.sum(choice.gain[i])),
+                                                                   float(np.sum(totals_h[i])))))
         return bool(self.children)
 
     def winners(self) -> list[str]:
@@ -409,7 +420,7 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         else:
             self.margin = self.margin + tree.weight[self.levels.node_of_row]
         # AUC is left to the eval sets: ranking every training row after each tree costs more than the tree
-        metrics = evaluate_margin(self.config.objective, self.y, self.margin, with_auc=False)
+        metrics = evaluate_weighted(self.config.objective, self.y, self.margin, self.sample_weight, with_auc=False)
         self.history.setdefault("train", []).append(metrics)
         return metrics
 
@@ -417,7 +428,7 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         """Add one tree's margins to an eval set's and report its metrics."""
         state = self.eval[key]
         state["margin"] = state["margin"] + margin_delta
-        metrics = evaluate_margin(self.config.objective, state["y"], state["margin"])
+        metrics = evaluate_weighted(self.config.objective, state["y"], state["margin"], state["w"])
         self.history[key].append(metrics)
         return metrics
 
@@ -426,8 +437,9 @@ class ActiveParty(MultiClassState, TrainingState, PredictionRouter, Party):
         if key not in self.labels:
             raise DataError("the evaluation data holds no labels at the label party; build it with label=")
         y = self._class_labels(self.labels[key], f"the labels of {key!r}") if self.multi else self.labels[key]
+        self._refuse_multiclass_weights(self.weights.get(key), f"data set {key!r}")
         margin = self.predict_margin(key, 0, n_trees) + self.base_margin
-        return evaluate_margin(self.config.objective, y, margin)
+        return evaluate_weighted(self.config.objective, y, margin, self.weights.get(key))
 
     # model ----------------------------------------------------------------------
     def history_snapshot(self) -> dict[str, list[dict[str, float]]]:

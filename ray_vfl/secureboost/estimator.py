@@ -20,9 +20,10 @@ from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
 from ..trees.config import BoostConfig
-from ..trees.estimator import eval_sets_of, fit_callbacks
+from ..trees.estimator import ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
+from ..trees.importance import check_importance_type
 from ..trees.kernels import transform_margin
-from ..trees.multiclass import MULTI_OBJECTIVES, softmax
+from ..trees.multiclass import MULTI_OBJECTIVES, is_multiclass, softmax
 from .protocol import FederatedModel, train
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -49,6 +50,8 @@ class _SecureBoost(FederatedEstimator):
         precompute_masks: bool = True,
         group_features: bool = True,
         gradient_bound: float | None = None,
+        scale_pos_weight: float = 1.0,
+        importance_type: str = "gain",
         early_stopping_rounds: int | None = None,
         callbacks: Sequence[TrainingCallback] | None = None,
         verbose: bool = False,
@@ -72,6 +75,8 @@ class _SecureBoost(FederatedEstimator):
         self.precompute_masks = precompute_masks
         self.group_features = group_features
         self.gradient_bound = gradient_bound
+        self.scale_pos_weight = scale_pos_weight
+        self.importance_type = importance_type
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -79,14 +84,15 @@ class _SecureBoost(FederatedEstimator):
         self.objective = objective
         self.multi_strategy = multi_strategy
 
-    def _config(self) -> BoostConfig:
+    def _config(self, gradient_bound: float | None = None) -> BoostConfig:
         return BoostConfig(
             n_trees=self.n_estimators, max_depth=self.max_depth, learning_rate=self.learning_rate,
             reg_lambda=self.reg_lambda, gamma=self.gamma, min_child_weight=self.min_child_weight,
             max_bin=self.max_bin, objective=self._fit_objective, base_score=self.base_score, backend=self.backend,
             key_bits=self.key_bits, allow_weak_keys=self.allow_weak_keys, workers_per_party=self.workers_per_party, timeout_s=self.timeout_s,
             precompute_masks=self.precompute_masks, group_features=self.group_features,
-            gradient_bound=self.gradient_bound, num_class=self._num_class, multi_strategy=self.multi_strategy,
+            gradient_bound=self.gradient_bound if gradient_bound is None else gradient_bound,
+            scale_pos_weight=self.scale_pos_weight, num_class=self._num_class, multi_strategy=self.multi_strategy,
         )
 
     _fit_objective = _objective
@@ -99,9 +105,21 @@ class _SecureBoost(FederatedEstimator):
                               "for classes use SecureBoostClassifier")
         self._fit_objective = "reg:squarederror"
 
-    def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
-            checkpoint_dir: str | None = None, checkpoint_every: int = 1, xgb_model: "str | _SecureBoost | None" = None):
+    def fit(self, data: VerticalDataset, y=None, *, sample_weight=None, eval_set: Sequence[VerticalDataset] | None = None,
+            sample_weight_eval_set=None, checkpoint_dir: str | None = None, checkpoint_every: int = 1,
+            xgb_model: "str | _SecureBoost | None" = None):
         """Train on ``data``; ``eval_set`` data sets are scored after every tree.
+
+        ``y`` is scikit-learn's: the labels are the data's own (the label party holds them), so it is
+        None or, for in-process data, equal to them. ``sample_weight`` (one finite, non-negative weight
+        per row) travels with the labels to the label party, which weighs every row's gradient and
+        hessian before encrypting them (XGBoost's weighted trees; the default base score is the weighted
+        label mean); with ``gradient_bound=None`` the bound grows to cover the largest weight (a power
+        of two; every party sees it). Party-held data keeps its weights in the label party's store
+        (``from_files(..., weight="w")``). ``sample_weight_eval_set``: one weight array (or None) per
+        eval set, for weighted eval metrics. Multi-class objectives take no weights yet (neither
+        ``sample_weight``, eval set weights nor ``scale_pos_weight``): they raise
+        :class:`~ray_vfl.errors.ConfigError`.
 
         With ``checkpoint_dir`` every party saves its training state there (on its own machine)
         after every ``checkpoint_every`` trees, and a fit started again with the same folder
@@ -111,10 +129,18 @@ class _SecureBoost(FederatedEstimator):
         model's parties binned theirs.
         """
         self._config()  # the hyper-parameters are checked before the data; the objective follows the labels
-        VerticalDataset.ensure(data)
+        data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
         self._choose_objective(data)
-        config = self._config()
-        evals = eval_sets_of(eval_set)
+        if is_multiclass(self._fit_objective):
+            weighted = [k for k, d in (("training data", data), *evals.items()) if getattr(d, "weight", None) is not None]
+            if self.scale_pos_weight != 1.0:
+                weighted.append(f"scale_pos_weight={self.scale_pos_weight!r}")
+            if weighted:
+                raise ConfigError(f"multi-class objective {self._fit_objective!r} takes no sample weights yet, got "
+                                  f"weights on: {', '.join(weighted)}; drop them, or train a binary objective (0/1 labels)")
+        config = self._config(bound_for_weights(self._fit_objective, self.gradient_bound, getattr(data, "weight", None),
+                                                self.scale_pos_weight))
+        check_importance_type(self.importance_type)
         runtime = self._fit_runtime(config.timeout_s)
         callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every)
         init_model = xgb_model
@@ -130,11 +156,48 @@ class _SecureBoost(FederatedEstimator):
         self.comm_stats_ = self.model_.comm_stats
         self.best_iteration_ = self.model_.best_iteration
         self.n_trees_ = self.model_.n_trees
+        self._set_fitted_shape(data)
         return self
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Importances of ``importance_type`` (XGBoost's: ``gain``, ``weight``, ``cover``, ``total_gain``,
+        ``total_cover``) over ``feature_names_in_``, normalised as XGBoost's over every party's features:
+        the label party's own features carry their scores; each passive party's features are NaN, since
+        their per-feature figures stay at the label party, which chose those splits by feature index, and
+        only each party's total leaves it (:attr:`party_importances_`; the label party's own features'
+        scores plus every passive party's total sum to 1)."""
+        own, parties = self._importances()
+        out = np.full(self.n_features_in_, np.nan)
+        order = list(self.party_features_)
+        start = sum(self.party_features_[p] for p in order[:order.index(self.model_.label_party)])
+        out[start:start + len(own)] = own
+        return out
+
+    @property
+    def party_importances_(self) -> dict[str, float]:
+        """Each party's share of the ``importance_type`` total (its features' scores summed), normalised to 1."""
+        return self._importances()[1]
+
+    def _importances(self) -> tuple[np.ndarray, dict[str, float]]:
+        from ..trees.importance import importance_scores
+
+        kind = check_importance_type(self.importance_type)
+        stats = self._check_fitted().importance_stats()
+        totals = {p: v[kind] for p, v in stats["parties"].items()}
+        norm = sum(totals.values()) or 1.0
+        return importance_scores(stats["own"], kind) / norm, {p: t / norm for p, t in totals.items()}
 
     def predict_margin(self, data: VerticalDataset) -> np.ndarray:
         """Raw margins by federated prediction."""
         return self._check_fitted().predict_margin(data)
+
+    def dump_model(self, directory: str) -> dict[str, str]:
+        """Each party writes its own trees, with its thresholds, on its own machine
+        (:meth:`FederatedModel.dump_trees`); returns the paths. This is the federated ``get_booster()``:
+        a party's trees with thresholds stay at that party, so the driver (the label party's side) is
+        handed no booster holding another party's thresholds."""
+        return self._check_fitted().dump_trees(directory)
 
     def save_model(self, directory: str) -> dict[str, str]:
         """Each party writes its own part under ``directory`` (see :meth:`FederatedModel.save`)."""
@@ -155,8 +218,8 @@ class _SecureBoost(FederatedEstimator):
                   max_bin=cfg.max_bin, base_score=cfg.base_score, backend=cfg.backend, key_bits=cfg.key_bits,
                   allow_weak_keys=cfg.allow_weak_keys, workers_per_party=cfg.workers_per_party,
                   timeout_s=cfg.timeout_s, precompute_masks=cfg.precompute_masks, group_features=cfg.group_features,
-                  gradient_bound=cfg.gradient_bound, runtime=model.runtime, multi_strategy=cfg.multi_strategy,
-                  objective=cfg.objective)
+                  gradient_bound=cfg.gradient_bound, scale_pos_weight=cfg.scale_pos_weight, runtime=model.runtime,
+                  multi_strategy=cfg.multi_strategy, objective=cfg.objective)
         est.model_ = model
         est.n_trees_ = model.n_trees
         est._fit_objective, est._num_class = cfg.objective, cfg.num_class
@@ -169,7 +232,7 @@ class _SecureBoost(FederatedEstimator):
         """Learned attributes a loaded model gives besides its trees."""
 
 
-class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
+class SecureBoostClassifier(ScoreOnDataLabels, ClassifierMixin, _SecureBoost):
     """Federated XGBoost classifier (SecureBoost), binary or multi-class.
 
     The objective follows the labels as in XGBoost's scikit-learn wrapper: 0/1 labels train
@@ -249,7 +312,7 @@ def _as_labels(classes: np.ndarray) -> np.ndarray:
     return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
 
 
-class SecureBoostRegressor(RegressorMixin, _SecureBoost):
+class SecureBoostRegressor(ScoreOnDataLabels, RegressorMixin, _SecureBoost):
     """Federated XGBoost regressor (squared error).
 
     Encrypted gradients live in a fixed-point encoding of bounded range,

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from ..trees.kernels import encoded_gradients
 from ..trees.multiclass import class_index
+from ..trees.weights import weighted_pairs
 
 __all__ = ["MultiClassState", "node_sums"]
 
@@ -36,6 +37,13 @@ class MultiClassState:
         """The training labels' classes, ascending (multi-class; the caller's ``classes_``)."""
         return [] if self.classes is None else self.classes.tolist()
 
+    def _refuse_multiclass_weights(self, weight, what: str) -> None:
+        """Multi-class boosting takes no sample weights (yet): raise rather than train unweighted."""
+        if self.multi and weight is not None:
+            raise ConfigError(f"party {self.name!r}: {what} carries sample weights, which multi-class objectives "
+                              f"({self.config.objective!r}) do not support yet; drop the weights, or train a binary "
+                              "or regression objective")
+
     def _check_packing(self) -> None:
         """Multi-output trees: each row's K pairs must fit one ciphertext of this key."""
         if not (self.outputs and self.backend.is_encrypted):
@@ -51,7 +59,7 @@ class MultiClassState:
         """The gradient pairs tree ``tree`` fits: the model's; with one tree per class, column
         ``tree % K`` of the pairs every class's tree of the round shares (taken at the round's start)."""
         if self.per_round == 1:
-            return encoded_gradients(self.config.objective, self.y, self.margin)
+            return weighted_pairs(*encoded_gradients(self.config.objective, self.y, self.margin), self.w)
         if tree % self.per_round == 0 or self.round_gh is None:
             self.round_gh = encoded_gradients(self.config.objective, self.y, self.margin)
         k = tree % self.per_round

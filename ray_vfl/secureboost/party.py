@@ -13,7 +13,7 @@ from ..crypto import get_backend
 from ..data.binning import PartyBinner, check_encodable
 from ..errors import ConfigError, DataError
 from ..runtime.task_pool import TaskPool
-from ..runtime.party import PartyActor, read_part, resolve_rows
+from ..runtime.party import PartyActor, read_part, resolve_rows, write_atomically
 from ..trees.config import BoostConfig
 from ..trees.kernels import feature_keys
 from .tree import LookupTable
@@ -96,6 +96,25 @@ class Party(PartyActor):
     def model_part(self) -> dict[str, Any]:
         """This party's share of the model: its binner and its lookup table."""
         return {"party": self.name, "binner": self.binner.to_dict(), "lookup": self.lookup.to_dict()}
+
+    def own_trees(self) -> dict[str, Any]:
+        """This party's own view of the model, thresholds included (what :meth:`dump_trees` writes on its
+        own node): its split records (feature name, bin, threshold, missing direction) and each of its
+        features' ``weight`` importance (how many splits use it). A passive party holds no tree structure
+        and no gain or cover: those stay at the label party, which chose the splits."""
+        names = list(self.binner.feature_names)
+        records = [{"record": i, "feature": names[f], "bin": b, "threshold": t, "default_left": dl}
+                   for i, (f, b, t, dl) in enumerate(self.lookup.to_dict()["rows"])]
+        counts = np.bincount(self.lookup.feature, minlength=len(names)) if len(self.lookup) else np.zeros(len(names))
+        return {"party": self.name, "records": records,
+                "importance": {"weight": {n: float(c) for n, c in zip(names, counts.tolist())}}}
+
+    def dump_trees(self, path: str) -> str:
+        """Write :meth:`own_trees` as JSON to ``path`` on this party's own machine; the caller gets the path
+        only. The thresholds are this party's secret (its lookup table): they are never returned to the
+        driver, whose process is the label party's side."""
+        view = self.own_trees()
+        return write_atomically(path, lambda fh: json.dump(view, fh, indent=1))
 
     def restore(self, part: dict[str, Any]) -> None:
         """Load a saved model part (for prediction without retraining)."""

@@ -34,7 +34,8 @@ once     passive -> active       which (feature, bin) cells hold    which bins o
 1        active -> passive       Enc(g), Enc(h) per row (packed,    nothing: uniform ciphertexts mod n^2 whatever
          (encrypted_gh)          one ciphertext per row; with       the labels (semantic security)
                                  multi-output trees the row's K
-                                 classes' pairs in that one)
+                                 classes' pairs in that one; with
+                                 sample weights, of w * g and w * h)
 per d    passive -> active       Enc(bin sums) per built node (the  bin sums of g and h of every node (not per
          (encrypted_histograms)  root, then the smaller child of    row; K of each with multi-output trees), the
                                  each split), feature and bin       siblings derived as parent - built; with the
@@ -217,10 +218,26 @@ class FederatedModel:
         """The trees as the active party holds them (owner, record id, weights)."""
         return self.runtime.get([(self.label_party, self._handle(self.label_party).trees_snapshot.remote())], "trees")[0]
 
+    def importance_stats(self) -> dict[str, Any]:
+        """The label party's feature-importance figures (:meth:`ActiveParty.importance_stats`): split
+        statistics of its own features, and per party the totals of each importance type."""
+        return self.runtime.get([(self.label_party, self._handle(self.label_party).importance_stats.remote())],
+                                "importances")[0]
+
     def lookup_tables(self) -> dict[str, Any]:
         """Every party's lookup table. Diagnostic only: in a deployment each stays with its party."""
         parts = self.runtime.get([(p, self._handle(p).model_part.remote()) for p in self.order], "model parts")
         return {p: part["lookup"] for p, part in zip(self.order, parts)}
+
+    def dump_trees(self, directory: str) -> dict[str, str]:
+        """Each party writes its own view of the trees, thresholds included, to
+        ``<directory>/<party>.trees.json`` on its own machine (XGBoost's ``dump_model``, per party): the
+        label party the tree structure, leaf weights, every split's gain and cover and its own splits'
+        thresholds; a passive party its split records with their thresholds. The driver gets the paths
+        only: a party's thresholds never leave it (see :meth:`lookup_tables` for the diagnostic way)."""
+        paths = {p: os.path.join(directory, f"{p}.trees.json") for p in self.order}
+        self.runtime.get([(p, self._handle(p).dump_trees.remote(paths[p])) for p in self.order], "dump trees")
+        return paths
 
     def save(self, directory: str) -> dict[str, str]:
         """Each party writes ``<directory>/<party>.json``, its own part only."""

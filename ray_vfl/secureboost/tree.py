@@ -21,13 +21,28 @@ __all__ = ["Tree", "TreeBuilder", "LookupTable"]
 @dataclass
 class Tree:
     """Arrays over node ids; ``left[i] == -1`` marks a leaf. ``weight`` is ``(n_nodes,)``, or
-    ``(n_nodes, K)`` for a multi-output tree."""
+    ``(n_nodes, K)`` for a multi-output tree. ``feature``, ``gain`` and ``cover`` of an
+    internal node are what the active party chose it by (the owner's feature index, never a threshold;
+    the loss reduction; the hessian sum, summed over the K outputs of a multi-output tree), kept for
+    feature importances (-1 and 0 in models saved before they were kept)."""
 
     left: np.ndarray
     right: np.ndarray
     owner: np.ndarray
     record: np.ndarray
     weight: np.ndarray
+    feature: np.ndarray | None = None
+    gain: np.ndarray | None = None
+    cover: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.left)
+        if self.feature is None:
+            self.feature = np.full(n, -1, dtype=np.int32)
+        if self.gain is None:
+            self.gain = np.zeros(n)
+        if self.cover is None:
+            self.cover = np.zeros(n)
 
     @property
     def n_nodes(self) -> int:
@@ -38,12 +53,14 @@ class Tree:
         return int(np.sum(self.left < 0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k).tolist() for k in ("left", "right", "owner", "record", "weight")}
+        return {k: getattr(self, k).tolist() for k in ("left", "right", "owner", "record", "weight", "feature", "gain", "cover")}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Tree":
         ints = {k: np.asarray(d[k], dtype=np.int32) for k in ("left", "right", "owner", "record")}
-        return cls(**ints, weight=np.asarray(d["weight"], dtype=np.float64))
+        extra = {k: np.asarray(d[k], dtype=np.int32 if k == "feature" else np.float64)
+                 for k in ("feature", "gain", "cover") if k in d}
+        return cls(**ints, weight=np.asarray(d["weight"], dtype=np.float64), **extra)
 
 
 @dataclass
@@ -57,15 +74,21 @@ class TreeBuilder:
     owner: list[int] = field(default_factory=lambda: [-1])
     record: list[int] = field(default_factory=lambda: [-1])
     weight: list[float] = field(default_factory=lambda: [0.0])
+    feature: list[int] = field(default_factory=lambda: [-1])
+    gain: list[float] = field(default_factory=lambda: [0.0])
+    cover: list[float] = field(default_factory=lambda: [0.0])
 
-    def split(self, node: int, owner: int, record: int) -> tuple[int, int]:
+    def split(self, node: int, owner: int, record: int, feature: int = -1, gain: float = 0.0,
+              cover: float = 0.0) -> tuple[int, int]:
         children = []
         for _ in range(2):
             children.append(len(self.left))
-            for arr, v in ((self.left, -1), (self.right, -1), (self.owner, -1), (self.record, -1), (self.weight, 0.0)):
+            for arr, v in ((self.left, -1), (self.right, -1), (self.owner, -1), (self.record, -1), (self.weight, 0.0),
+                           (self.feature, -1), (self.gain, 0.0), (self.cover, 0.0)):
                 arr.append(v)
         self.left[node], self.right[node] = children
         self.owner[node], self.record[node] = owner, record
+        self.feature[node], self.gain[node], self.cover[node] = int(feature), float(gain), float(cover)
         return children[0], children[1]
 
     def set_leaf(self, node: int, weight) -> None:
@@ -79,6 +102,9 @@ class TreeBuilder:
             np.asarray(self.record, dtype=np.int32),
             np.asarray(self.weight, dtype=np.float64) if self.outputs is None
             else np.stack([np.broadcast_to(np.asarray(w, dtype=np.float64), (self.outputs,)) for w in self.weight]),
+            np.asarray(self.feature, dtype=np.int32),
+            np.asarray(self.gain, dtype=np.float64),
+            np.asarray(self.cover, dtype=np.float64),
         )
 
 

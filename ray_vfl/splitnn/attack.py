@@ -50,10 +50,11 @@ def _margin(scores: list, rows: list, y: np.ndarray, two_sided: bool) -> float:
     return float(3 * values.std() / np.sqrt(len(values)))
 
 
-def label_results(data, model, view, defense_name: str, setting: str, command: str = "") -> list[AttackResult]:
+def label_results(data, model, view, defense_name: str, setting: str, command: str = "",
+                  protocol: str = "split NN") -> list[AttackResult]:
     """The label attacks on one recorded view, per batch against the labels: two rows per attack, the
     one-sided LeakAUC against 0.5 and the two-sided one against the level random scores reach on the
-    same batches, each with a margin of three standard errors."""
+    same batches, each with a margin of three standard errors (``protocol`` names the rows)."""
     y = np.asarray(data.train.label)
     chance = two_sided_chance(view.rows, y)
     out = []
@@ -61,7 +62,7 @@ def label_results(data, model, view, defense_name: str, setting: str, command: s
         scores = attack(view, seed=0) if attack is cluster_attack else attack(view)
         both = leak_aucs(scores, view.rows, y)
         for side, level in (("one_sided", 0.5), ("two_sided", chance)):
-            out.append(AttackResult("split NN", "non-label", f"{name}_attack",
+            out.append(AttackResult(protocol, "non-label", f"{name}_attack",
                                     f"LeakAUC per batch, {side.replace('_', '-')}", both[side], level, None,
                                     f"{setting}, defense {defense_name}", command,
                                     _margin(scores, view.rows, y, side == "two_sided")))

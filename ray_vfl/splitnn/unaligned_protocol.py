@@ -25,30 +25,45 @@ a cross-party SimSiam over the aligned rows, a local SimSiam guided by it, a sec
 encoders' upper layers). Local, VanillaVFL and the all-aligned ORACLE are
 :class:`~ray_vfl.splitnn.network.baselines.InProcessSplitNet` and :func:`~ray_vfl.splitnn.train` (see :func:`ray_vfl.splitnn.experiments.unaligned_table`).
 
-Rounds (``P`` non-label parties, ``n_a`` aligned and ``n_u`` unaligned training rows):
+Messages (``P`` non-label parties ``p``, ``n_a`` aligned and ``n_u`` unaligned training rows). The table is
+data: ``tests/test_unaligned_views.py`` checks the messages of a Diffu-AT and an SS-VFL run against it both
+ways and runs each named attack on the payloads the receiver recorded (no row claims "nothing"). A
+``federated`` row is a step with the non-label parties: every batch of the pretraining, and every federated
+step of the alternation.
 
-=========  ====================  ==============================  =====================================
-phase      sender -> receiver    payload                         what the receiver learns
-=========  ====================  ==============================  =====================================
-ss-vfl     none                  none: each party's SimSiam is   nothing; the wait before the first
-           (before pretrain)     local                           batch hints at the other's row count
-fedhssl    label <-> non-label   projections of the aligned      see :mod:`.hybrid`'s view table (the
-(before    (both ways), masked   rows; shares and mean of the    label party's representation of each
-pretrain)  shares, the mean      local upper layers              aligned row reaches the others)
-pretrain   as VanillaVFL         embeddings / gradients          as VanillaVFL (:mod:`.protocol`)
-synthesis  non-label p -> label  trained embeddings (n_a, d)     p's trained model output per aligned
-                                                                 row (the embeddings of the last epoch,
-                                                                 which it already saw, once more)
-alternate  as VanillaVFL, on     embeddings / gradients          as VanillaVFL; the pauses between its
-           federated steps only                                  steps (local steps) hint at ``n_u``,
-                                                                 a longer pause per epoch (refresh) at
-                                                                 the synthesis time
-=========  ====================  ==============================  =====================================
+=========  ==================  =================================  ==================================================
+phase      sender -> receiver  payload                            what the receiver learns
+=========  ==================  =================================  ==================================================
+federated  non-label -> label  federated embedding (B, d) of the  p's bottom-model output for the rows, a function
+           (embedding)         batch's aligned rows; at           of p's features: with some rows' values known, the
+                               prediction, of every row to score  others' are guessed
+                                                                  [attack: splitnn.privacy.attacks.embedding_feature_attack]
+federated  label -> non-label  d loss / d embedding (B, d),       the gradient of its own output, which leaks the
+           (embedding_grad)    wrapped by the defense             labels of the batch's rows (Li et al., 2022); in
+                                                                  the alternation the top model has also learned
+                                                                  from the unaligned rows
+                                                                  [attack: splitnn.privacy.attacks.norm_attack]
+                                                                  [attack: splitnn.privacy.attacks.direction_attack]
+synthesis  non-label -> label  p's trained embeddings (n_a, d)    p's pretrained model output for every aligned row
+           (embedding)         of every aligned row, once (not    at once (the label party received each row's
+                               SS-VFL)                            embedding in the last pretraining epoch, from a
+                                                                  model a few steps older): as the federated ones
+                                                                  [attack: splitnn.privacy.attacks.embedding_feature_attack]
+predict    label -> caller     probabilities, sealed to a key     the predictions it asked for (the caller is the
+           (splitnn_proba)     the caller made for this call      label party's side)
+=========  ==================  =================================  ==================================================
 
-SS-VFL has no synthesis phase, and its alternation is federated steps only. The unaligned rows and
-the synthetic embeddings never leave the label party. The refresh adds no
-message: the label party keeps the ``h_N`` of each aligned row from the federated step that carried it
-(as it received them; it learns nothing beyond what VanillaVFL's label party sees) and refits on them.
+No message carries an unaligned row, a synthetic embedding or the diffusion model: they never leave the label
+party, and the refresh adds no message (the label party keeps the ``h_N`` of each aligned row from the
+federated step that carried it and refits on them). SS-VFL's self-supervised pretraining sends nothing, and
+its alternation is federated steps only. What the table leaves out, because no payload carries it, is timing:
+in SS-VFL the wait before the first pretraining batch hints at how long the other parties' local pretraining
+took (their row counts); in Diffu-AT the pauses between an alternation's federated steps (the label party's
+local steps) hint at ``n_u``, and a longer pause per epoch (refresh) at the synthesis time. The cluster attack on a non-label
+party's own embeddings (:mod:`.protocol`'s table) is not named here: after one pretraining and one
+alternating epoch it does not beat chance on the tests' 910 aligned rows, and on 7,466 only one-sided
+(``benchmarks/RESULTS.md``, "Privacy: attacks on recorded views"). FedHSSL's pretraining between the parties
+has its own table (:mod:`.unaligned.hybrid`).
 """
 
 from __future__ import annotations
@@ -64,6 +79,7 @@ from ..runtime.comm import CommStats
 from .network.config import SplitNNConfig
 from .data import SplitNNData
 from .privacy.defenses import Defense, NoDefense
+from .privacy.views import keep_views
 from .network.models import batch_schedule
 from .unaligned.hybrid import HybridNonLabelParty, hybrid_pretrain
 from .network.parties import NonLabelParty
@@ -142,6 +158,7 @@ def train_unaligned(
     options: UnalignedOptions | None = None,
     defense: Defense | None = None,
     on_window: Callable[[str, int], None] | None = None,
+    record_views: bool = False,
 ) -> SplitNNModel:
     """Train a split network on the aligned rows of ``data`` and the label party's unaligned rows.
 
@@ -161,6 +178,10 @@ def train_unaligned(
         Wraps the gradients the label party sends, in both phases.
     on_window : callable, optional
         Called with the phase and the steps done after every window of ``config.pipeline_depth`` steps.
+    record_views : bool
+        Every party's actor keeps each payload it opens and sends, from the first message on
+        (:func:`ray_vfl.splitnn.privacy.views.recorded_events` reads them): for the view tests and
+        :mod:`ray_vfl.splitnn.unaligned_attack`, never needed to train.
 
     Returns
     -------
@@ -206,6 +227,9 @@ def train_unaligned(
     runtime.get([(p, h.ping.remote()) for p, h in zip([label_name] + nonlabel, [label] + handles)], "setup", total.timeout_s)
     runtime.introduce([label_name] + nonlabel, total.timeout_s)  # public keys, before the first sealed message
     runtime.get([(label_name, label.set_peers.remote(dict(zip(nonlabel, handles))))], "setup", total.timeout_s)
+    if record_views:
+        runtime.get([(p, h.__ray_call__.remote(keep_views)) for p, h in zip([label_name] + nonlabel, [label] + handles)],
+                    "record views", total.timeout_s)
 
     start = time.perf_counter()
     nonlabel_ssl = {}

@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 
 from ..data.dataset import VerticalDataset
+from ..errors import ConfigError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
@@ -78,13 +79,19 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
         return SSXGBConfig(**params)
 
     def fit(self, data: VerticalDataset, eval_set: Sequence[VerticalDataset] | None = None,
-            checkpoint_dir: str | None = None, checkpoint_every: int = 1):
+            checkpoint_dir: str | None = None, checkpoint_every: int = 1, *, sample_weight=None,
+            sample_weight_eval_set=None):
         """Train on ``data`` (one participant holds the 0/1 labels); returns ``self``. ``eval_set`` data
         sets (labels at the same participant) are scored after every tree by encrypted prediction, the
         LBP comparing with its own labels (logloss, AUC: ``evals_result_``). With
         ``checkpoint_dir`` every role (participants, C, S) saves its training state there (on its own
         machine) every ``checkpoint_every`` trees, and a fit started again with the same folder
-        continues from the last tree every role completed."""
+        continues from the last tree every role completed. SSXGB trains unweighted, as its paper:
+        ``sample_weight`` (or ``sample_weight_eval_set``) raises :class:`~ray_vfl.errors.ConfigError`."""
+        if sample_weight is not None or sample_weight_eval_set is not None or getattr(data, "weighted", False):
+            raise ConfigError("SSXGB trains without sample weights (its paper's protocol has none): leave sample_weight "
+                              "out, or use SecureBoostClassifier / PIVODLClassifier, which weigh the gradients at the "
+                              "label party")
         config = self._config()
         VerticalDataset.ensure(data)
         evals = eval_sets_of(eval_set)

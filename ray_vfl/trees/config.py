@@ -99,7 +99,12 @@ class BoostConfig(ValidatedConfig):
         objective derives it again unless it was given. Training refuses
         squared-error labels further than half the bound from the base score
         (residuals may grow a little while boosting): scale the labels or raise
-        the bound.
+        the bound. Sample weights multiply the gradients: the bound must cover
+        the largest weight too (``fit(sample_weight=...)`` derives it when None).
+    scale_pos_weight : float
+        Weight of every row labelled 1 relative to the rows labelled 0 (XGBoost's ``scale_pos_weight``),
+        > 0; 1 by default. It multiplies the sample weights, at the label party
+        (:mod:`ray_vfl.trees.weights`).
     num_class : int or None
         Classes of a multi-class objective, in [2, 1000]; ``None`` for the others.
     multi_strategy : str
@@ -143,6 +148,7 @@ class BoostConfig(ValidatedConfig):
     precompute_masks: bool = True
     group_features: bool = True
     gradient_bound: float | None = None
+    scale_pos_weight: float = 1.0
     num_class: int | None = None
     multi_strategy: str = "one_output_per_tree"
 
@@ -187,6 +193,10 @@ class BoostConfig(ValidatedConfig):
             raise ConfigError(f"precompute_masks must be True or False, got {self.precompute_masks!r}")
         if not isinstance(self.group_features, bool):
             raise ConfigError(f"group_features must be True or False, got {self.group_features!r}")
+        check_float("scale_pos_weight", self.scale_pos_weight, 0.0, 1e12, lo_open=True)
+        if is_multiclass(self.objective) and self.scale_pos_weight != 1.0:
+            raise ConfigError(f"scale_pos_weight weighs the rows labelled 1 of a binary objective; multi-class "
+                              f"objective {self.objective!r} takes no weights yet: leave scale_pos_weight=1")
         given = self.gradient_bound is not None
         if given:
             check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)

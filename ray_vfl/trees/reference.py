@@ -26,6 +26,7 @@ from .kernels import (
     histogram_keys,
     leaf_weights,
 )
+from .weights import row_weights, weighted_pairs
 
 __all__ = ["ReferenceTree", "fit_reference", "predict_reference"]
 
@@ -89,16 +90,20 @@ def _grow(bins: np.ndarray, g: np.ndarray, h: np.ndarray, config: BoostConfig, n
 
 
 def fit_reference(bins: np.ndarray, y: np.ndarray, config: BoostConfig, base_score: float,
-                  released: Callable[[ReferenceTree], np.ndarray] | None = None) -> list[ReferenceTree]:
+                  released: Callable[[ReferenceTree], np.ndarray] | None = None,
+                  weight: np.ndarray | None = None) -> list[ReferenceTree]:
     """Boost ``config.n_trees`` trees on binned features (missing bin = ``config.max_bin``).
+
+    ``weight``: sample weights (with ``config.scale_pos_weight``, :mod:`ray_vfl.trees.weights`).
 
     ``released`` maps a grown tree to the node weights the training margins move by (default: its own
     weights); a centralized model of protocols that release noisy leaf weights (PIVODL's partial DP).
     """
     margin = np.full(len(y), base_margin(config.objective, base_score))
+    w = row_weights(y, weight, getattr(config, "scale_pos_weight", 1.0))
     trees = []
     for _ in range(config.n_trees):
-        g, h = encoded_gradients(config.objective, y, margin)
+        g, h = weighted_pairs(*encoded_gradients(config.objective, y, margin), w)
         tree, node_of_row = _grow(bins, g, h, config, config.max_bin + 1)
         trees.append(tree)
         weights = tree.weight if released is None else released(tree)

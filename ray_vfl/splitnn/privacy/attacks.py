@@ -231,7 +231,9 @@ def embedding_feature_attack(view: NonLabelView, known_rows: np.ndarray, known_v
     """The label party's guess of a non-label feature from the embeddings it received: ``(row ids,
     guesses)``. Each row is represented by the last embedding the label party received for it (never
     ``final_embeddings``, which the non-label party computes and keeps); a ridge regression (with an
-    intercept) fitted on the rows of ``known_rows`` whose values it knows predicts the others.
+    intercept) fitted on the rows of ``known_rows`` whose values it knows predicts the others. Any
+    per-row vectors a party received serve the same way (``view.embeddings``: what it received, per
+    batch of ``view.rows``): FedHSSL's projections, for one (:mod:`ray_vfl.splitnn.unaligned_attack`).
 
     >>> emb = np.arange(20, dtype=float).reshape(10, 2)
     >>> view = NonLabelView("shop", rows=[np.arange(10)], embeddings=[emb], gradients=[np.zeros((10, 2))])

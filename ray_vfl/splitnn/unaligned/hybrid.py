@@ -44,34 +44,54 @@ Where this differs from the authors' code, and why
       party's weights in plaintext to a server.
 
 View table (``P`` non-label parties, ``n_a`` aligned rows, ``W`` the common width, ``m`` the number of
-aggregated parameters; ``ssl_epochs`` epochs):
+aggregated parameters; ``ssl_epochs`` epochs; then fine-tuning and prediction as VanillaVFL). The table is
+data: ``tests/test_fedhssl_views.py`` checks a run's messages against it both ways, tests every "nothing"
+row as a distribution under two secrets, and runs each named attack on the payloads the receiver recorded.
 
-===============  ========================  ===============================  ====================================
-round            sender -> receiver        payload                          what the receiver learns
-===============  ========================  ===============================  ====================================
-set-up, once     every party -> every      X25519 public key, 32 bytes      nothing
-                 other party
-cross-party,     label -> each non-label   ``z_L``: projection of its       a learned ``W``-wide function of the
-per batch                                  cross-party encoder's output     label party's features of each
-                                           for the batch's aligned rows     aligned row (no label enters it)
-cross-party,     non-label -> label        ``z_N``, the same of its own     as much as an embedding of the
-per batch                                  features                         batch (VanillaVFL's first message)
-aggregation,     label -> each non-label   nonce, 16 bytes                  nothing (public, fresh per sum)
-per epoch
-aggregation,     non-label -> label        masked share, ``m`` uint64       a uniformly distributed vector
-per epoch
-aggregation,     label -> each non-label   the mean of the parties' local   the mean; with one non-label party
-per epoch                                  upper parts and heads, ``m``     the label party's own part (2 x mean
-                                           floats                           minus its own), and the label party
-                                                                            the other's, as in any mean of two
-fine-tuning      as VanillaVFL             embeddings ``(B, 2W)``,          as VanillaVFL (:mod:`.protocol`)
-                                           gradients
-===============  ========================  ===============================  ====================================
+=========  ==============================  ================================  =========================================
+round      sender -> receiver              payload                           what the receiver learns
+=========  ==============================  ================================  =========================================
+set-up     label -> non-label              X25519 public key, 32 bytes,      nothing (a fresh key pair from OS
+           (hssl_mask_key)                 once                              entropy in the sender's actor)
+set-up     non-label -> label, non-label   the same, to every other party    nothing (a fresh key pair from OS
+           (hssl_mask_key)                                                   entropy in the sender's actor)
+cross      label -> non-label              ``z_L``: projection of its        a learned ``W``-wide function of the
+           (ssl_projection)                cross-party encoder's output      label party's features of each aligned
+                                           for a batch's aligned rows        row (no label enters it): with some
+                                                                             rows' values known, the others' are
+                                                                             guessed
+                                                                             [attack: splitnn.privacy.attacks.embedding_feature_attack]
+cross      non-label -> label              ``z_N``, the same of its own      as much as an embedding of the batch
+           (ssl_projection)                features                          (VanillaVFL's first message)
+                                                                             [attack: splitnn.privacy.attacks.embedding_feature_attack]
+aggregate  label -> non-label              nonce, 16 bytes, per epoch        nothing (public, fresh per sum)
+           (hssl_nonce)
+aggregate  non-label -> label              masked share, ``m`` uint64, per   the sender's local upper part and heads
+           (hssl_share)                    epoch                             when ``P = 1``: the label party holds
+                                                                             the one mask on it (the pair's); with
+                                                                             more non-label parties, a uniformly
+                                                                             distributed vector, the sum alone
+                                                                             [attack: splitnn.unaligned_attack.mean_part_attack]
+aggregate  label -> non-label              the mean of the parties' local    the mean; with ``P = 1`` the label
+           (hssl_average)                  upper parts and heads, ``m``      party's own part (2 x mean minus its
+                                           floats, per epoch                 own), with more the others' sum
+                                                                             [attack: splitnn.unaligned_attack.mean_part_attack]
+finetune   non-label -> label              embeddings ``(B, 2W)`` of a       as VanillaVFL (:mod:`..protocol`): a
+           (embedding)                     batch; at prediction, of every    function of its features
+                                           row to score                      [attack: splitnn.privacy.attacks.embedding_feature_attack]
+finetune   label -> non-label              d loss / d embedding, wrapped     as VanillaVFL: the labels of the batch
+           (embedding_grad)                by the defense                    [attack: splitnn.privacy.attacks.norm_attack]
+                                                                             [attack: splitnn.privacy.attacks.direction_attack]
+predict    label -> caller                 probabilities, sealed to a key    the predictions it asked for
+           (splitnn_proba)                 the caller made for this call
+=========  ==============================  ================================  =========================================
 
 The cross-party projections are a message VanillaVFL does not carry: the non-label parties receive
 a representation of the label party's features, row by row (the label party's representation is
-never sent in VanillaVFL). The masks of the local views come from the configuration's seed (they hide
-nothing: the rows never leave the party); the secure sum's keys from OS entropy in each party.
+never sent in VanillaVFL). The secure sum protects a share only from parties that do not hold its masks:
+with one non-label party the aggregator holds them all, and learns what the mean tells it anyway (its
+part in the sum is the other half). The masks of the local views come from the configuration's seed (they
+hide nothing: the rows never leave the party); the secure sum's keys from OS entropy in each party.
 
 Example
 -------
@@ -98,7 +118,7 @@ from ..network.models import batch_schedule, build_bottom, make_optimizer, nonla
 from ..network.parties import NonLabelParty
 from ..network.selfsupervised import SimSiamHead, mask_fields, negative_cosine, output_spread
 
-__all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain"]
+__all__ = ["HybridEncoder", "HybridSSL", "HybridNonLabelParty", "hybrid_pretrain", "cross_schedule"]
 
 register("ssl_projection", Array("", "float", ("n_rows", "width"), finite=True))
 register("hssl_mask_key", Rule(lambda p, c: None if isinstance(p, bytes) and len(p) == PUBLIC_KEY_BYTES
@@ -111,6 +131,15 @@ register("hssl_average", Array("", "float", ("n_params",), finite=True))
 
 SHARED_SEED = 31  # offset of the parts every party initialises alike (the aggregated ones)
 CROSS_HEAD_SEED = 37
+
+
+def cross_schedule(n_rows: int, config: SplitNNConfig, ssl_epochs: int) -> list[np.ndarray]:
+    """The cross-party batches over ``n_rows`` aligned rows: every party derives them from the shared seed.
+
+    >>> [len(b) for b in cross_schedule(5, SplitNNConfig(batch_size=2), 1)]
+    [2, 2, 1]
+    """
+    return batch_schedule(n_rows, config.batch_size, ssl_epochs, config.seed * 1009 + 8111)
 
 
 class HybridEncoder(nn.Module):
@@ -167,7 +196,7 @@ class HybridSSL:
         self.hssl_optimizers = {"cross": torch.optim.Adam(cross, lr=cfg.learning_rate),
                                 "local": torch.optim.Adam(local, lr=cfg.learning_rate)}
         self.hssl_settings = {"mask_rate": mask_rate, "guidance": guidance}
-        self.hssl_schedule = batch_schedule(len(self.rows["train"]), cfg.batch_size, ssl_epochs, cfg.seed * 1009 + 8111)
+        self.hssl_schedule = cross_schedule(len(self.rows["train"]), cfg, ssl_epochs)
         self.hssl_per_epoch = len(self.hssl_schedule) // ssl_epochs
         self._hssl_running: dict[str, tuple[float, int]] = {}
         self.hssl_rng = np.random.default_rng([cfg.seed, 8117])
