@@ -108,12 +108,7 @@ class _PIVODL(FederatedEstimator):
         it knows its own splits' features); the other clients' features are NaN, their totals are in
         :attr:`party_importances_`. ``"gain"`` and ``"cover"`` need a per-feature mean or a node's hessian
         sum, which no single client holds: :class:`~ray_vfl.errors.ConfigError`."""
-        own, parties = self._importances()
-        out = np.full(self.n_features_in_, np.nan)
-        order = list(self.party_features_)
-        start = sum(self.party_features_[p] for p in order[:order.index(self.model_.order[0])])
-        out[start:start + len(own)] = own
-        return out
+        return self._spread_over_features(self.model_.order[0], self._importances()[0])
 
     @property
     def party_importances_(self) -> dict[str, float]:

@@ -34,6 +34,15 @@ class FederatedEstimator(BaseEstimator):
         self.party_features_ = {p: len(data.columns(p)) for p in data.party_names}
         self.feature_names_in_ = np.asarray(names, dtype=object)
 
+    def _spread_over_features(self, party: str, own: np.ndarray) -> np.ndarray:
+        """``own`` (one party's per-feature scores) at that party's place in ``feature_names_in_``; every
+        other party's features NaN."""
+        out = np.full(self.n_features_in_, np.nan)
+        order = list(self.party_features_)
+        start = sum(self.party_features_[p] for p in order[:order.index(party)])
+        out[start:start + len(own)] = own
+        return out
+
     def _check_fitted(self):
         model = getattr(self, "model_", None)
         if model is None:

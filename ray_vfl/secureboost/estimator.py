@@ -167,12 +167,7 @@ class _SecureBoost(FederatedEstimator):
         their per-feature figures stay at the label party, which chose those splits by feature index, and
         only each party's total leaves it (:attr:`party_importances_`; the label party's own features'
         scores plus every passive party's total sum to 1)."""
-        own, parties = self._importances()
-        out = np.full(self.n_features_in_, np.nan)
-        order = list(self.party_features_)
-        start = sum(self.party_features_[p] for p in order[:order.index(self.model_.label_party)])
-        out[start:start + len(own)] = own
-        return out
+        return self._spread_over_features(self.model_.label_party, self._importances()[0])
 
     @property
     def party_importances_(self) -> dict[str, float]:
