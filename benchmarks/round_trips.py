@@ -80,7 +80,7 @@ class Active:
         for depth in range(DEPTH):
             n = 2 ** depth
             orders = SplitOrders(*(np.zeros(n // 2, dtype=np.int32) for _ in range(3)), np.zeros(n // 2, dtype=bool),
-                                 np.zeros(n // 2, dtype=np.int32))
+                                 np.zeros(n // 2, dtype=np.int32), np.zeros((n // 2, 4), dtype=np.uint8))
             self.steps.append(LevelStep(orders, np.zeros((n, 3), dtype=np.int32), _partition(max(1, n // 2)),
                                         depth + 1 < DEPTH))
 

@@ -86,6 +86,11 @@ def parse_args(argv=None):
     p.add_argument("--categorical", nargs="+", default=[], metavar="[PARTY=]COL,...",
                    help="categorical (non-numeric) columns, encoded inside their party: PARTY=COL,... with "
                         "--party-files; COL,... (or PARTY=COL,... to check where it lands) for a split table")
+    p.add_argument("--enable-categorical", action="store_true",
+                   help="split the categorical columns by sets of categories (xgboost's enable_categorical), chosen "
+                        "with the label party and kept at the party holding the column; default: their ordinal codes")
+    p.add_argument("--max-cat-to-onehot", type=int, default=4,
+                   help="with --enable-categorical, columns of fewer categories split one category against the rest")
     p.add_argument("--trees", type=int, default=10, help="boosting rounds")
     p.add_argument("--depth", type=int, default=5, help="maximum tree depth")
     p.add_argument("--bins", type=int, default=32, help="quantile bins per feature (max_bin)")
@@ -165,7 +170,8 @@ def check_options(args) -> tuple[BoostConfig, dict]:
                              multi_strategy=args.multi_strategy, backend=args.backend,  # K comes from the labels
                              key_bits=args.key_bits, allow_weak_keys=args.allow_weak_keys,
                              workers_per_party=args.workers, gradient_bound=args.gradient_bound,
-                             scale_pos_weight=args.scale_pos_weight)
+                             scale_pos_weight=args.scale_pos_weight, enable_categorical=args.enable_categorical,
+                             max_cat_to_onehot=args.max_cat_to_onehot)
     except ConfigError as exc:  # the library's parameter names, as this job spells them
         raise ConfigError(_as_flags(str(exc))) from None
     return config, cats
@@ -175,7 +181,10 @@ def _as_flags(message: str) -> str:
     for name, flag in (("allow_weak_keys=True", "--allow-weak-keys"), ("key_bits", "--key-bits"),
                        ("n_trees", "--trees"), ("max_depth", "--depth"), ("max_bin", "--bins"),
                        ("learning_rate", "--learning-rate"), ("gradient_bound", "--gradient-bound"),
-                       ("workers_per_party", "--workers"), ("scale_pos_weight", "--scale-pos-weight")):
+                       ("workers_per_party", "--workers"), ("scale_pos_weight", "--scale-pos-weight"),
+                       ("multi_strategy='one_output_per_tree'", "--multi-strategy one_output_per_tree"),
+                       ("enable_categorical=True", "--enable-categorical"), ("enable_categorical=False", "no --enable-categorical"),
+                       ("max_cat_to_onehot", "--max-cat-to-onehot"), ("multi_strategy", "--multi-strategy")):
         message = message.replace(name, flag)
     return message
 
@@ -286,6 +295,7 @@ def _run(args, config: BoostConfig, cats: dict, runtime: Runtime, data=None, tra
         learning_rate=config.learning_rate, backend=config.backend, key_bits=config.key_bits,
         allow_weak_keys=config.allow_weak_keys, workers_per_party=config.workers_per_party,
         gradient_bound=args.gradient_bound, scale_pos_weight=args.scale_pos_weight, runtime=runtime,
+        enable_categorical=config.enable_categorical, max_cat_to_onehot=config.max_cat_to_onehot,
         callbacks=[timer] + ([] if args.quiet else [ProgressBar(), EvaluationLogger()]),
     )
     start = time.perf_counter()

@@ -117,7 +117,7 @@ def test_every_payload_round_trips_exactly(payload):
 
 def test_the_messages_of_a_level_round_trip():
     orders = SplitOrders(np.array([0, 1]), np.array([3, 0]), np.array([7, 2], np.int32), np.array([True, False]),
-                         np.array([0, 1], np.int64))
+                         np.array([0, 1], np.int64), np.packbits(np.array([[0] * 31, [1, 1] + [0] * 29], bool), axis=1))
     step = LevelStep(orders, np.arange(6).reshape(2, 3), Partition(np.array([2]), np.packbits([1, 0, 1]), np.array([3])), True)
     pk = get_backend("paillier").generate_keys(1024, allow_weak=True)[0]
     for payload in (step, (("paillier", {"frac_bits": 40, "max_rows": 2**20}), pk), {"n": 2**2047 + 1, "g": 3}):

@@ -5,11 +5,17 @@ actor: categorical columns become ordinal codes, numeric columns are cut at
 quantiles into at most ``max_bin`` bins, and missing values get the extra bin
 ``max_bin``. The cut values are the party's private lookup data: a split on
 bin ``b`` of feature ``f`` sends a row left iff ``x[f] <= cuts[f][b]``.
+
+With ``native_categorical=True`` (the trees' ``enable_categorical``) each category of a categorical
+column gets its own bin, numbered in an order drawn from the OS's entropy inside the party: a party
+that learns which bins a split sends left (the label party, which scores the candidates) cannot
+tell which categories they are, even knowing every category's name.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any, Sequence
 
 import numpy as np
@@ -131,8 +137,9 @@ class PartyBinner:
     [[0, 0], [1, 1], [2, 0], [4, 2]]
     """
 
-    def __init__(self, max_bin: int = 32) -> None:
+    def __init__(self, max_bin: int = 32, native_categorical: bool = False) -> None:
         self.max_bin = max_bin
+        self.native_categorical = native_categorical
         self.feature_names: list[str] = []
         self.categorical: list[str] = []
         self.categories: dict[str, list] = {}
@@ -146,11 +153,44 @@ class PartyBinner:
 
     def fit_transform(self, frame: pd.DataFrame, categorical: Sequence[str] = (), party: str = "party") -> np.ndarray:
         """Fit the encoding and the cuts on ``frame`` and return its bins."""
-        values, self.categories = encode_party_frame(frame, categorical, party)
+        books = self._shuffled_books(frame, categorical, party) if self.native_categorical else None
+        values, self.categories = encode_party_frame(frame, categorical, party, books)
         self.feature_names = [str(c) for c in frame.columns]
         self.categorical = list(categorical)
         self.cuts = [self._quantile_cuts(values[:, j]) for j in range(values.shape[1])]
         return self.bin_values(values)
+
+    def _shuffled_books(self, frame: pd.DataFrame, categorical: Sequence[str], party: str) -> dict[str, list]:
+        """One bin per category, in an order drawn from OS entropy; at most ``max_bin`` categories."""
+        books = {}
+        for col in categorical:
+            if col not in frame.columns:
+                continue  # check_encodable names it
+            book = frame[col].dropna().unique().tolist()
+            if len(book) > self.max_bin:
+                raise DataError(
+                    f"party {party!r}: categorical column {col!r} holds {len(book)} categories, more than max_bin="
+                    f"{self.max_bin}: native categorical splits give each category its own bin; raise max_bin (up to "
+                    "255), group the rare categories into one, or leave enable_categorical=False")
+            secrets.SystemRandom().shuffle(book)
+            books[col] = book
+        return books
+
+    def n_categories(self) -> np.ndarray:
+        """Per feature, its categories when split natively (``native_categorical``), else 0.
+
+        >>> frame = pd.DataFrame({"age": [20, 30], "city": ["a", "b"]})
+        >>> PartyBinner(native_categorical=True).fit(frame, ["city"]).n_categories().tolist()
+        [0, 2]
+        """
+        native = self.native_categorical
+        return np.asarray([len(self.categories[c]) if native and c in self.categorical else 0
+                           for c in self.feature_names], dtype=np.int64)
+
+    def split_categories(self, feature: int, left_bins: Sequence[int]) -> list:
+        """The categories (values) of a categorical split's left bins: this party's secret."""
+        book = self.categories[self.feature_names[feature]]
+        return [book[b] for b in left_bins]
 
     def _quantile_cuts(self, x: np.ndarray) -> np.ndarray:
         x = x[~np.isnan(x)]
@@ -193,6 +233,7 @@ class PartyBinner:
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_bin": self.max_bin,
+            "native_categorical": self.native_categorical,
             "feature_names": self.feature_names,
             "categorical": self.categorical,
             "categories": self.categories,
@@ -201,7 +242,7 @@ class PartyBinner:
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> "PartyBinner":
-        binner = cls(state["max_bin"])
+        binner = cls(state["max_bin"], bool(state.get("native_categorical", False)))
         binner.feature_names = list(state["feature_names"])
         binner.categorical = list(state["categorical"])
         binner.categories = {k: list(v) for k, v in state["categories"].items()}

@@ -88,6 +88,10 @@ class PIVODLConfig(BoostConfig):
         if self.num_class is not None or self.objective.startswith("multi:"):
             raise ConfigError(f"PIVODL trains binary:logistic and reg:squarederror, not {self.objective!r}: multi-class "
                               "is SecureBoost's (SecureBoostClassifier picks multi:softprob from the labels)")
+        if self.enable_categorical:
+            raise ConfigError("PIVODL splits categorical columns as ordinal codes: its clients score candidates on "
+                              "secret-shared sums, which cannot be sorted by category weight; leave "
+                              "enable_categorical=False, or train SecureBoost for native categorical splits")
         check_int("instance_threshold", self.instance_threshold, 1, 1_000_000)
         if self.epsilon is not None:
             check_budget(self.epsilon, self.delta)

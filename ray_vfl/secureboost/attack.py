@@ -60,7 +60,7 @@ def leaf_label_scores(view: PartyView, n_rows: int, known_rows: np.ndarray, know
     >>> from ray_vfl.secureboost.views import Event
     >>> from ray_vfl.secureboost.levels import pack_partition
     >>> from ray_vfl.secureboost.messages import LevelStep, SplitOrders
-    >>> none = SplitOrders(*[np.zeros(0, dtype=int)] * 5)
+    >>> none = SplitOrders(*[np.zeros(0, dtype=int)] * 5, np.zeros((0, 4), dtype=np.uint8))
     >>> step = LevelStep(none, np.array([[0, 1, 2]]), pack_partition([0], [np.array([1, 1, 0, 0], bool)]), True)
     >>> view = PartyView("p", [Event("in", "a", "encrypted_gh", 0, 0, None), Event("in", "a", "level_step", 0, 0, step)])
     >>> leaf_label_scores(view, 4, np.array([0, 2]), np.array([1.0, 0.0]), prior_weight=0).tolist()

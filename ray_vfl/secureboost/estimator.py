@@ -58,6 +58,9 @@ class _SecureBoost(FederatedEstimator):
         runtime: Runtime | None = None,
         objective: str | None = None,
         multi_strategy: str = "one_output_per_tree",
+        enable_categorical: bool = False,
+        max_cat_to_onehot: int = 4,
+        max_cat_threshold: int = 64,
     ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -83,6 +86,9 @@ class _SecureBoost(FederatedEstimator):
         self.runtime = runtime
         self.objective = objective
         self.multi_strategy = multi_strategy
+        self.enable_categorical = enable_categorical
+        self.max_cat_to_onehot = max_cat_to_onehot
+        self.max_cat_threshold = max_cat_threshold
 
     def _config(self, gradient_bound: float | None = None) -> BoostConfig:
         return BoostConfig(
@@ -93,6 +99,8 @@ class _SecureBoost(FederatedEstimator):
             precompute_masks=self.precompute_masks, group_features=self.group_features,
             gradient_bound=self.gradient_bound if gradient_bound is None else gradient_bound,
             scale_pos_weight=self.scale_pos_weight, num_class=self._num_class, multi_strategy=self.multi_strategy,
+            enable_categorical=self.enable_categorical, max_cat_to_onehot=self.max_cat_to_onehot,
+            max_cat_threshold=self.max_cat_threshold,
         )
 
     _fit_objective = _objective
@@ -214,7 +222,9 @@ class _SecureBoost(FederatedEstimator):
                   allow_weak_keys=cfg.allow_weak_keys, workers_per_party=cfg.workers_per_party,
                   timeout_s=cfg.timeout_s, precompute_masks=cfg.precompute_masks, group_features=cfg.group_features,
                   gradient_bound=cfg.gradient_bound, scale_pos_weight=cfg.scale_pos_weight, runtime=model.runtime,
-                  multi_strategy=cfg.multi_strategy, objective=cfg.objective)
+                  multi_strategy=cfg.multi_strategy, objective=cfg.objective,
+                  enable_categorical=cfg.enable_categorical, max_cat_to_onehot=cfg.max_cat_to_onehot,
+                  max_cat_threshold=cfg.max_cat_threshold)
         est.model_ = model
         est.n_trees_ = model.n_trees
         est._fit_objective, est._num_class = cfg.objective, cfg.num_class
@@ -237,6 +247,9 @@ class SecureBoostClassifier(ScoreOnDataLabels, ClassifierMixin, _SecureBoost):
     ``"one_output_per_tree"`` (one tree per class and round, the default) or ``"multi_output_tree"``
     (one tree per round with ``K`` leaf weights; every row's ``K`` gradient pairs travel packed in one
     ciphertext). ``predict`` gives class labels, ``predict_proba`` ``K`` columns (2 for binary).
+    ``enable_categorical=True`` splits the columns declared categorical (``vertical_split(...,
+    categorical=...)``) by sets of categories, chosen with the label party from per-category sums and
+    kept, as category values, at the party holding the column (:mod:`ray_vfl.trees.categorical`).
 
     Example
     -------

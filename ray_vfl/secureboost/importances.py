@@ -59,8 +59,9 @@ class ImportanceReport:
             out: dict[str, Any] = {"party": party, "record": int(tree.record[i]), "gain": float(tree.gain[i]),
                                    "cover": float(tree.cover[i])}
             if party == self.name:
-                f, b, t, dl = rows[int(tree.record[i])]
-                out.update(feature=names[f], bin=b, threshold=t, default_left=dl)
+                f, b, t, dl, *cats = rows[int(tree.record[i])]
+                split = {"threshold": t} if not cats else {"categories_left": self.binner.split_categories(f, cats[0])}
+                out.update(feature=names[f], bin=b, **split, default_left=dl)
             out.update(yes=node(tree, int(tree.left[i])), no=node(tree, int(tree.right[i])))
             return out
 

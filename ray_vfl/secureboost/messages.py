@@ -29,13 +29,16 @@ __all__ = ["SplitOrders", "Partition", "LevelStep", "NodeHistograms", "RouteQuer
 
 @dataclass(frozen=True)
 class SplitOrders:
-    """Active -> one passive: the splits it won (node, its feature, its bin, missing left)."""
+    """Active -> one passive: the splits it won (node, its feature, its bin, missing left), and for a
+    native categorical split the bins it sends left (``left_bins``: one row of packed bits per order,
+    ``n_bins - 1`` bits; all zero for a threshold split)."""
 
     node: np.ndarray
     feature: np.ndarray
     bin: np.ndarray
     default_left: np.ndarray
     record: np.ndarray  # ids the passive files these splits under in its lookup table
+    left_bins: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,19 @@ def _level_step_problem(p: LevelStep, ctx) -> str | None:
     return None
 
 
+def _category_sets_problem(p: LevelStep, ctx) -> str | None:
+    """A category set only on a feature the receiver splits natively, over its categories, with at
+    least one category on each side (context: n_categories, each feature's, 0 where split at thresholds)."""
+    o = p.orders
+    sets = np.unpackbits(o.left_bins, axis=1, count=ctx["n_bins"] - 1).astype(bool)
+    for i, (feature, left) in enumerate(zip(o.feature.tolist(), sets)):
+        k = int(ctx["n_categories"][feature])
+        if left.any() and (k == 0 or left[k:].any() or left[:k].all()):
+            return (f"orders.left_bins[{i}] is not a split of feature {feature}'s categories "
+                    f"({k} at the receiver)")
+    return None
+
+
 _N_ORDERS = length("orders.node")
 
 register(  # active -> passive, once (context: backend_spec, backend, key_bits)
@@ -157,6 +173,8 @@ register(  # passive -> active, once (context: n_bins, encrypted)
                                  "n_features with ciphertexts, else 0"),),
           low=Ref(lambda p, c: np.arange(p["n_features"]) * c["n_bins"], "its feature's first cell"),
           high=Ref(lambda p, c: np.arange(1, p["n_features"] + 1) * c["n_bins"], "its feature's last cell + 1")),
+    Array("n_categories", "int", (Ref(lambda p, c: p["n_features"], "n_features"),), low=0,
+          high=Ref(lambda p, c: c["n_bins"], "n_bins")),
     Rule(_layout_problem),
 )
 register(  # active -> passive, per tree (context: backend, public_key, n_rows)
@@ -179,6 +197,8 @@ register(  # active -> passive, per level (context: open_nodes, node_rows, n_fea
     Array("orders.default_left", "bool", (_N_ORDERS,)),
     Array("orders.record", "int", (_N_ORDERS,),
           equals=Ref(lambda p, c: c["next_record"] + np.arange(len(p.orders.node)), "the receiver's next record ids")),
+    Array("orders.left_bins", "uint8", (_N_ORDERS, Ref(lambda p, c: (c["n_bins"] + 6) // 8, "(n_bins - 1) / 8 rounded up"))),
+    Rule(_category_sets_problem),
     Array("children", "int", (None, 3), low=0, high="max_nodes"),
     Array("partition.node", "int", (None,), among="open_nodes", unique=True),
     Array("partition.counts", "int", (length("partition.node"),), equals=_rows_of("partition.node")),

@@ -47,7 +47,7 @@ class Party(PartyActor):
         self.pool = pool
         frame, self.own_label = resolve_rows(table)
         self.lookup = LookupTable()
-        self.binner = PartyBinner(config.max_bin)
+        self.binner = PartyBinner(config.max_bin, config.enable_categorical)
         self.missing_bin = config.max_bin
         self.n_bins = config.max_bin + 1
         # Homomorphic operations performed, for the benchmarks' crypto floor.
@@ -63,6 +63,9 @@ class Party(PartyActor):
                 if self.binner.max_bin != config.max_bin:
                     raise ConfigError(f"party {name!r}: the model to continue has max_bin={self.binner.max_bin}, "
                                       f"this fit max_bin={config.max_bin}; use the model's")
+                if self.binner.native_categorical != config.enable_categorical:
+                    raise ConfigError(f"party {name!r}: the model to continue has enable_categorical="
+                                      f"{self.binner.native_categorical}, this fit {config.enable_categorical}; use the model's")
                 self.lookup = LookupTable.from_dict(self.init_part["lookup"])
                 self.bins["train"] = self.binner.transform(frame, party=name)
             self.fkeys = feature_keys(self.bins["train"], self.n_bins)
@@ -99,12 +102,15 @@ class Party(PartyActor):
 
     def own_trees(self) -> dict[str, Any]:
         """This party's own view of the model, thresholds included (what :meth:`dump_trees` writes on its
-        own node): its split records (feature name, bin, threshold, missing direction) and each of its
+        own node): its split records (feature name, bin, threshold or, for a categorical split, the categories
+        sent left, missing direction) and each of its
         features' ``weight`` importance (how many splits use it). A passive party holds no tree structure
         and no gain or cover: those stay at the label party, which chose the splits."""
         names = list(self.binner.feature_names)
-        records = [{"record": i, "feature": names[f], "bin": b, "threshold": t, "default_left": dl}
-                   for i, (f, b, t, dl) in enumerate(self.lookup.to_dict()["rows"])]
+        records = []
+        for i, (f, b, t, dl, *cats) in enumerate(self.lookup.to_dict()["rows"]):
+            split = {"threshold": t} if not cats else {"categories_left": self.binner.split_categories(f, cats[0])}
+            records.append({"record": i, "feature": names[f], "bin": b, **split, "default_left": dl})
         counts = np.bincount(self.lookup.feature, minlength=len(names)) if len(self.lookup) else np.zeros(len(names))
         return {"party": self.name, "records": records,
                 "importance": {"weight": {n: float(c) for n, c in zip(names, counts.tolist())}}}

@@ -9,6 +9,7 @@ import ray
 
 from ..crypto import get_backend
 from ..runtime.timeline import timed
+from ..trees.categorical import goes_left_of_set
 from ..trees.feature_groups import FeatureGroups, plan_feature_groups
 from ..trees.kernels import build_histograms, goes_left
 from ..trees.multiclass import pairs_per_row
@@ -119,7 +120,7 @@ class PassiveParty(Party):
         cell. The derived sums are the ones decryption would have given.
         """
         layout = {"n_features": self.n_features, "cells": self.cells.astype(np.int32),
-                  "derived": self.derived.astype(np.int32)}
+                  "derived": self.derived.astype(np.int32), "n_categories": self.binner.n_categories().astype(np.int32)}
         return self.mailbox.send("histogram_layout", [active], layout)
 
     def begin_tree(self, message) -> list:
@@ -147,7 +148,8 @@ class PassiveParty(Party):
         step: LevelStep = self.mailbox.open(message, "level_step", {
             "open_nodes": levels.open, "node_rows": {n: len(levels.rows_of(n)) for n in levels.open.tolist()},
             "n_features": self.n_features, "n_bins": self.n_bins, "next_record": len(self.lookup),
-            "max_nodes": 2 ** (self.config.max_depth + 1) - 1, "known": list(self.lefts)})
+            "max_nodes": 2 ** (self.config.max_depth + 1) - 1, "known": list(self.lefts),
+            "n_categories": self.binner.n_categories()})
         replies = []
         if len(step.orders.node):
             own = self._apply_orders(step.orders)
@@ -299,10 +301,16 @@ class PassiveParty(Party):
         """File the won splits in the lookup table; which rows of each node go left."""
         bins = self.bins["train"]
         lefts = {}
-        for node, f, b, dl, rec in zip(orders.node.tolist(), orders.feature.tolist(), orders.bin.tolist(),
-                                       orders.default_left.tolist(), orders.record.tolist()):
-            self.lookup.add(rec, f, b, self.binner.threshold(f, b), dl)
-            lefts[node] = goes_left(bins[self.levels.rows_of(node), f], b, dl, self.missing_bin)
+        sets = np.unpackbits(orders.left_bins, axis=1, count=self.n_bins - 1).astype(bool)
+        for node, f, b, dl, rec, left_set in zip(orders.node.tolist(), orders.feature.tolist(), orders.bin.tolist(),
+                                                 orders.default_left.tolist(), orders.record.tolist(), sets):
+            column = bins[self.levels.rows_of(node), f]
+            if left_set.any():  # a categorical split: the set is the split, the categories stay here
+                self.lookup.add(rec, f, b, np.nan, dl, np.flatnonzero(left_set))
+                lefts[node] = goes_left_of_set(column, left_set, dl, self.missing_bin)
+            else:
+                self.lookup.add(rec, f, b, self.binner.threshold(f, b), dl)
+                lefts[node] = goes_left(column, b, dl, self.missing_bin)
         return lefts
 
     def route(self, key: str, message):

@@ -29,8 +29,10 @@ once     passive -> active       which (feature, bin) cells hold    which bins o
          (histogram_layout)      any training row; with             feature's most populated bin: what the root
                                  ciphertexts, each feature's most   histogram shows anyway (hessian sums are zero
                                  populated bin, never sent: the     in empty cells; in the first tree every row
-                                 active party derives it (node      has one hessian, so they are row counts)
-                                 sums minus the other cells)        [attack: secureboost.attack.histogram_bins]
+                                 active party derives it (node      has one hessian, so they are row counts);
+                                 sums minus the other cells); with  with enable_categorical, the number of
+                                 enable_categorical, the number of  categories (its non-empty cells at the root)
+                                 categories of each feature         [attack: secureboost.attack.histogram_bins]
 1        active -> passive       Enc(g), Enc(h) per row (packed,    nothing: uniform ciphertexts mod n^2 whatever
          (encrypted_gh)          one ciphertext per row; with       the labels (semantic security)
                                  multi-output trees the row's K
@@ -43,15 +45,18 @@ per d    passive -> active       Enc(bin sums) per built node (the  bin sums of 
                                                                     passive features over them
                                                                     [attack: secureboost.attack.histogram_bins]
 per d    active -> passive       the splits p won (node, p's        which of its own bins won, the children of
-         (level_step)            feature, p's bin, record id);      each split and the instance space of each
-                                 children of every split; rows      node down to level D - 1 (as in SecureBoost):
-                                 going left at nodes others split   which rows share a node chosen to separate
-                                                                    the labels; never a threshold or another
-                                                                    party's feature
+         (level_step)            feature, p's bin, record id; for   each split and the instance space of each
+                                 a categorical split the bins it    node down to level D - 1 (as in SecureBoost):
+                                 sends left, packed bits);          which rows share a node chosen to separate
+                                 children of every split; rows      the labels (a categorical split's set follows
+                                 going left at nodes others split   from its rows' sides); never a threshold or
+                                                                    another party's feature
                                                                     [attack: secureboost.attack.leaf_label_scores]
 per d    passive -> active       left/right of the rows of the      the partition of those nodes' rows: each row's
          (partition)             nodes p split                      bin of p's feature is at most or above the
-                                                                    split's bin
+                                                                    split's bin, or in or out of a categorical
+                                                                    split's set (bins numbered in an order p drew:
+                                                                    never which categories)
                                                                     [attack: secureboost.attack.feature_bounds]
 predict  active -> passive       (row, record id) of the rows       which of its records each row reaches, hence
          (route_query)           waiting at p's nodes               (with its answer) the training node it shares

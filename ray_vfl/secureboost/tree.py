@@ -9,10 +9,11 @@ direction); no other party ever sees a threshold.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from ..trees.categorical import goes_left_of_set
 from ..trees.kernels import goes_left
 
 __all__ = ["Tree", "TreeBuilder", "LookupTable"]
@@ -109,37 +110,51 @@ class TreeBuilder:
 
 
 class LookupTable:
-    """A party's private split records: record id -> (feature, bin, threshold, missing left).
+    """A party's private split records: record id -> (feature, bin, threshold, missing left), and for
+    a native categorical split the bins it sends left (:mod:`ray_vfl.trees.categorical`; its ``bin``
+    is then the candidate's index, its threshold NaN: the set decides).
 
     Example
     -------
     >>> table = LookupTable()
     >>> table.add(0, feature=2, bin_index=5, threshold=3.5, default_left=True)
-    >>> table.feature.tolist(), table.threshold.tolist()
-    ([2], [3.5])
+    >>> table.add(1, feature=0, bin_index=0, threshold=float("nan"), default_left=False, left_bins=[1, 3])
+    >>> table.feature.tolist(), table.threshold.tolist()[:1]
+    ([2, 0], [3.5])
+    >>> bins = np.array([[0, 0, 9], [3, 0, 2]])
+    >>> table.route(bins, np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]), missing_bin=9).tolist()
+    [True, True, False, True]
     """
 
     def __init__(self) -> None:
-        self._rows: list[tuple[int, int, float, bool]] = []
+        self._rows: list[tuple] = []
         self._arrays: tuple[np.ndarray, ...] | None = None  # column view, rebuilt lazily after additions
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def add(self, record: int, feature: int, bin_index: int, threshold: float, default_left: bool) -> None:
+    def add(self, record: int, feature: int, bin_index: int, threshold: float, default_left: bool,
+            left_bins: Sequence[int] | None = None) -> None:
         if record != len(self._rows):
             raise ValueError(f"record ids must be filed in order: expected {len(self._rows)}, got {record}")
-        self._rows.append((int(feature), int(bin_index), float(threshold), bool(default_left)))
+        row = (int(feature), int(bin_index), float(threshold), bool(default_left))
+        self._rows.append(row if left_bins is None else row + (sorted(int(b) for b in left_bins),))
         self._arrays = None
 
     def _cols(self) -> tuple[np.ndarray, ...]:
         if self._arrays is None:
-            rows = self._rows or [(0, 0, 0.0, False)][:0]
+            rows = self._rows
+            sets = np.zeros((len(rows), 256), dtype=bool)  # each record's left bins (categorical splits)
+            for i, row in enumerate(rows):
+                if len(row) > 4:
+                    sets[i, row[4]] = True
             self._arrays = (
                 np.array([r[0] for r in rows], dtype=np.int64),
                 np.array([r[1] for r in rows], dtype=np.int64),
                 np.array([r[2] for r in rows], dtype=np.float64),
                 np.array([r[3] for r in rows], dtype=bool),
+                sets,
+                sets.any(axis=1),
             )
         return self._arrays
 
@@ -147,12 +162,24 @@ class LookupTable:
     bin = property(lambda self: self._cols()[1])
     threshold = property(lambda self: self._cols()[2])
     default_left = property(lambda self: self._cols()[3])
+    categorical = property(lambda self: self._cols()[5])
 
     def route(self, bins: np.ndarray, rows: np.ndarray, records: np.ndarray, missing_bin: int) -> np.ndarray:
         """Which of ``rows`` go left at ``records`` (element-wise pairs)."""
         if len(rows) == 0:
             return np.zeros(0, dtype=bool)
-        return goes_left(bins[rows, self.feature[records]], self.bin[records], self.default_left[records], missing_bin)
+        column = bins[rows, self.feature[records]]
+        left = goes_left(column, self.bin[records], self.default_left[records], missing_bin)
+        cat = self.categorical[records]
+        if cat.any():
+            at = records[cat]
+            left[cat] = goes_left_of_set(column[cat], self._cols()[4][at], self.default_left[at], missing_bin)
+        return left
+
+    def left_bins(self, record: int) -> list[int] | None:
+        """The bins a categorical split sends left, or None for a threshold split."""
+        row = self._rows[record]
+        return list(row[4]) if len(row) > 4 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [list(r) for r in self._rows]}
@@ -160,6 +187,6 @@ class LookupTable:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LookupTable":
         table = cls()
-        for i, (f, b, t, dl) in enumerate(d["rows"]):
-            table.add(i, f, b, t, dl)
+        for i, row in enumerate(d["rows"]):
+            table.add(i, *row[:4], left_bins=row[4] if len(row) > 4 else None)
         return table

@@ -110,6 +110,17 @@ class BoostConfig(ValidatedConfig):
     multi_strategy : str
         Multi-class trees: ``"one_output_per_tree"`` (one tree per class and round, XGBoost's
         default) or ``"multi_output_tree"`` (one tree per round with ``num_class`` leaf weights).
+    enable_categorical : bool
+        Split the columns each party declares categorical natively, by sets of categories chosen at
+        the party that holds the column (:mod:`ray_vfl.trees.categorical`, XGBoost's
+        ``enable_categorical``); ``False`` (the default, as XGBoost's) splits their ordinal codes at
+        thresholds. One category per bin: a column may hold at most ``max_bin`` categories.
+        Not with ``multi_strategy="multi_output_tree"``.
+    max_cat_to_onehot : int
+        A categorical column of fewer categories is split one category against the rest; one of
+        more by partition (categories sorted by their leaf weight at the node). 4 by default, in [1, 255].
+    max_cat_threshold : int
+        At most this many categories on one side of a partition split (64 by default, in [1, 255]).
 
     Warns
     -----
@@ -151,6 +162,9 @@ class BoostConfig(ValidatedConfig):
     scale_pos_weight: float = 1.0
     num_class: int | None = None
     multi_strategy: str = "one_output_per_tree"
+    enable_categorical: bool = False
+    max_cat_to_onehot: int = 4
+    max_cat_threshold: int = 64
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -171,6 +185,14 @@ class BoostConfig(ValidatedConfig):
                               f"{self.objective!r} takes num_class=None")
         if self.multi_strategy not in MULTI_STRATEGIES:
             raise ConfigError(f"multi_strategy must be one of {MULTI_STRATEGIES}, got {self.multi_strategy!r}")
+        if not isinstance(self.enable_categorical, bool):
+            raise ConfigError(f"enable_categorical must be True or False, got {self.enable_categorical!r}")
+        check_int("max_cat_to_onehot", self.max_cat_to_onehot, 1, 255)
+        check_int("max_cat_threshold", self.max_cat_threshold, 1, 255)
+        if self.enable_categorical and self.multi_strategy == "multi_output_tree" and is_multiclass(self.objective):
+            raise ConfigError("enable_categorical=True splits by category sets with one output per tree; "
+                              "use multi_strategy='one_output_per_tree', or enable_categorical=False to split "
+                              "the categories' ordinal codes in multi-output trees")
         if self.base_score is not None:
             if self.objective == "binary:logistic":
                 check_float("base_score", self.base_score, 0.0, 1.0, lo_open=True)

@@ -39,6 +39,7 @@ import numpy as np
 from ..crypto.he.fixed_point import FixedPoint
 from ..errors import ConfigError
 from ..metrics import auc, logloss
+from .categorical import CategoricalFeatures, categorical_children, left_sets
 from .multiclass import is_multiclass, multiclass_metrics, softmax, softmax_gradients
 
 __all__ = [
@@ -281,8 +282,14 @@ class SplitChoice:
 
     gain: np.ndarray  # (slots,) loss reduction, -inf where no valid split
     feature: np.ndarray  # (slots,) feature index within the histogram
-    bin: np.ndarray  # (slots,) rows with bin <= this go left
+    bin: np.ndarray  # (slots,) rows with bin <= this go left (a threshold split)
     default_left: np.ndarray  # (slots,) bool: missing values go left
+    # (slots, n_bins - 1) bool, the bins a categorical split sends left (a row of False: a threshold
+    # split); None when no feature is categorical
+    left_set: np.ndarray | None = None
+
+    def is_categorical(self, slot: int) -> bool:
+        return self.left_set is not None and bool(self.left_set[slot].any())
 
     def splittable(self, gamma: float) -> np.ndarray:
         return is_splittable(self.gain, gamma)
@@ -326,10 +333,14 @@ def is_splittable(gain, gamma: float):
     return (gain > gamma) & (gain > _GAIN_EPS)
 
 
-def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float) -> SplitChoice:
+def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weight: float,
+                categorical: CategoricalFeatures | None = None) -> SplitChoice:
     """Best (feature, bin, missing direction) per node from ``(slots, F, n_bins)`` histograms, or
     ``(slots, F, n_bins, K)`` ones of ``K`` outputs (multi-output trees): a candidate's gain is then
     the sum of its ``K`` gains, valid only where every output's children are.
+
+    ``categorical`` names the features split natively by category sets
+    (:mod:`ray_vfl.trees.categorical`); their candidates take the places of threshold candidates.
 
     Candidates are ordered feature by feature, missing-left before missing-right,
     thresholds ascending; ties (gains within a relative ``1e-9`` of the best)
@@ -351,7 +362,18 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     g_tot = G[:, 0, :].sum(axis=1)[:, None, None, None]
     h_tot = H[:, 0, :].sum(axis=1)[:, None, None, None]
     (gl, gr), (hl, hr) = _children_sums(G), _children_sums(H)
+    cats = categorical.columns() if categorical is not None else np.zeros(0, dtype=np.int64)
+    if cats.size:
+        if G.ndim == 4:
+            raise ConfigError("native categorical splits take one output per tree; multi-output trees split "
+                              "categorical columns as ordinal codes (enable_categorical=False)")
+        onehot = categorical.onehot()[cats]
+        cgl, cgr, chl, chr_, valid, order = categorical_children(
+            G[:, cats], H[:, cats], categorical.n_categories[cats], onehot, reg_lambda, categorical.max_cat_threshold)
+        gl[:, cats], gr[:, cats], hl[:, cats], hr[:, cats] = cgl, cgr, chl, chr_
     gain = split_gains(gl, hl, gr, hr, g_tot, h_tot, reg_lambda, min_child_weight)
+    if cats.size:
+        gain[:, cats] = np.where(valid[:, :, None, :], gain[:, cats], -np.inf)
     if G.ndim == 4:  # K outputs: the sum of their gains (-inf if any output's children are invalid)
         gain = gain.sum(axis=-1)
     gain = gain.reshape(slots, -1)
@@ -359,7 +381,15 @@ def best_splits(G: np.ndarray, H: np.ndarray, reg_lambda: float, min_child_weigh
     best = np.argmax(ties_with(gain, top), axis=1)  # -inf everywhere: argmax picks 0
     feature, rest = np.divmod(best, 2 * (n_bins - 1))
     direction, threshold = np.divmod(rest, n_bins - 1)
-    return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0)
+    left_set = None
+    if cats.size:
+        left_set = np.zeros((slots, n_bins - 1), dtype=bool)
+        at = np.full(n_features, -1)
+        at[cats] = np.arange(len(cats))
+        won = np.flatnonzero(at[feature] >= 0)
+        column = at[feature[won]]
+        left_set[won] = left_sets(order[won, column], threshold[won], onehot[column])
+    return SplitChoice(gain[np.arange(slots), best], feature, threshold, direction == 0, left_set)
 
 
 def goes_left(bins: np.ndarray, bin_index, default_left, missing_bin: int) -> np.ndarray:
