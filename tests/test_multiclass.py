@@ -92,13 +92,17 @@ def _tree(bins, g, h, cfg, n_bins):
     return left, right, split, weight, node_of
 
 
-def reference_boost(bins, y, cfg):
-    """Trees per round as (left, right, splits, leaf weights): K one-output trees, or one K-output tree."""
+def reference_boost(bins, y, cfg, w=None):
+    """Trees per round as (left, right, splits, leaf weights): K one-output trees, or one K-output tree.
+    ``w``: sample weights, multiplying every class's pair of a row (then rounded to the grid again)."""
     k, n_bins = cfg.num_class, cfg.max_bin + 1
     margin = np.full((len(y), k), 0.5)
     rounds = []
     for _ in range(cfg.n_trees):
         g, h = _pairs(y, margin)
+        if w is not None:
+            g = np.round(g * w[:, None] * GRID) / GRID
+            h = np.where(w[:, None] > 0, np.maximum(np.round(h * w[:, None] * GRID) / GRID, 1.0 / GRID), 0.0)
         if cfg.multi_strategy == "multi_output_tree":
             t = _tree(bins, g, h, cfg, n_bins)
             margin += np.stack([np.zeros(k) if w is None else w for w in t[3]])[t[4]]
@@ -116,9 +120,9 @@ def party_bins(data, max_bin):
                            for p in data.party_names], axis=1)
 
 
-def assert_equal_to_reference(model, data, cfg):
+def assert_equal_to_reference(model, data, cfg, w=None):
     y = np.searchsorted(np.unique(data.label), data.label)
-    ref = [t for r in reference_boost(party_bins(data, cfg.max_bin), y, cfg) for t in r]
+    ref = [t for r in reference_boost(party_bins(data, cfg.max_bin), y, cfg, w) for t in r]
     fed, tables = model.trees(), model.lookup_tables()
     offsets = np.cumsum([0] + [data.n_features(p) for p in model.order])
     assert len(fed) == len(ref)
@@ -188,15 +192,29 @@ def test_bad_multiclass_input_is_named(runtime, iris):
         SecureBoostClassifier(objective="binary:logistic", backend="plain", runtime=runtime).fit(iris)
 
 
-def test_multiclass_refuses_sample_weights(runtime, iris):
-    """Weights are not implemented for multi-class objectives: refused by name, never trained unweighted."""
+@pytest.mark.parametrize("strategy", ["one_output_per_tree", "multi_output_tree"])
+def test_sample_weights_are_lossless_and_weigh_the_metrics(runtime, iris, strategy):
+    """Weights (in eighths, up to 3) multiply every class's gradient pair of a row: the trees equal the
+    first-principles reference fitted on weighted pairs (multi-output: K weighted pairs packed in one
+    Paillier ciphertext under the grown gradient bound); the eval metrics are weighted (scikit-learn's
+    log_loss with sample_weight); scale_pos_weight, a binary notion, is refused by name."""
+    from sklearn.metrics import log_loss
+
+    w = np.random.default_rng(3).integers(0, 25, size=iris.n_rows) / 8.0
+    backend = {"backend": "paillier", "key_bits": 1024, "allow_weak_keys": True} if strategy == "multi_output_tree" \
+        else {"backend": "plain"}
+    clf = SecureBoostClassifier(n_estimators=2, max_depth=3, max_bin=8, multi_strategy=strategy, runtime=runtime, **backend)
+    clf.fit(iris, sample_weight=w, eval_set=[iris], sample_weight_eval_set=[w])
+    cfg = clf.model_.config
+    assert cfg.gradient_bound == 4.0  # the largest weight, 3, rounded up to a power of two
+    assert_equal_to_reference(clf.model_, iris, cfg, w)
+    proba = clf.predict_proba(iris)
+    y = np.searchsorted(clf.classes_, iris.label)
+    logged = clf.evals_result_["validation_0"][-1]["mlogloss"]
+    assert logged == pytest.approx(log_loss(y, proba, sample_weight=w), rel=1e-6)
+    assert logged != pytest.approx(log_loss(y, proba), rel=1e-3)
     with pytest.raises(ConfigError, match="scale_pos_weight"):
         BoostConfig(objective="multi:softprob", num_class=3, backend="plain", scale_pos_weight=2.0)
-    clf = SecureBoostClassifier(n_estimators=1, backend="plain", runtime=runtime)
-    with pytest.raises(ConfigError, match="no sample weights yet.*training data"):
-        clf.fit(iris, sample_weight=np.ones(iris.n_rows))
-    with pytest.raises(ConfigError, match="validation_0"):
-        clf.fit(iris, eval_set=[iris], sample_weight_eval_set=[np.ones(iris.n_rows)])
     with pytest.raises(ConfigError, match="scale_pos_weight"):
         SecureBoostClassifier(n_estimators=1, backend="plain", scale_pos_weight=3.0, runtime=runtime).fit(iris)
 

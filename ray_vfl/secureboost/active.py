@@ -92,7 +92,6 @@ class ActiveParty(SplitFinder, MultiClassState, ImportanceReport, TrainingState,
         self.y = self._class_labels(label, "the training labels") if self.multi else np.asarray(label, dtype=np.float64)
         # Sample weights come with the labels, from this party's own block; scale_pos_weight multiplies them.
         self.sample_weight = resolve_weights(table)
-        self._refuse_multiclass_weights(self.sample_weight, "the training data")
         self.w = row_weights(self.y, self.sample_weight, config.scale_pos_weight)
         base = weighted_base_score(config.objective, self.y, self.sample_weight, config.base_score)
         check_weighted_bound(config.objective, self.y, self.w, config.gradient_bound, base,
@@ -138,7 +137,6 @@ class ActiveParty(SplitFinder, MultiClassState, ImportanceReport, TrainingState,
         """Evaluate every tree on data set ``key`` (loaded with its labels from this party's store)."""
         label = self.labels[key]
         y = self._class_labels(label, f"the labels of eval set {key!r}") if self.multi else np.asarray(label, dtype=np.float64)
-        self._refuse_multiclass_weights(self.weights.get(key), f"eval set {key!r}")
         self.eval[key] = {"y": y, "margin": np.full(self._margin_shape(len(label)), self.base_margin),
                           "w": self.weights.get(key)}
         self.history[key] = []
@@ -176,7 +174,7 @@ class ActiveParty(SplitFinder, MultiClassState, ImportanceReport, TrainingState,
         the leaf weights all sum these values, as the centralized reference does.
         """
         self.tree = tree
-        g, h = self._tree_gradients(tree)  # weighted (self.w) unless multi-class, which refuses weights
+        g, h = self._tree_gradients(tree)  # weighted by self.w (every class's pair of a row alike)
         self.g, self.h = g, h
         gh = self._encrypted_gh(tree, g, h)
         self.own_gh = self.plain.encrypt_gh(self._plain_pk, g, h)
@@ -318,7 +316,6 @@ class ActiveParty(SplitFinder, MultiClassState, ImportanceReport, TrainingState,
         if key not in self.labels:
             raise DataError("the evaluation data holds no labels at the label party; build it with label=")
         y = self._class_labels(self.labels[key], f"the labels of {key!r}") if self.multi else self.labels[key]
-        self._refuse_multiclass_weights(self.weights.get(key), f"data set {key!r}")
         margin = self.predict_margin(key, 0, n_trees) + self.base_margin
         return evaluate_weighted(self.config.objective, y, margin, self.weights.get(key))
 

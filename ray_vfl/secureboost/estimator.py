@@ -125,9 +125,9 @@ class _SecureBoost(FederatedEstimator):
         label mean); with ``gradient_bound=None`` the bound grows to cover the largest weight (a power
         of two; every party sees it). Party-held data keeps its weights in the label party's store
         (``from_files(..., weight="w")``). ``sample_weight_eval_set``: one weight array (or None) per
-        eval set, for weighted eval metrics. Multi-class objectives take no weights yet (neither
-        ``sample_weight``, eval set weights nor ``scale_pos_weight``): they raise
-        :class:`~ray_vfl.errors.ConfigError`.
+        eval set, for weighted eval metrics. Multi-class objectives weigh each row's K pairs alike
+        (weighted ``mlogloss`` and ``merror``); ``scale_pos_weight`` (the rows labelled 1) is binary
+        only and raises :class:`~ray_vfl.errors.ConfigError` with them.
 
         With ``checkpoint_dir`` every party saves its training state there (on its own machine)
         after every ``checkpoint_every`` trees, and a fit started again with the same folder
@@ -139,13 +139,10 @@ class _SecureBoost(FederatedEstimator):
         self._config()  # the hyper-parameters are checked before the data; the objective follows the labels
         data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
         self._choose_objective(data)
-        if is_multiclass(self._fit_objective):
-            weighted = [k for k, d in (("training data", data), *evals.items()) if getattr(d, "weight", None) is not None]
-            if self.scale_pos_weight != 1.0:
-                weighted.append(f"scale_pos_weight={self.scale_pos_weight!r}")
-            if weighted:
-                raise ConfigError(f"multi-class objective {self._fit_objective!r} takes no sample weights yet, got "
-                                  f"weights on: {', '.join(weighted)}; drop them, or train a binary objective (0/1 labels)")
+        if is_multiclass(self._fit_objective) and self.scale_pos_weight != 1.0:
+            raise ConfigError(f"scale_pos_weight={self.scale_pos_weight!r} weighs the rows labelled 1 of a binary "
+                              f"objective; multi-class objective {self._fit_objective!r} takes sample_weight instead "
+                              "(one weight per row): leave scale_pos_weight=1")
         config = self._config(bound_for_weights(self._fit_objective, self.gradient_bound, getattr(data, "weight", None),
                                                 self.scale_pos_weight))
         check_importance_type(self.importance_type)

@@ -37,13 +37,6 @@ class MultiClassState:
         """The training labels' classes, ascending (multi-class; the caller's ``classes_``)."""
         return [] if self.classes is None else self.classes.tolist()
 
-    def _refuse_multiclass_weights(self, weight, what: str) -> None:
-        """Multi-class boosting takes no sample weights (yet): raise rather than train unweighted."""
-        if self.multi and weight is not None:
-            raise ConfigError(f"party {self.name!r}: {what} carries sample weights, which multi-class objectives "
-                              f"({self.config.objective!r}) do not support yet; drop the weights, or train a binary "
-                              "or regression objective")
-
     def _check_packing(self) -> None:
         """Multi-output trees: each row's K pairs must fit one ciphertext of this key."""
         if not (self.outputs and self.backend.is_encrypted):
@@ -61,7 +54,7 @@ class MultiClassState:
         if self.per_round == 1:
             return weighted_pairs(*encoded_gradients(self.config.objective, self.y, self.margin), self.w)
         if tree % self.per_round == 0 or self.round_gh is None:
-            self.round_gh = encoded_gradients(self.config.objective, self.y, self.margin)
+            self.round_gh = weighted_pairs(*encoded_gradients(self.config.objective, self.y, self.margin), self.w)
         k = tree % self.per_round
         return np.ascontiguousarray(self.round_gh[0][:, k]), np.ascontiguousarray(self.round_gh[1][:, k])
 

@@ -218,7 +218,7 @@ class BoostConfig(ValidatedConfig):
         check_float("scale_pos_weight", self.scale_pos_weight, 0.0, 1e12, lo_open=True)
         if is_multiclass(self.objective) and self.scale_pos_weight != 1.0:
             raise ConfigError(f"scale_pos_weight weighs the rows labelled 1 of a binary objective; multi-class "
-                              f"objective {self.objective!r} takes no weights yet: leave scale_pos_weight=1")
+                              f"objective {self.objective!r} takes sample weights instead: leave scale_pos_weight=1")
         given = self.gradient_bound is not None
         if given:
             check_float("gradient_bound", self.gradient_bound, 0.0, 1e15, lo_open=True)

@@ -71,8 +71,9 @@ def softmax_gradients(y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np
     return p - onehot, np.maximum(2.0 * p * (1.0 - p), 1e-16)
 
 
-def multiclass_metrics(y: np.ndarray, margin: np.ndarray) -> dict[str, float]:
-    """``mlogloss`` and ``merror`` (XGBoost's multi-class metrics) of ``(n, K)`` margins.
+def multiclass_metrics(y: np.ndarray, margin: np.ndarray, weight: np.ndarray | None = None) -> dict[str, float]:
+    """``mlogloss`` and ``merror`` (XGBoost's multi-class metrics) of ``(n, K)`` margins, each row
+    counted by its ``weight`` if given.
 
     Example
     -------
@@ -81,7 +82,8 @@ def multiclass_metrics(y: np.ndarray, margin: np.ndarray) -> dict[str, float]:
     """
     y = np.asarray(y, dtype=np.int64)
     p = np.clip(softmax(margin)[np.arange(len(y)), y], 1e-15, 1.0)
-    return {"mlogloss": float(-np.mean(np.log(p))), "merror": float(np.mean(margin.argmax(axis=1) != y))}
+    return {"mlogloss": float(-np.average(np.log(p), weights=weight)),
+            "merror": float(np.average(margin.argmax(axis=1) != y, weights=weight))}
 
 
 def class_index(y: np.ndarray, classes: np.ndarray, role: str = "the labels") -> np.ndarray:

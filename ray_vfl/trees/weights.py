@@ -4,7 +4,8 @@ Every row's gradient and hessian are multiplied by its weight before any party s
 (``g_i = w_i * dl/dm``, ``h_i = w_i * d2l/dm2``), so histograms, gains, leaf weights and
 ``min_child_weight`` (a hessian sum) are the weighted ones; ``scale_pos_weight`` multiplies the
 weight of every row labelled 1. The default base score is the weighted label mean, and the metrics
-the label party reports are weighted (logloss, AUC, RMSE). All of it happens where the labels are:
+the label party reports are weighted (logloss, AUC, RMSE; mlogloss and merror for multi-class, whose
+K pairs per row are each multiplied by the row's weight). All of it happens where the labels are:
 only the label party ever holds a weight, and what it encrypts for the others is the weighted pair.
 
 Example
@@ -27,6 +28,7 @@ from ..crypto.he.fixed_point import FixedPoint
 from ..errors import ConfigError
 from ..metrics import auc, logloss
 from .kernels import GRADIENT_FRAC_BITS, base_score_of, evaluate_margin, transform_margin
+from .multiclass import is_multiclass, multiclass_metrics
 
 __all__ = ["row_weights", "weighted_pairs", "weighted_base_score", "evaluate_weighted", "check_weighted_bound"]
 
@@ -51,7 +53,7 @@ def weighted_pairs(g: np.ndarray, h: np.ndarray, weight: np.ndarray | None,
     if weight is None:
         return g, h
     grid = FixedPoint(frac_bits)
-    w = np.asarray(weight, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64).reshape(-1, *([1] * (np.ndim(g) - 1)))  # (n, K) pairs: per row
     return grid.rounded(g * w), np.where(w > 0, np.maximum(grid.rounded(h * w), 2.0**-frac_bits), 0.0)
 
 
@@ -76,6 +78,8 @@ def evaluate_weighted(objective: str, y: np.ndarray, margin: np.ndarray, weight:
     """
     if weight is None:
         return evaluate_margin(objective, y, margin, with_auc)
+    if is_multiclass(objective):
+        return multiclass_metrics(y, margin, weight)
     pred = transform_margin(objective, margin)
     if objective == "binary:logistic":
         metrics = {"logloss": logloss(y, pred, weight)}
@@ -93,7 +97,7 @@ def check_weighted_bound(objective: str, y: np.ndarray, weight: np.ndarray | Non
     if weight is None or not encrypted or not len(y):
         return
     w_max = float(np.max(weight))
-    reach = w_max if objective == "binary:logistic" else 2.0 * w_max * float(np.max(np.abs(np.asarray(y) - base_score)))
+    reach = w_max if objective == "binary:logistic" or is_multiclass(objective) else 2.0 * w_max * float(np.max(np.abs(np.asarray(y) - base_score)))
     if reach > gradient_bound:
         needed = 2.0 ** math.ceil(math.log2(reach))
         raise ConfigError(f"sample weights up to {w_max:.6g} make encrypted gradients reach {reach:.6g}, past "
