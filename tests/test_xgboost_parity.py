@@ -65,7 +65,7 @@ def xgb_first_tree(booster) -> dict:
     return out
 
 
-def test_weighted_first_tree_and_importances_equal_xgboost(runtime, comparable):
+def test_weighted_first_tree_and_importances_equal_xgboost(runtime, comparable, tmp_path):
     """Sample weights and scale_pos_weight: the federated first tree is xgboost's with the same weights
     (splits, thresholds, missing directions, leaf weights), and feature_importances_ by gain, cover and
     weight are xgboost's normalised scores (label party's features; each passive party its total)."""
@@ -99,6 +99,11 @@ def test_weighted_first_tree_and_importances_equal_xgboost(runtime, comparable):
         for p in model.passives:
             assert all(np.isnan(got[c]) for c in data.columns(p))
             assert clf.party_importances_[p] == pytest.approx(sum(expect[c] for c in data.columns(p)), rel=1e-5)
+    # a loaded model gives the same importances (its parties tell the driver their column names, not more)
+    clf.save_model(str(tmp_path))
+    loaded = type(clf).load_model(str(tmp_path), runtime=runtime).set_params(importance_type="weight")
+    np.testing.assert_array_equal(loaded.feature_names_in_, clf.feature_names_in_)
+    np.testing.assert_allclose(loaded.feature_importances_, clf.feature_importances_, equal_nan=True)
 
 
 def test_weighted_trees_equal_the_weighted_reference_and_eval_metrics_are_weighted(runtime, comparable):

@@ -29,9 +29,13 @@ class FederatedEstimator(BaseEstimator):
     def _set_fitted_shape(self, data) -> None:
         """scikit-learn's ``n_features_in_`` and ``feature_names_in_`` (every party's column names, in
         party order: the schema the driver holds anyway), from the training data."""
-        names = [c for p in data.party_names for c in data.columns(p)]
+        self._set_feature_names({p: list(data.columns(p)) for p in data.party_names})
+
+    def _set_feature_names(self, columns: dict[str, list[str]]) -> None:
+        """The same from ``{party: its column names}`` in party order (a loaded model's parties tell them)."""
+        names = [c for cols in columns.values() for c in cols]
         self.n_features_in_ = len(names)
-        self.party_features_ = {p: len(data.columns(p)) for p in data.party_names}
+        self.party_features_ = {p: len(cols) for p, cols in columns.items()}
         self.feature_names_in_ = np.asarray(names, dtype=object)
 
     def _spread_over_features(self, party: str, own: np.ndarray) -> np.ndarray:

@@ -225,6 +225,7 @@ class _SecureBoost(FederatedEstimator):
         est.model_ = model
         est.n_trees_ = model.n_trees
         est._fit_objective, est._num_class = cfg.objective, cfg.num_class
+        est._set_feature_names(model.feature_names())  # feature_importances_ and the scikit-learn shape
         est._loaded(model)
         return est
 

@@ -88,6 +88,10 @@ class Party(PartyActor):
         """Rows of the data set last binned whose category training never saw, per column."""
         return {c: n for c, n in self.binner.unseen_counts.items() if n}
 
+    def feature_names(self) -> list[str]:
+        """This party's column names (the schema every data handle shows the driver anyway)."""
+        return list(self.binner.feature_names)
+
     @property
     def n_features(self) -> int:
         return len(self.binner.feature_names)

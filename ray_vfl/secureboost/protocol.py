@@ -229,6 +229,11 @@ class FederatedModel:
         return self.runtime.get([(self.label_party, self._handle(self.label_party).importance_stats.remote())],
                                 "importances")[0]
 
+    def feature_names(self) -> dict[str, list[str]]:
+        """Each party's column names, in party order (the schema, nothing secret)."""
+        names = self.runtime.get([(p, self._handle(p).feature_names.remote()) for p in self.order], "feature names")
+        return dict(zip(self.order, names))
+
     def lookup_tables(self) -> dict[str, Any]:
         """Every party's lookup table. Diagnostic only: in a deployment each stays with its party."""
         parts = self.runtime.get([(p, self._handle(p).model_part.remote()) for p in self.order], "model parts")
