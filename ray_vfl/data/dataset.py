@@ -27,8 +27,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
-from .sources import read_table
-from .store import check_labels, row_positions, split_table
+from .labels import merge_spread_labels
+from .sources import as_frame, read_table
+from .rows import RowsLikeX
+from .store import check_labels, split_table
 from .weights import check_sample_weight
 
 __all__ = ["AlignedDataset", "VerticalDataset", "align_frames", "read_table"]
@@ -40,47 +42,8 @@ if TYPE_CHECKING:  # the runtime imports Ray; data handling does not need it
 log = logging.getLogger(__name__)
 
 
-def _as_frame(table, party: str) -> pd.DataFrame:
-    if isinstance(table, pd.DataFrame):
-        return table
-    try:
-        import pyarrow as pa
-
-        if isinstance(table, pa.Table):
-            return table.to_pandas()
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        pass
-    raise DataError(f"party {party!r}: expected a pandas DataFrame or pyarrow Table, got {type(table).__name__}")
-
-
-def _merge_spread_labels(labels: Mapping[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every row's label and its owner from each label party's column (NaN: not labelled there);
-    raise :class:`DataError` for a row labelled at two parties or at none."""
-    parties = list(labels)
-    held = np.stack([~np.isnan(labels[p]) for p in parties])  # (party, row): labelled there
-    count = held.sum(axis=0)
-    twice = np.flatnonzero(count > 1)
-    if len(twice):
-        i = twice[0]
-        a, b = [parties[j] for j in np.flatnonzero(held[:, i])[:2]]
-        raise DataError(f"{len(twice)} row(s) are labelled at more than one party: row id {ids[i:i + 1].tolist()[0]!r} "
-                        f"is labelled at both {a!r} and {b!r}; each row's label must be at exactly one party "
-                        "(leave it missing at the others)")
-    nowhere = np.flatnonzero(count == 0)
-    if len(nowhere):
-        raise DataError(f"{len(nowhere)} row(s) are labelled at no party, e.g. row id "
-                        f"{ids[nowhere[0]:nowhere[0] + 1].tolist()[0]!r}; each row's label must be at exactly one "
-                        "party: give it to one party's label column, or drop the row")
-    y = np.full(len(ids), np.nan)
-    owner = np.empty(len(ids), dtype=object)
-    for j, p in enumerate(parties):
-        y[held[j]] = labels[p][held[j]]
-        owner[held[j]] = p
-    return y, owner
-
-
 @dataclass(frozen=True)
-class VerticalDataset:
+class VerticalDataset(RowsLikeX):
     """Feature blocks of several parties over one shared row order.
 
     Attributes
@@ -231,7 +194,7 @@ class VerticalDataset:
         """
         if not frames:
             raise DataError("from_frames needs at least one party table; got none")
-        frames = {str(p): _as_frame(t, str(p)) for p, t in frames.items()}
+        frames = {str(p): as_frame(t, str(p)) for p, t in frames.items()}
         if align is not None:
             if align != "psi":
                 raise ConfigError(f"align must be None or 'psi', got {align!r}")
@@ -258,7 +221,7 @@ class VerticalDataset:
         y = tables[owner].label if owner is not None else None
         label_owner = None
         if spread:
-            y, label_owner = _merge_spread_labels({p: tables[p].label for p in owners}, np.asarray(ids))
+            y, label_owner = merge_spread_labels({p: tables[p].label for p in owners}, np.asarray(ids))
         cats = {p: list(c) for p, c in (categorical or {}).items()}
         return cls(features, np.asarray(ids), y, owner, cats, label_owner)
 
@@ -352,25 +315,6 @@ class VerticalDataset:
         if weight is None:
             return self if self.weight is None else replace(self, weight=None)
         return replace(self, weight=check_sample_weight(weight, self.n_rows))
-
-    def __len__(self) -> int:
-        """The number of rows (what scikit-learn's model selection counts)."""
-        return self.n_rows
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """``(rows, features of every party)``, as scikit-learn reads an ``X``."""
-        return self.n_rows, self.n_features()
-
-    def __getitem__(self, key) -> "VerticalDataset":
-        """Rows by position: ``data[rows]`` (or ``data[rows, ...]``, as scikit-learn's folds index an ``X``)
-        is :meth:`take`, every party's block and the labels cut alike.
-
-        >>> frames = {"a": pd.DataFrame({"x": [1.0, 2.0, 3.0]}), "b": pd.DataFrame({"z": [4.0, 5.0, 6.0]})}
-        >>> VerticalDataset(frames, np.array([7, 8, 9]))[np.array([2, 0])].ids.tolist()
-        [9, 7]
-        """
-        return self.take(row_positions(key, self.n_rows))
 
     @property
     def weighted(self) -> bool:

@@ -35,7 +35,8 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .sources import PartySource
-from .store import PartyStore, TableRef, row_positions
+from .rows import RowsLikeX
+from .store import PartyStore, TableRef
 
 if TYPE_CHECKING:
     from ..runtime.actors import Runtime
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
-class PartyHeldDataset:
+class PartyHeldDataset(RowsLikeX):
     """Rows held by the parties' store actors; the driver holds names, counts and schemas.
 
     Attributes
@@ -195,20 +196,6 @@ class PartyHeldDataset:
     @property
     def n_rows(self) -> int:
         return int(next(iter(self.schemas.values()))["n_rows"])
-
-    def __len__(self) -> int:
-        """The number of rows (what scikit-learn's model selection counts)."""
-        return self.n_rows
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """``(rows, features of every party)``, as scikit-learn reads an ``X``."""
-        return self.n_rows, self.n_features()
-
-    def __getitem__(self, key) -> "PartyHeldDataset":
-        """Rows by position (``data[rows]``, as scikit-learn's folds index an ``X``): :meth:`take`, each
-        party's store keeping its own rows at those positions."""
-        return self.take(row_positions(key, self.n_rows))
 
     @property
     def weighted(self) -> bool:

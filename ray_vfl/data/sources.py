@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..errors import DataError
 
-__all__ = ["PartySource", "read_table"]
+__all__ = ["PartySource", "as_frame", "read_table"]
 
 _TABLE_SUFFIXES = (".parquet", ".pq", ".csv", ".csv.gz", ".txt", ".tsv")
 
@@ -184,3 +184,17 @@ class PartySource:
         if missing:
             raise DataError(f"categorical column(s) {missing} are not in {where}; its columns are {list(frame.columns)}")
         return frame
+
+
+def as_frame(table, party: str) -> pd.DataFrame:
+    """A party's table as a pandas DataFrame (a DataFrame, or a pyarrow Table converted)."""
+    if isinstance(table, pd.DataFrame):
+        return table
+    try:
+        import pyarrow as pa
+
+        if isinstance(table, pa.Table):
+            return table.to_pandas()
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pass
+    raise DataError(f"party {party!r}: expected a pandas DataFrame or pyarrow Table, got {type(table).__name__}")
