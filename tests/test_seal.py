@@ -77,6 +77,20 @@ def test_an_altered_or_truncated_or_replayed_message_is_refused(boxes):
     _refused(shop, message, "the message was opened before (a replay)")
 
 
+def test_a_message_of_an_earlier_fit_is_a_replay_too(boxes):
+    """A fit gives every party a new mailbox (Party._start_party) over the same key pair: a message
+    opened in an earlier fit between the same parties is refused in the next one (the opened ids live
+    with the key pair), not taken again because the new mailbox has seen nothing."""
+    bank, shop, _ = boxes
+    message = bank.send("note", ["shop"], np.arange(3))
+    shop.open(message, "note")
+    next_fit = Mailbox("shop")  # what the shop's actor makes when the next fit resets it
+    assert next_fit.public_key == shop.public_key
+    _refused(next_fit, message, "the message was opened before (a replay)")
+    fresh = bank.send("note", ["shop"], np.arange(3))
+    assert next_fit.open(fresh, "note").tolist() == [0, 1, 2]
+
+
 def test_one_receiver_cannot_pass_its_own_payload_to_another_under_the_senders_name(boxes):
     """Every receiver of a message learns its content key; its wrap for the others also covers the
     encrypted payload, so a new payload under that key does not open at another receiver."""

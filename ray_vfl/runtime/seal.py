@@ -18,9 +18,9 @@ the nonce under a pair key):
 
 The receiver recomputes ``K(claimed sender -> itself)``: a message whose seal does not open was not
 sealed by the party it names, was altered on the way, or was meant for another party; one whose
-id it has opened before is a replay (within the mailbox's life: a party's key pair lives as long as
-its actor, a mailbox as long as one fit, so a message of an earlier fit between the same actors is
-not caught by this check). Both raise :class:`~ray_vfl.errors.ProtocolError`. The
+id it has opened before is a replay: the ids are kept with the party's key pair, which lives as long
+as its actor, so a message of an earlier fit between the same actors (a fit's mailbox is new, its key
+pair not) is refused too. Both raise :class:`~ray_vfl.errors.ProtocolError`. The
 sender is thus proven by the seal, not by a field the sender fills in. The driver, Ray's object
 store and any relay see headers and ciphertext only.
 
@@ -113,6 +113,9 @@ class _KeyPair:
         self._private = X25519PrivateKey.generate()  # OS entropy
         self.public = self._private.public_key().public_bytes_raw()
         self._pairs: dict[tuple[str, str, bytes], ChaCha20Poly1305] = {}
+        # ids of every message opened under this key pair, by every mailbox of this party in this process
+        # (one per fit): a message of an earlier fit is a replay too (16-byte ids, ~100 bytes of memory each)
+        self.seen: set[bytes] = set()
 
     def pair(self, sender: str, receiver: str, peer_public: bytes) -> ChaCha20Poly1305:
         """The AEAD under ``K(sender -> receiver)``; this party is one of the two."""
@@ -150,7 +153,7 @@ class Seal:
         self.name = name
         self._keys = _KeyPair(name) if ephemeral else _local(name)  # ephemeral: a key pair kept by no one else
         self._trusted: dict[str, bytes] = {}
-        self._seen: set[bytes] = set()
+        self._seen = self._keys.seen  # as long as the key pair: across this party's fits, not one mailbox's
 
     @property
     def public_key(self) -> bytes:
