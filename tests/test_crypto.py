@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import secrets
 
 import numpy as np
 import pytest
@@ -597,3 +598,36 @@ def test_sums_pack_straight_into_ciphertexts_and_decrypt_in_one_batch(name):
         np.testing.assert_array_equal(H, H1)
         np.testing.assert_allclose(G, g, atol=1e-8)
         np.testing.assert_allclose(H, h, atol=1e-8)
+
+
+def _distinct_rows(c) -> int:
+    return len({row.tobytes() for row in c.data})
+
+
+@pytest.mark.parametrize("name", [b for b in ENCRYPTED if b != "phe"])  # phe (python-paillier, a reference): 18 s
+def test_masks_never_repeat_over_two_trees_and_low_entropy_masks_are_caught(name, monkeypatch):
+    """One plaintext encrypted 6,000 times (two trees' worth of one gradient pair per row, by the key's
+    owner) and re-randomised 6,000 times from the public key (a passive party's obfuscation): every
+    ciphertext differs, so every mask does (c = Enc_0(m) * mask). A uniformity test cannot see masks drawn
+    from a small set (each still looks uniform mod n^2); this birthday check does: with 16-bit mask
+    exponents it finds about 270 repeats among 6,000, and fails (a mask space below ~2^30 is caught)."""
+    be = get_backend(name)
+    pk, sk = keys(name)
+    zeros = np.zeros(3000)
+    trees = be.concat([be.encrypt_gh(sk, zeros, zeros), be.encrypt_gh(sk, zeros, zeros)])
+    assert _distinct_rows(trees) == 6000
+    one = be.take(trees, np.zeros(6000, dtype=np.int64))
+    assert _distinct_rows(be.rerandomize(pk, one)) == 6000
+    if name != "paillier":
+        return
+    import ray_vfl.crypto.he.paillier as paillier
+
+    width = paillier._public_context(pk.n).exp_bytes  # bytes of one mask exponent
+    real = secrets.token_bytes
+
+    def low(n: int) -> bytes:  # every exponent keeps 2 random bytes, the rest zero
+        return bytes(b if i % width < 2 else 0 for i, b in enumerate(real(n)))
+
+    monkeypatch.setattr(paillier.secrets, "token_bytes", low)
+    weak = be.encrypt_gh(sk, np.zeros(6000), np.zeros(6000))
+    assert _distinct_rows(weak) < 6000  # the check above would fail on this backend
