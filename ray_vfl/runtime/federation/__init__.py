@@ -1,0 +1,8 @@
+"""Across organisations: each party on its own Ray cluster, joined by gateways over mutual TLS.
+
+:mod:`.certs` makes a test certificate authority and one certificate per party (production uses the
+organisations' own PKI); :mod:`.federation_file` reads ``federation.yaml`` (each party's name, gateway
+address and certificate name); :mod:`.gateway` is a party's gRPC endpoint: mutual TLS, the caller
+named by its certificate (never by a field it fills in), an allow-list of the methods a peer may call,
+every request and reply on the typed wire (:mod:`ray_vfl.runtime.codec`, never pickle).
+"""

@@ -1,0 +1,155 @@
+"""Cross-organisation gateways (issue 39, the first part): certificates, the federation file, and in-process
+gateways over mutual TLS on loopback: the caller named by its certificate, a certificate of another CA or
+of another party refused, the allow-list, bytes that do not decode refused before the handler runs,
+arrays streamed in chunks, an unreachable party named."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import stat
+
+import numpy as np
+import pytest
+
+from ray_vfl import ConfigError, PartyFailedError, ProtocolError
+from ray_vfl.certs import main as certs_main
+from ray_vfl.runtime.federation.certs import certificate_name, write_test_certificates
+from ray_vfl.runtime.federation.federation_file import Federation
+from ray_vfl.runtime.federation.gateway import CHUNK_BYTES, Credentials, Gateway, GatewayClient, GatewayPolicy
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """bank and shop in one federation (one CA), mall with a certificate of the same CA but in no federation,
+    and an outsider whose CA the federation does not trust; bank's gateway is up."""
+    folder = tmp_path_factory.mktemp("certs")
+    certs = write_test_certificates(str(folder / "ours"), ["bank", "shop", "mall"])
+    other = write_test_certificates(str(folder / "theirs"), ["shop"])
+    ports = {"bank": _free_port(), "shop": _free_port()}
+    fed = Federation.from_dict({"parties": {p: {"gateway": f"127.0.0.1:{port}"} for p, port in ports.items()}})
+    calls = []
+
+    def handler(sender, role, method, args):
+        calls.append((sender, role, method))
+        if method == "fail":
+            raise ValueError("the bank's own error")
+        return {"sender": sender, "sum": float(np.sum(args[0])), "back": args[0]}
+
+    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail"]}),
+                   handler)
+    bank.start()
+    clients = []
+
+    def client(creds, name="shop", **kw):
+        c = GatewayClient(name, creds, fed, timeout_s=10, **kw)
+        clients.append(c)
+        return c
+
+    yield {"certs": certs, "other": other, "fed": fed, "calls": calls, "client": client, "ports": ports}
+    for c in clients:
+        c.close()
+    bank.stop()
+
+
+def test_a_call_streams_arrays_and_names_the_caller_by_its_certificate(world):
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    big = np.arange(3 * CHUNK_BYTES // 8, dtype=np.int64)  # 3 MiB: three chunks each way
+    reply = shop.call("bank", "party", "total", big)
+    assert reply["sender"] == "shop" and reply["sum"] == float(big.sum())
+    np.testing.assert_array_equal(reply["back"], big)
+    assert world["calls"][-1] == ("shop", "party", "total")
+
+
+def test_a_method_off_the_list_is_refused_before_the_handler_runs(world):
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    before = len(world["calls"])
+    with pytest.raises(ProtocolError, match="party 'bank' refused it: its role 'party' does not let peers call 'dump'"):
+        shop.call("bank", "party", "dump")
+    with pytest.raises(ProtocolError, match="it has no role 'store' open to peers"):
+        shop.call("bank", "store", "total", np.zeros(2))
+    assert len(world["calls"]) == before
+
+
+def test_bytes_that_do_not_decode_are_refused_before_the_handler_runs(world):
+    """A pickle (which would run code in a receiver that unpickled it) and a request of the wrong shape."""
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    before = len(world["calls"])
+    from ray_vfl.runtime.codec import decode, encode
+
+    for wire in (pickle.dumps({"role": "party", "method": "total", "args": [os.system]}),
+                 encode({"role": "party", "method": "total"})):
+        reply = decode(b"".join(shop._stub("bank")(iter([wire]), timeout=10)))
+        assert reply["error"] == "malformed", reply
+    assert len(world["calls"]) == before
+
+
+def test_a_failing_method_names_the_party(world):
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    with pytest.raises(PartyFailedError, match="party 'bank' failed during phase 'party.fail': ValueError: the bank's own"):
+        shop.call("bank", "party", "fail")
+
+
+def test_a_certificate_of_another_ca_is_refused(world):
+    outsider = world["client"](Credentials.from_files(**world["other"]["shop"]))  # named shop, signed by another CA
+    before = len(world["calls"])
+    with pytest.raises(PartyFailedError, match="party 'bank' failed.*does not verify"):
+        outsider.call("bank", "party", "total", np.zeros(2), timeout_s=5)
+    assert len(world["calls"]) == before
+
+
+def test_a_party_outside_the_federation_is_refused_and_a_gateway_must_bear_its_partys_name(world):
+    certs, fed = world["certs"], world["fed"]
+    mall = GatewayClient("shop", Credentials.from_files(**certs["mall"]), fed, timeout_s=5)  # the CA's, but no party's
+    with pytest.raises(PartyFailedError, match="refused this party's certificate: the caller's certificate names no"):
+        mall.call("bank", "party", "total", np.zeros(2))
+    mall.close()
+    # mall's gateway listening where shop's should be: bank reaching "shop" there must not take it for shop
+    impostor = Gateway("shop", Credentials.from_files(**certs["mall"]), fed, GatewayPolicy({"party": ["total"]}),
+                       lambda *a: "impostor")
+    impostor.start()
+    try:
+        bank = world["client"](Credentials.from_files(**certs["bank"]), name="bank")
+        with pytest.raises(PartyFailedError, match="party 'shop' failed.*not named 'shop'"):
+            bank.call("shop", "party", "total", np.zeros(2), timeout_s=5)
+    finally:
+        impostor.stop()
+
+
+def test_an_unreachable_gateway_names_its_party_within_the_timeout(world):
+    bank = world["client"](Credentials.from_files(**world["certs"]["bank"]), name="bank")  # shop's gateway is down
+    with pytest.raises(PartyFailedError, match="party 'shop' failed during phase 'party.total'") as caught:
+        bank.call("shop", "party", "total", np.zeros(2), timeout_s=3)
+    assert caught.value.party == "shop"
+
+
+def test_the_federation_file_and_certificates(tmp_path):
+    path = tmp_path / "federation.yaml"
+    path.write_text("parties:\n  bank: {gateway: 'bank.example.org:50051'}\n  shop: {gateway: '10.0.0.7:50051'}\n")
+    fed = Federation.from_yaml(str(path))
+    assert fed.names == ["bank", "shop"] and fed.party("bank").certificate_name == "bank"
+    for content, message in (
+        ({"parties": {"bank": {"gateway": "a:1"}}}, "at least 2 parties"),
+        ({"parties": {"Bank": {"gateway": "a:1"}, "shop": {"gateway": "b:1"}}}, "party name 'Bank'"),
+        ({"parties": {"bank": {"gateway": "a:1"}, "shop": {"gateway": "a:1"}}}, "both name gateway a:1"),
+        ({"parties": {"bank": {"gateway": "a:1", "port": 3}, "shop": {"gateway": "b:1"}}}, "unknown key"),
+        ({"parties": {"bank": {"gateway": "a:99999"}, "shop": {"gateway": "b:1"}}}, "not HOST:PORT"),
+        ({"members": {}}, "one key, 'parties'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            Federation.from_dict(content)
+    with pytest.raises(ConfigError, match="does not exist"):
+        Federation.from_yaml(str(tmp_path / "none.yaml"))
+    with pytest.raises(ConfigError, match="not in the federation file"):
+        fed.party("mall")
+    assert certs_main(["--out", str(tmp_path / "c"), "bank", "shop"]) == 0
+    assert certificate_name((tmp_path / "c" / "shop.pem").read_bytes()) == "shop"
+    assert stat.S_IMODE(os.stat(tmp_path / "c" / "shop.key").st_mode) == 0o600
+    assert certs_main(["--out", str(tmp_path / "d"), "Bank!"]) == 1
