@@ -41,11 +41,11 @@ def _softmax(m):
     return z / z.sum(axis=1, keepdims=True)
 
 
-def assert_lossless(model, data, cfg):
+def assert_lossless(model, data, cfg, w=None):
     """Every tree equals the reference's split for split (global feature, bin, missing direction) and leaf
     for leaf; the secure prediction's (rows, K) margins equal the reference's."""
     y = data.label.astype(np.int64)
-    ref = [t for r in reference_boost(party_bins(data, cfg.max_bin), y, cfg) for t in r]
+    ref = [t for r in reference_boost(party_bins(data, cfg.max_bin), y, cfg, w) for t in r]
     fed = model.assembled_trees({p: data.n_features(p) for p in data.party_names})
     assert len(fed) == len(ref) == cfg.n_trees * cfg.num_class
     margin, splits = np.full((data.n_rows, cfg.num_class), 0.5), 0
@@ -89,6 +89,47 @@ def test_lossless_paillier(runtime, iris):
     margin = assert_lossless(model, iris, cfg)
     np.testing.assert_array_equal(model.predict(iris), margin.argmax(axis=1))  # multi:softmax: the class index
     assert model.op_counts["encrypt"] > 0 and model.op_counts["decrypt"] > 0
+    plain = train(runtime, iris, cfg.replace(backend="plain"))
+    paillier_bytes, plain_bytes = (sum(r.nbytes for r in m.comm_stats.records if r.kind == "pivodl_forwarded_sums")
+                                   for m in (model, plain))
+    assert paillier_bytes > 1.3 * plain_bytes  # packed 1024-bit ciphertexts (several sums each), not floats
+
+
+def test_sample_weights_are_lossless_and_a_checkpoint_resumes_by_round(runtime, iris, tmp_path):
+    """Weights (eighths up to 3, each held with its row's label at the client that labels it) multiply every
+    class's pair of the row: the trees equal the reference fitted on weighted pairs and the eval metrics are
+    weighted (scikit-learn's log_loss); a run stopped after its first round resumes from the checkpoint to
+    the same trees (a round is K trees)."""
+    from ray_vfl.trees.callbacks import TrainingCallback
+    from ray_vfl.trees.checkpoint import Checkpoint
+
+    w = np.random.default_rng(3).integers(0, 25, size=iris.n_rows) / 8.0
+    data = iris.with_weights(w)
+    cfg = PIVODLConfig(objective="multi:softprob", num_class=3, n_trees=2, max_depth=2, max_bin=8, backend="plain",
+                       instance_threshold=1, gradient_bound=4.0)
+    model = train(runtime, data, cfg, eval_sets={"train": data})
+    margin = assert_lossless(model, data, cfg, w)
+    logged = model.history["train"][-1]["mlogloss"]
+    assert logged == pytest.approx(log_loss(iris.label, _softmax(margin), sample_weight=w), rel=1e-9)
+    assert logged != pytest.approx(log_loss(iris.label, _softmax(margin)), rel=1e-3)
+
+    class Stop(Exception):
+        pass
+
+    class FailAfterFirst(TrainingCallback):
+        def after_iteration(self, iteration, logs):
+            if iteration == 0:
+                raise Stop()
+            return False
+
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(Stop):
+        train(runtime, data, cfg, callbacks=[Checkpoint(folder), FailAfterFirst()])
+    resumed = train(runtime, data, cfg, callbacks=[Checkpoint(folder)])
+    feats = {p: data.n_features(p) for p in data.party_names}
+    for a, b in zip(model.assembled_trees(feats), resumed.assembled_trees(feats), strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
 
 
 def test_iris_accuracy_matches_xgboost_and_maps_labels(runtime, frame, tmp_path):
