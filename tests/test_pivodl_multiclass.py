@@ -184,6 +184,35 @@ def test_partial_dp_counts_every_class_tree(runtime, iris):
     assert all(released[k] != held[k] for k in held)  # every released weight carries noise
 
 
+def test_party_held_labels_take_num_class(runtime, frame, tmp_path):
+    """Party-held data never shows its labels to the driver: num_class=K trains multi-class on labels
+    0 .. K-1 kept at each client (spread over two files); labels outside 0 .. K-1 are refused by the
+    client that holds them, and without num_class the binary check names the fix."""
+    from ray_vfl import VerticalDataset
+
+    def files(labels, tag):
+        y = frame["y"].map(labels).astype(float)
+        mine = np.arange(len(frame)) % 2 == 0
+        paths = {}
+        for party, cols, rows in (("party3", ["f0", "f1"], mine), ("party4", ["f2", "f3"], ~mine)):
+            out = frame[cols].assign(id=np.arange(len(frame)), y=np.where(rows, y, np.nan))
+            out.to_csv(tmp_path / f"{party}-{tag}.csv", index=False)
+            paths[party] = str(tmp_path / f"{party}-{tag}.csv")
+        return VerticalDataset.from_files(paths, label="y", labels="spread", runtime=runtime)
+
+    held = files({0: 0, 1: 1, 2: 2}, "ok")
+    params = dict(n_estimators=2, max_depth=2, max_bin=8, backend="plain", instance_threshold=1, runtime=runtime)
+    clf = PIVODLClassifier(num_class=3, **params).fit(held)
+    assert clf.classes_.tolist() == [0, 1, 2] and clf.model_.config.objective == "multi:softprob"
+    proba = clf.predict_proba(held)
+    assert proba.shape == (150, 3) and np.mean(proba.argmax(axis=1) == frame["y"].to_numpy()) > 0.9
+    assert set(clf.model_.evaluate(held)) == {"mlogloss", "merror"}
+    with pytest.raises(DataError, match=r"client 'party\d': multi-class labels must be class indices 0 \.\. 2"):
+        PIVODLClassifier(num_class=3, **params).fit(files({0: 10, 1: 20, 2: 30}, "bad"))
+    with pytest.raises(DataError, match="num_class=K"):
+        PIVODLClassifier(**params).fit(held)
+
+
 def test_bad_multiclass_input_is_named(runtime, iris, frame):
     with pytest.raises(ConfigError, match="one gradient pair per sum"):
         PIVODLConfig(objective="multi:softprob", num_class=3, multi_strategy="multi_output_tree", backend="plain")
