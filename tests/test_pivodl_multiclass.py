@@ -182,6 +182,8 @@ def test_partial_dp_counts_every_class_tree(runtime, iris):
     released = {(t, n): w for t, tree in enumerate(view["released"]) for n, w in tree.items()}
     assert len(released) == len(held) > 0 and all(abs(w) <= 1.0 for w in held.values())
     assert all(released[k] != held[k] for k in held)  # every released weight carries noise
+    with pytest.raises(DataError, match="rank one label per row"):
+        model.label_guess_scores()
 
 
 def test_party_held_labels_take_num_class(runtime, frame, tmp_path):

@@ -188,6 +188,10 @@ class PIVODLModel:
 
     def label_guess_scores(self) -> dict[str, dict[str, np.ndarray]]:
         """Every client's label-guess scores of the training rows from its own view (the paper's attack).
-        For experiments in simulation only: it returns what a curious client could compute."""
+        For experiments in simulation only: it returns what a curious client could compute. Binary and
+        regression models only (a score per row ranks one label, not ``K`` classes)."""
+        if self.config.trees_per_round > 1:
+            raise DataError(f"the label-guess scores rank one label per row (the paper's Table III, binary); this "
+                            f"model is {self.config.objective!r} with {self.config.num_class} classes")
         views = self._calls().value("guess_scores", self.order, lambda p: (), "label guess")
         return dict(zip(self.order, views))
