@@ -258,15 +258,17 @@ def test_paillier_multi_output_tree_packs_every_class_in_one_ciphertext(runtime,
     assert len(gh) == 2  # one message per round
 
 
-def test_ssxgb_and_pivodl_say_they_stay_binary(iris):
+def test_ssxgb_stays_binary_and_pivodl_grows_one_tree_per_class(iris):
+    """SSXGB is binary; PIVODL is multi-class with one tree per class only (tests/test_pivodl_multiclass.py)."""
     from ray_vfl.pivodl.config import PIVODLConfig
     from ray_vfl.ssxgb.config import SSXGBConfig
     from ray_vfl.ssxgb.protocol import _check_input
 
     with pytest.raises(DataError, match="SSXGB is binary, as its paper"):
         _check_input(iris, SSXGBConfig())
-    with pytest.raises(ConfigError, match="PIVODL trains binary"):
-        PIVODLConfig(objective="multi:softprob", num_class=3, backend="plain")
+    assert PIVODLConfig(objective="multi:softprob", num_class=3, backend="plain").trees_per_round == 3
+    with pytest.raises(ConfigError, match="one gradient pair per sum"):
+        PIVODLConfig(objective="multi:softprob", num_class=3, backend="plain", multi_strategy="multi_output_tree")
 
 
 def test_save_and_load_keep_classes_and_predictions(runtime, iris, tmp_path):

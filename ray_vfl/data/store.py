@@ -428,8 +428,9 @@ def check_labels(label: np.ndarray | None, objective: str, spread: bool = False)
         if bad.any():
             raise DataError(
                 f"labels must be 0 or 1 for a binary objective; found {np.unique(label[bad])[:5].tolist()}; "
-                "for more classes use objective='multi:softprob' (SecureBoostClassifier picks it from the "
-                "labels), or map the classes to 0/1 (or use a regression objective)"
+                "for more classes use objective='multi:softprob' (SecureBoostClassifier and, for in-process data, "
+                "PIVODLClassifier pick it from the labels; labels 0 .. K-1 spread over parties' own stores: "
+                "PIVODLClassifier(num_class=K)), or map the classes to 0/1 (or use a regression objective)"
             )
         classes = np.unique(label)
         if len(classes) < 2 and not spread:

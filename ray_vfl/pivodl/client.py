@@ -7,6 +7,11 @@ that sums the gradients of its own labelled rows, a *source* of its own features
 (:class:`~ray_vfl.pivodl.prediction.PredictionRole`). This module holds what all roles share:
 the data (binned on the client's own node), the keys, the set-up exchanges, the secure totals of
 step 2, and the tree skeleton every client keeps.
+
+Multi-class (``num_class`` = ``K``): a client's labels are class indices ``0 .. K-1`` (it cannot learn
+the classes the others hold, so the mapping happens before the data is split), its margins are
+``(own rows, K)``, and every round it takes the softmax gradient pairs of its own rows at the round's
+start; tree ``t`` fits column ``t % K`` of them and its released leaf weights move margin column ``t % K``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..runtime.task_pool import TaskPool
 from ..runtime.party import PartyActor, resolve_rows, resolve_weights
 from ..trees.encoding import backend_options
 from ..trees.kernels import base_margin, base_score_of, encoded_gradients
+from ..trees.multiclass import check_class_indices, is_multiclass
 from ..trees.weights import check_weighted_bound, row_weights, weighted_pairs
 from .candidates import candidate_table, feature_spec
 from .config import PIVODLConfig
@@ -84,6 +90,8 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
         self.node_gains: dict[tuple[int, int], float] = {}  # (tree, split node) -> its gain, as every client learns it
         self.base_score: float | None = None
+        self.per_round = config.trees_per_round  # trees per round: K for K classes, else 1
+        self.round_gh: tuple[np.ndarray, np.ndarray] | None = None  # (own rows, K) pairs of the round (multi-class)
         frame, label = resolve_rows(table)
         if frame is None:  # a client loaded from a saved model: restore() fills it
             return
@@ -98,7 +106,10 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.w_own = row_weights(self.y_own, self.sw_own, config.scale_pos_weight)
         if config.objective == "binary:logistic" and not np.isin(self.y_own, (0.0, 1.0)).all():
             bad = self.y_own[~np.isin(self.y_own, (0.0, 1.0))][0]
-            raise DataError(f"client {name!r}: binary:logistic needs labels 0 or 1, found {bad!r}; map the labels first")
+            raise DataError(f"client {name!r}: binary:logistic needs labels 0 or 1, found {bad!r}; map the labels first "
+                            "(for K classes labelled 0 .. K-1 at every client: objective='multi:softprob', num_class=K)")
+        if is_multiclass(config.objective):
+            check_class_indices(self.y_own, config.num_class, f"client {name!r}")
         self.backend_spec = (config.backend, backend_options(config.gradient_bound, self.n_rows))
         self.backend = get_backend(config.backend, **self.backend_spec[1])
         self.spec = feature_spec(self.rows["train"], self.missing_bin)
@@ -195,18 +206,36 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         if self.record_view:
             self.totals_seen.append((what, float(values[0]), float(values[1])))
         if what == "base":
-            mean = values[0] / values[1]
-            self.base_score = base_score_of(self.config.objective, np.array([mean]), self.config.base_score)
-            check_weighted_bound(self.config.objective, self.y_own, self.w_own, self.config.gradient_bound,
-                                 self.base_score, self.backend.is_encrypted)
-            self.margin_own = np.full(len(self.own), base_margin(self.config.objective, self.base_score))
+            self.start_margins(base_score_of(self.config.objective, np.array([values[0] / values[1]]),
+                                             self.config.base_score))
         else:
             self.root_totals = (float(values[0]), float(values[1]))
 
+    def start_margins(self, base_score: float | None = None) -> None:
+        """Margins of this client's own rows at the base score: the label mean of step 2, or (multi-class,
+        called by the driver with no exchange) ``base_score`` if set, else 0.5 for every class (XGBoost's)."""
+        if base_score is None:
+            base_score = base_score_of(self.config.objective, np.zeros(0), self.config.base_score)
+        self.base_score = float(base_score)
+        check_weighted_bound(self.config.objective, self.y_own, self.w_own, self.config.gradient_bound,
+                             self.base_score, self.backend.is_encrypted)
+        shape = (len(self.own), self.config.num_class) if is_multiclass(self.config.objective) else (len(self.own),)
+        self.margin_own = np.full(shape, base_margin(self.config.objective, self.base_score))
+
     # trees --------------------------------------------------------------------------------------------
     def begin_tree(self) -> None:
-        """Gradients of this client's own labelled rows at the current (released) margins."""
-        self.g, self.h = weighted_pairs(*encoded_gradients(self.config.objective, self.y_own, self.margin_own), self.w_own)
+        """Gradients of this client's own labelled rows at the current (released) margins; multi-class:
+        column ``t % K`` of the softmax pairs taken at the round's start, for tree ``t``."""
+        k = len(self.trees) % self.per_round
+        if self.per_round == 1:
+            self.g, self.h = weighted_pairs(*encoded_gradients(self.config.objective, self.y_own, self.margin_own),
+                                            self.w_own)
+        else:
+            if k == 0 or self.round_gh is None:
+                self.round_gh = weighted_pairs(*encoded_gradients(self.config.objective, self.y_own, self.margin_own),
+                                               self.w_own)
+            self.g = np.ascontiguousarray(self.round_gh[0][:, k])
+            self.h = np.ascontiguousarray(self.round_gh[1][:, k])
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
         self.trees.append({})
         self.released.append({})
@@ -229,7 +258,11 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.leaf_of_row.append(self.node_of_row.copy())
         lookup = np.zeros(max(weights) + 1)
         lookup[list(weights)] = list(weights.values())
-        self.margin_own = self.margin_own + lookup[self.node_of_row[self.own]]
+        self.margin_own = self.margin_own.copy()
+        if self.per_round == 1:
+            self.margin_own += lookup[self.node_of_row[self.own]]
+        else:  # one tree per class: it moves its class's margins
+            self.margin_own[:, tree % self.per_round] += lookup[self.node_of_row[self.own]]
         return len(self.trees[tree])
 
     def _take_leaves(self, tree: int, holder: str, nodes: np.ndarray, weights: np.ndarray) -> None:
@@ -272,8 +305,11 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def unseen_categories(self) -> dict[str, int]:
         return {c: n for c, n in self.binner.unseen_counts.items() if n}
 
-    def truncate(self, n_trees: int) -> None:
-        """Keep the first ``n_trees`` trees (early stopping's best iteration)."""
+    def truncate(self, n_rounds: int) -> None:
+        """Keep the trees of the first ``n_rounds`` rounds (early stopping's best iteration; a round is
+        one tree, or ``K`` with ``K`` classes)."""
+        n_trees = n_rounds * self.per_round
+        self.round_gh = None
         del self.trees[n_trees:], self.released[n_trees:], self.leaf_of_row[n_trees:]
         self.held = {k: v for k, v in self.held.items() if k[0] < n_trees}
         self.node_gains = {k: v for k, v in self.node_gains.items() if k[0] < n_trees}
@@ -329,6 +365,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.released = [{int(k): float(v) for k, v in t.items()} for t in state["released"]]
         self.leaf_of_row = [np.asarray(leaf, dtype=np.int64) for leaf in state["leaf_of_row"]]
         self.margin_own = np.asarray(state["margin_own"], dtype=np.float64)
+        self.round_gh = None
 
     def mask_key(self) -> tuple:
         """A fresh key-agreement key for every other client (a loaded model's clients agree anew)."""

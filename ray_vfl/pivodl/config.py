@@ -1,4 +1,10 @@
-"""PIVODL's hyper-parameters: XGBoost's, plus the instance threshold and the partial DP of leaf weights."""
+"""PIVODL's hyper-parameters: XGBoost's, plus the instance threshold and the partial DP of leaf weights.
+
+Objectives: ``binary:logistic``, ``reg:squarederror``, and ``multi:softprob`` / ``multi:softmax`` with
+``num_class=K`` and one tree per class per round (``multi_strategy="one_output_per_tree"``, XGBoost's
+default): tree ``t`` of a round fits class ``t % K``'s softmax gradient pairs of every client's own
+labelled rows (:mod:`ray_vfl.trees.multiclass`), and ``n_trees`` counts rounds (``n_trees * K`` trees).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from ..config import check_float, check_int
 from ..crypto.privacy.gaussian_dp import check_budget, noise_multiplier
 from ..errors import ConfigError
 from ..trees.config import BoostConfig
+from ..trees.multiclass import is_multiclass, trees_per_round
 
 __all__ = ["PIVODLConfig"]
 
@@ -46,7 +53,8 @@ class PIVODLConfig(BoostConfig):
         where each part keeps ``t`` rows of every client that has rows there.
     epsilon : float or None
         Budget of the partial differential privacy of the released leaf weights over the whole
-        training (each row's label reaches one leaf per tree: ``n_trees`` releases); ``None`` (the
+        training (each row's label reaches one leaf per tree: ``n_trees`` releases, ``n_trees * K``
+        with ``K`` classes, one tree per class and round); ``None`` (the
         default) releases exact leaf weights. It protects the released weights only: the row
         partitions reach every client, and a client holding labels reads the others' label rates off
         them whatever the budget (:mod:`ray_vfl.pivodl.attack`).
@@ -55,14 +63,17 @@ class PIVODLConfig(BoostConfig):
     leaf_clip : float or None
         ``C``: under DP every leaf weight is clipped to ``[-C, C]``, the released copy before its
         noise and the one its holder keeps for prediction alike. ``None``: 1.0 for the logistic
-        objective; squared error needs it given with ``epsilon`` (the scale of its leaf weights is
+        and the multi-class objectives; squared error needs it given with ``epsilon`` (the scale of its leaf weights is
         the label's). A smaller ``C`` means less noise but caps how far the margins can move
         (``n_trees * C`` from the base score; see ``benchmarks/RESULTS.md``, "Why epsilon 1 scored below epsilon 0.1").
     dp_sensitivity : str
         How far one row's label can move a released leaf weight (:meth:`leaf_sensitivity`).
         ``"global"`` (the default): ``min(2C, eta * dg / lambda)``, the same bound for every leaf
         (``dg`` = 1 for the logistic loss, whose gradient ``p - y`` moves by at most 1 when a label
-        flips; unbounded, so ``2C``, for squared error). ``"leaf"``: ``min(2C, eta * dg / (H + lambda))``
+        flips, and for the softmax loss, whose class-``k`` gradient ``p_k - [y = k]`` moves by at most
+        1 when a label changes class -- each class's tree is one release; unbounded, so ``2C``, for
+        squared error). The hessians (``p (1 - p)``, ``2 p_k (1 - p_k)``) do not depend on the label
+        given the margins. ``"leaf"``: ``min(2C, eta * dg / (H + lambda))``
         with the leaf's own hessian sum ``H`` -- still label-DP (``H`` does not depend on the labels
         given the margins) and far less noise in big leaves; but then the released weights keep
         telling every client the label *mean* of each big leaf, which the paper's label-guess attack
@@ -74,6 +85,9 @@ class PIVODLConfig(BoostConfig):
     >>> cfg = PIVODLConfig(epsilon=1.0, n_trees=4, backend="plain")
     >>> cfg.leaf_clip, round(cfg.noise_multiplier, 2)
     (1.0, 7.46)
+    >>> multi = PIVODLConfig(objective="multi:softprob", num_class=3, epsilon=1.0, n_trees=4, backend="plain")
+    >>> multi.trees_per_round, multi.releases, round(multi.noise_multiplier, 2)  # 12 trees released
+    (3, 12, 12.92)
     """
 
     backend: str = "paillier"
@@ -85,9 +99,12 @@ class PIVODLConfig(BoostConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.num_class is not None or self.objective.startswith("multi:"):
-            raise ConfigError(f"PIVODL trains binary:logistic and reg:squarederror, not {self.objective!r}: multi-class "
-                              "is SecureBoost's (SecureBoostClassifier picks multi:softprob from the labels)")
+        if is_multiclass(self.objective) and self.multi_strategy != "one_output_per_tree":
+            raise ConfigError(f"PIVODL grows one tree per class (multi_strategy='one_output_per_tree'), not "
+                              f"{self.multi_strategy!r}: its split clients score one gradient pair per sum (a "
+                              "client's encrypted candidate sums hold one class's G and H, and the instance "
+                              "threshold is checked on those sums); multi-output trees are SecureBoost's "
+                              "(SecureBoostClassifier(multi_strategy='multi_output_tree'))")
         if self.enable_categorical:
             raise ConfigError("PIVODL splits categorical columns as ordinal codes: its clients score candidates on "
                               "secret-shared sums, which cannot be sorted by category weight; leave "
@@ -102,7 +119,7 @@ class PIVODLConfig(BoostConfig):
         if self.leaf_clip is not None:
             check_float("leaf_clip", self.leaf_clip, 0.0, 1e15, lo_open=True)
         elif self.epsilon is not None:
-            if self.objective != "binary:logistic":
+            if self.objective != "binary:logistic" and not is_multiclass(self.objective):
                 raise ConfigError("leaf_clip must be given with epsilon for reg:squarederror: leaf weights scale "
                                   "with the label, so choose C near the largest leaf weight you expect")
             object.__setattr__(self, "leaf_clip", 1.0)
@@ -122,7 +139,7 @@ class PIVODLConfig(BoostConfig):
         (0.3, 0.03)
         """
         H = np.asarray(H, dtype=np.float64)
-        if self.objective != "binary:logistic":
+        if self.objective != "binary:logistic" and not is_multiclass(self.objective):
             return np.full(H.shape, 2.0 * self.leaf_clip)
         denominator = self.reg_lambda + (H if self.dp_sensitivity == "leaf" else np.zeros_like(H))
         with np.errstate(divide="ignore"):
@@ -130,6 +147,18 @@ class PIVODLConfig(BoostConfig):
         return np.minimum(2.0 * self.leaf_clip, step)
 
     @property
+    def trees_per_round(self) -> int:
+        """Trees grown per boosting round: ``num_class`` for a multi-class objective, else 1."""
+        return trees_per_round(self.objective, self.num_class, self.multi_strategy)
+
+    @property
+    def releases(self) -> int:
+        """Leaf-weight releases of a whole training that each row's label takes part in: one per tree,
+        ``n_trees * trees_per_round``."""
+        return self.n_trees * self.trees_per_round
+
+    @property
     def noise_multiplier(self) -> float | None:
-        """``sigma / sensitivity`` of every released leaf weight (``None`` without DP)."""
-        return noise_multiplier(self.epsilon, self.delta, self.n_trees) if self.dp else None
+        """``sigma / sensitivity`` of every released leaf weight (``None`` without DP), for
+        :attr:`releases` releases."""
+        return noise_multiplier(self.epsilon, self.delta, self.releases) if self.dp else None

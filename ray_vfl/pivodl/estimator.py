@@ -14,11 +14,13 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ..data.dataset import VerticalDataset
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
-from ..trees.estimator import BinaryClassifier, ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
+from ..trees.estimator import ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
+from ..trees.kernels import transform_margin
+from ..trees.multiclass import MULTI_OBJECTIVES, class_index, is_multiclass, softmax
 from .config import PIVODLConfig
 from .protocol import PIVODLModel, train
 
@@ -26,7 +28,7 @@ __all__ = ["PIVODLClassifier", "PIVODLRegressor"]
 
 # Estimator parameter -> PIVODLConfig field, where the names differ (scikit-learn's n_estimators).
 _RENAMED = {"n_estimators": "n_trees"}
-_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime", "importance_type"}
+_NOT_CONFIG = {"early_stopping_rounds", "callbacks", "verbose", "runtime", "importance_type", "num_class"}
 # What a PIVODL client can score from its own view: a node's gain and source are told to every client, its
 # hessian sum (cover) only to its split client, and no client knows another's features (no per-feature mean).
 IMPORTANCE_TYPES = ("total_gain", "weight")
@@ -34,7 +36,10 @@ IMPORTANCE_TYPES = ("total_gain", "weight")
 
 class _PIVODL(FederatedEstimator):
     _objective = "binary:logistic"
+    _objectives: tuple[str, ...] = ("binary:logistic",)
     _stop_metric = "logloss"
+    _fit_objective = _objective
+    _fit_num_class: int | None = None
 
     def __init__(self, n_estimators: int = 10, max_depth: int = 5, learning_rate: float = 0.3, reg_lambda: float = 1.0,
                  gamma: float = 0.0, min_child_weight: float = 1.0, max_bin: int = 32, base_score: float | None = None,
@@ -42,7 +47,8 @@ class _PIVODL(FederatedEstimator):
                  workers_per_party: int | None = None, timeout_s: float | None = None,
                  gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
                  delta: float = 1e-5, leaf_clip: float | None = None, scale_pos_weight: float = 1.0,
-                 importance_type: str = "total_gain", early_stopping_rounds: int | None = None,
+                 importance_type: str = "total_gain", num_class: int | None = None,
+                 early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
                  runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -65,6 +71,7 @@ class _PIVODL(FederatedEstimator):
         self.leaf_clip = leaf_clip
         self.scale_pos_weight = scale_pos_weight
         self.importance_type = importance_type
+        self.num_class = num_class
         self.early_stopping_rounds = early_stopping_rounds
         self.callbacks = callbacks
         self.verbose = verbose
@@ -74,12 +81,19 @@ class _PIVODL(FederatedEstimator):
         params = {_RENAMED.get(k, k): v for k, v in self.get_params().items() if k not in _NOT_CONFIG}
         if gradient_bound is not None:
             params["gradient_bound"] = gradient_bound
-        return PIVODLConfig(objective=self._objective, **params)
+        return PIVODLConfig(objective=self._fit_objective, num_class=self._fit_num_class, **params)
+
+    def _choose_objective(self, data: VerticalDataset, evals: dict) -> tuple[VerticalDataset, dict]:
+        """The objective of this fit, and the data to train on (the regressor's: as given)."""
+        if self.num_class is not None:
+            raise ConfigError(f"num_class={self.num_class!r} is for classes: PIVODLRegressor trains "
+                              "reg:squarederror; use PIVODLClassifier")
+        return data, evals
 
     def fit(self, data: VerticalDataset, y=None, *, sample_weight=None, eval_set: Sequence[VerticalDataset] | None = None,
             sample_weight_eval_set=None, checkpoint_dir: str | None = None, checkpoint_every: int = 1):
         """Train on ``data`` (labels spread over its clients); ``eval_set`` data sets are scored after
-        every tree (logloss and error, or RMSE and MAE). ``y`` is scikit-learn's (None, or the data's
+        every round (logloss and error, mlogloss and merror, or RMSE and MAE). ``y`` is scikit-learn's (None, or the data's
         own labels). ``sample_weight``: one weight per row, each travelling with its row's label to the
         client that labels it, which weighs that row's gradients (and the base score's sums) before
         anything is encrypted; ``sample_weight_eval_set`` weighs the eval sets' metrics alike. With
@@ -88,10 +102,14 @@ class _PIVODL(FederatedEstimator):
         again with the same folder continues from the last tree every client completed."""
         self._config()  # the parameters are checked before the data
         data, evals = weighted_fit_data(data, y, sample_weight, eval_set, sample_weight_eval_set)
-        config = self._config(bound_for_weights(self._objective, self.gradient_bound, getattr(data, "weight", None),
-                                                self.scale_pos_weight))
-        callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, self._stop_metric, maximize=False)
+        data, evals = self._choose_objective(data, evals)
+        config = self._config(bound_for_weights(self._fit_objective, self.gradient_bound,
+                                                getattr(data, "weight", None), self.scale_pos_weight))
+        stop_metric = "mlogloss" if is_multiclass(self._fit_objective) else self._stop_metric
+        callbacks = fit_callbacks(self, evals, checkpoint_dir, checkpoint_every, stop_metric, maximize=False)
         self.model_ = train(self._fit_runtime(config.timeout_s), data, config, evals, callbacks)
+        if is_multiclass(self._fit_objective):
+            self.model_.classes = np.asarray(self.classes_, dtype=np.float64).tolist()
         self.evals_result_ = self.model_.history
         self.comm_stats_ = self.model_.comm_stats
         self.best_iteration_ = self.model_.best_iteration
@@ -143,16 +161,30 @@ class _PIVODL(FederatedEstimator):
     @classmethod
     def load_model(cls, directory: str, runtime: Runtime | None = None):
         """An estimator for prediction from the parts :meth:`save_model` wrote."""
-        model = PIVODLModel.load(directory, runtime, objective=cls._objective)
+        model = PIVODLModel.load(directory, runtime, objective=cls._objectives)
         params = {f.name: getattr(model.config, f.name) for f in dataclasses.fields(model.config)}
         params = {k: params[_RENAMED.get(k, k)] for k in cls().get_params() if k not in _NOT_CONFIG}
-        est = cls(**params, runtime=model.runtime)
+        est = cls(**params, num_class=model.config.num_class, runtime=model.runtime)
         est.model_, est.n_trees_, est.epsilon_ = model, model.n_trees, model.epsilon
+        est._fit_objective, est._fit_num_class = model.config.objective, model.config.num_class
+        if model.config.num_class is not None:
+            classes = model.classes if model.classes is not None else np.arange(model.config.num_class)
+            est.classes_ = _as_labels(np.asarray(classes, dtype=np.float64))
         return est
 
 
-class PIVODLClassifier(BinaryClassifier, ClassifierMixin, _PIVODL):
-    """Federated XGBoost classifier with labels spread over several clients (PIVODL).
+class PIVODLClassifier(ScoreOnDataLabels, ClassifierMixin, _PIVODL):
+    """Federated XGBoost classifier with labels spread over several clients (PIVODL), binary or multi-class.
+
+    The objective follows the labels as in XGBoost's scikit-learn wrapper: 0/1 labels train
+    ``binary:logistic``; any other labels (``K`` distinct numbers) train ``multi:softprob`` with
+    ``num_class=K`` and one tree per class per round. A client cannot map classes it does not see
+    (another client may hold classes it has none of), so for in-process data the caller's side maps
+    the labels (``data.label``) to ``0 .. K-1`` in ascending order before they are handed to the
+    clients (``classes_`` keeps the values; eval sets are mapped alike). Party-held data never shows
+    its labels to the driver: give ``num_class=K`` and keep labels ``0 .. K-1`` at every client
+    (each client refuses others with a :class:`~ray_vfl.errors.DataError` naming the fix).
+    ``predict_proba`` gives ``K`` columns (2 for binary), ``predict`` class labels.
 
     Example
     -------
@@ -162,9 +194,69 @@ class PIVODLClassifier(BinaryClassifier, ClassifierMixin, _PIVODL):
     >>> train, test = data.train_test_split(0.2, seed=0)                                     # doctest: +SKIP
     >>> clf = PIVODLClassifier(n_estimators=10, epsilon=8.0).fit(train, eval_set=[test])     # doctest: +SKIP
     >>> clf.predict_proba(test)[:, 1], clf.epsilon_                                           # doctest: +SKIP
+    >>> iris = vertical_split(load_iris(as_frame=True).frame, 3, label="target",
+    ...                       label_owners={"party0": .4, "party1": .3, "party2": .3})        # doctest: +SKIP
+    >>> PIVODLClassifier(n_estimators=10, instance_threshold=5).fit(iris).predict_proba(iris).shape  # doctest: +SKIP
+    (150, 3)
     """
 
     _objective = "binary:logistic"
+    _objectives = ("binary:logistic",) + MULTI_OBJECTIVES
+    classes_ = np.array([0, 1])
+
+    def _choose_objective(self, data: VerticalDataset, evals: dict) -> tuple[VerticalDataset, dict]:
+        """``binary:logistic`` for 0/1 labels (and ``num_class=None``), else ``multi:softprob`` with the
+        labels mapped to ``0 .. K-1`` where the caller holds them (in-process data)."""
+        self._fit_objective, self._fit_num_class, self.classes_ = "binary:logistic", None, np.array([0, 1])
+        label = getattr(data, "label", None)
+        if label is None:  # party-held: the clients hold the labels, already 0 .. K-1 if num_class is given
+            if self.num_class is not None:
+                self._fit_objective, self._fit_num_class = "multi:softprob", int(self.num_class)
+                self.classes_ = np.arange(int(self.num_class))
+            return data, evals
+        classes = np.unique(np.asarray(label, dtype=np.float64))
+        if self.num_class is None and np.isin(classes, (0.0, 1.0)).all():
+            return data, evals
+        if self.num_class is not None and len(classes) != self.num_class:
+            raise DataError(f"the labels hold {len(classes)} classes ({classes[:10].tolist()}), num_class says "
+                            f"{self.num_class}; leave num_class=None (it follows the labels) or fix the labels")
+        self._fit_objective, self._fit_num_class = "multi:softprob", len(classes)
+        self.classes_ = _as_labels(classes)
+        mapped = {k: _mapped(d, classes, f"eval set {k!r}") for k, d in evals.items()}
+        return _mapped(data, classes, "the labels"), mapped
+
+    @property
+    def n_classes_(self) -> int:
+        return len(self.classes_)
+
+    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
+        """``(n, K)`` class probabilities, columns in the order of ``classes_`` (``K`` = 2 for binary)."""
+        margin = self.predict_margin(data)
+        if margin.ndim == 2:
+            return softmax(margin)
+        p = transform_margin("binary:logistic", margin)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, data: VerticalDataset) -> np.ndarray:
+        """The predicted class (one of ``classes_``) of every row."""
+        proba = self.predict_proba(data)
+        if self._fit_num_class is None:
+            return (proba[:, 1] > 0.5).astype(np.int64)
+        return np.asarray(self.classes_)[proba.argmax(axis=1)]
+
+
+def _mapped(data: VerticalDataset, classes: np.ndarray, role: str) -> VerticalDataset:
+    """In-process ``data`` with its labels replaced by their class indices (ascending ``classes``)."""
+    label = getattr(data, "label", None)
+    if label is None:
+        return data
+    return dataclasses.replace(data, label=class_index(label, classes, role).astype(np.float64))
+
+
+def _as_labels(classes: np.ndarray) -> np.ndarray:
+    """Class values as integers when they all are (labels travel as floats)."""
+    classes = np.asarray(classes, dtype=np.float64)
+    return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
 
 
 class PIVODLRegressor(ScoreOnDataLabels, RegressorMixin, _PIVODL):
@@ -181,6 +273,8 @@ class PIVODLRegressor(ScoreOnDataLabels, RegressorMixin, _PIVODL):
     """
 
     _objective = "reg:squarederror"
+    _objectives = ("reg:squarederror",)
+    _fit_objective = "reg:squarederror"
     _stop_metric = "rmse"
 
     def predict(self, data: VerticalDataset) -> np.ndarray:

@@ -152,14 +152,15 @@ register(  # source -> every client, per prediction round: left/right of the row
     Array("tree", "int", (None,), low=0, high="n_trees"), Array("node", "int", (length("tree"),), low=0),
     Packed("bits", Ref(lambda p, c: c["waiting"](p["tree"], p["node"]), "the rows waiting at those nodes")),
 )
-register(  # every client -> output client: its masked share (uint64 in the ring Z_2^64) of the scores
+register(  # every client -> output client: its masked share (uint64 in the ring Z_2^64) of the scores,
+    # (rows,) or (rows, K) with K classes
     "pivodl_prediction_share",
-    Array("", "int", ("n_rows",)),
+    Array("", "int", "shape"),
     Rule(lambda p, c: None if p.dtype == np.uint64 else f"has dtype {p.dtype}; expected uint64"),
 )
 register(  # output client -> the caller (sealed to the key the caller made for this prediction): the margins
     "pivodl_margins",
-    Array("", "float", ("n_rows",)),
+    Array("", "float", "shape"),  # (rows,), or (rows, K) with K classes
 )
 register(  # every client -> output client: its masked share of the eval loss sums (3 values)
     "pivodl_metric_share",

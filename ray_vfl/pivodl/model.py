@@ -27,7 +27,11 @@ __all__ = ["PIVODLModel"]
 class PIVODLModel:
     """A trained PIVODL model, spread over the client actors: every client holds its lookup table and
     the weights of the leaves it holds (exact; clipped to ``[-C, C]`` under partial DP, before the noise
-    that only the released copies carry); the tree shapes are known to every client.
+    that only the released copies carry); the tree shapes are known to every client. ``n_trees`` counts
+    rounds: ``K`` trees each with ``K`` classes (one per class), one otherwise; the margins of a
+    multi-class model are ``(rows, K)``. ``classes``: the label values the caller mapped to
+    ``0 .. K-1`` before splitting (:class:`~ray_vfl.pivodl.estimator.PIVODLClassifier`), kept with the
+    driver's part of a saved model.
 
     Example
     -------
@@ -46,6 +50,7 @@ class PIVODLModel:
     epsilon: float | None = None
     best_iteration: int | None = None
     label_party: None = None  # no single label party (what checkpoints record of a federation)
+    classes: list | None = None  # multi-class: the caller's label values of classes 0 .. K-1
 
     def _calls(self) -> Calls:
         return Calls(self.runtime, self.order, self.config.timeout_s or self.runtime.timeout_s)
@@ -77,17 +82,19 @@ class PIVODLModel:
             box = self.runtime.caller_box()  # the margins come back sealed to a key made for this call
             sealed = self.runtime.get([(output, self.runtime.actor(output).combine_shares.remote(key, refs, box.public_key))],
                                       "prediction")[0]
-            margins = box.open(sealed, "pivodl_margins", {"n_rows": data.n_rows}, [output])
+            shape = (data.n_rows,) if self.config.trees_per_round == 1 else (data.n_rows, self.config.num_class)
+            margins = box.open(sealed, "pivodl_margins", {"shape": shape}, [output])
         finally:
             calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
         return margins
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
-        """Predictions (probabilities for the logistic objective)."""
+        """Predictions (probabilities for the logistic objective and ``multi:softprob``, ``(rows, K)``; the
+        class index for ``multi:softmax``)."""
         return transform_margin(self.config.objective, self.predict_margin(data, n_trees))
 
     def evaluate(self, data: VerticalDataset, n_trees: int | None = None) -> dict[str, float]:
-        """Metrics on labelled ``data`` (logloss and error, or RMSE and MAE): each client scores the rows
+        """Metrics on labelled ``data`` (logloss and error, mlogloss and merror, or RMSE and MAE): each client scores the rows
         it labels from margins only it receives; the driver gets the totals (AUC needs every label in
         one place and is not computed: use :meth:`predict` where the labels are)."""
         n_trees = self.n_trees if n_trees is None else int(n_trees)
@@ -105,27 +112,31 @@ class PIVODLModel:
     def save(self, directory: str) -> dict[str, str]:
         """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,
         the weights of the leaves it holds); the driver writes ``federation.json``."""
-        meta = {"order": self.order, "n_trees": self.n_trees, "config": self.config.to_dict(), "epsilon": self.epsilon}
+        meta = {"order": self.order, "n_trees": self.n_trees, "config": self.config.to_dict(), "epsilon": self.epsilon,
+                "classes": self.classes}
         return save_parts(self.runtime, self.order, directory, meta, ".json", kind="pivodl")
 
     @classmethod
-    def load(cls, directory: str, runtime: Runtime | None = None, objective: str | None = None) -> "PIVODLModel":
-        """One actor per client, each reading its own saved part; the clients agree on fresh mask keys."""
+    def load(cls, directory: str, runtime: Runtime | None = None,
+             objective: str | tuple[str, ...] | None = None) -> "PIVODLModel":
+        """One actor per client, each reading its own saved part; the clients agree on fresh mask keys.
+        ``objective``: the objective (or objectives) the caller accepts."""
         meta = load_meta(directory, "PIVODLModel.save", kind="pivodl")
         try:
             config, order, n_trees = PIVODLConfig.from_dict(meta["config"]), list(meta["order"]), int(meta["n_trees"])
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{directory!r} holds no complete PIVODL federation file ({type(exc).__name__}: {exc}); "
                             "save the model again") from exc
-        if objective is not None and config.objective != objective:
-            raise DataError(f"{directory!r} holds a model with objective {config.objective!r}, not {objective!r}: "
+        accepted = (objective,) if isinstance(objective, str) else objective
+        if accepted is not None and config.objective not in accepted:
+            raise DataError(f"{directory!r} holds a model with objective {config.objective!r}, not one of {accepted}: "
                             "load it with the estimator of that objective")
         runtime = runtime or Runtime(timeout_s=config.timeout_s or 600.0)
         runtime.connect(order)
         for p in order:
             runtime.spawn(p, Client, p, None, [], config, runtime.pool(p, 1), order)
         runtime.introduce(order)
-        model = cls(runtime, order, config, n_trees, epsilon=meta.get("epsilon"))
+        model = cls(runtime, order, config, n_trees, epsilon=meta.get("epsilon"), classes=meta.get("classes"))
         calls = model._calls()
         calls.value("load_part", order, lambda p: (os.path.join(directory, f"{p}.json"),), "load")
         keys = calls.each("mask_key", order, lambda p: (), 1, "load")
@@ -177,6 +188,10 @@ class PIVODLModel:
 
     def label_guess_scores(self) -> dict[str, dict[str, np.ndarray]]:
         """Every client's label-guess scores of the training rows from its own view (the paper's attack).
-        For experiments in simulation only: it returns what a curious client could compute."""
+        For experiments in simulation only: it returns what a curious client could compute. Binary and
+        regression models only (a score per row ranks one label, not ``K`` classes)."""
+        if self.config.trees_per_round > 1:
+            raise DataError(f"the label-guess scores rank one label per row (the paper's Table III, binary); this "
+                            f"model is {self.config.objective!r} with {self.config.num_class} classes")
         views = self._calls().value("guess_scores", self.order, lambda p: (), "label guess")
         return dict(zip(self.order, views))

@@ -7,6 +7,8 @@ each client sums the weights it *kept* for the leaves it holds (exact, or clippe
 never the noisy released copies) over the rows in them, and sends the
 output client a share masked by pairwise masks (:mod:`ray_vfl.crypto.privacy.secure_sum`): one share alone
 is uniformly distributed, the shares sum to the score. No client learns another's leaf values.
+With ``K`` classes every row has ``K`` scores (tree ``t`` adds to class ``t % K``): the shares are
+``(rows, K)`` and summed per class; evaluation reports ``mlogloss`` and ``merror``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from ..runtime.comm import Message
 from ..crypto.privacy.secure_sum import combine
 from ..trees.kernels import base_margin, goes_left
+from ..trees.multiclass import check_class_indices, is_multiclass, multiclass_metrics
 from .messages import fetch
 
 __all__ = ["PredictionRole"]
@@ -26,10 +29,14 @@ __all__ = ["PredictionRole"]
 class PredictionRole:
     """Routing rows through the trees, masked shares of their scores, and the label-guess view."""
 
-    def route_start(self, key: str, n_trees: int) -> None:
-        """Every row of data set ``key`` at the root of trees ``0 .. n_trees - 1``."""
+    def route_start(self, key: str, n_rounds: int) -> None:
+        """Every row of data set ``key`` at the root of the trees of rounds ``0 .. n_rounds - 1``."""
         self.routes = getattr(self, "routes", {})
-        self.routes[key] = np.zeros((n_trees, len(self.rows[key])), dtype=np.int64)
+        self.routes[key] = np.zeros((n_rounds * self.per_round, len(self.rows[key])), dtype=np.int64)
+
+    def _share_shape(self, n_rows: int) -> tuple[int, ...]:
+        """``(n_rows,)``, or ``(n_rows, K)`` scores with ``K`` classes."""
+        return (n_rows,) if self.per_round == 1 else (n_rows, self.per_round)
 
     def _waiting(self, pos: np.ndarray, trees: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """How many rows wait at each (tree, node)."""
@@ -81,15 +88,19 @@ class PredictionRole:
             pos[t, rows] = to
 
     def _score_share(self, key: str, nonce: bytes) -> np.ndarray:
-        """This client's masked share of every row's score: the kept weights of the leaves it holds."""
+        """This client's masked share of every row's score: the kept weights of the leaves it holds (with
+        ``K`` classes, ``(rows, K)``: tree ``t``'s weights in column ``t % K``)."""
         pos = self.routes[key]
-        score = np.zeros(pos.shape[1])
+        score = np.zeros(self._share_shape(pos.shape[1]))
         for t in range(len(pos)):
             held = {n: w for (tt, n), w in self.held.items() if tt == t}
             if held:
                 lookup = np.zeros(int(max(pos[t].max(), max(held))) + 1)
                 lookup[list(held)] = list(held.values())
-                score += lookup[pos[t]]
+                if self.per_round == 1:
+                    score += lookup[pos[t]]
+                else:
+                    score[:, t % self.per_round] += lookup[pos[t]]
         return self.masker.share(score, nonce, self.order)
 
     def prediction_share(self, key: str, nonce: bytes, output: str) -> tuple:
@@ -103,7 +114,7 @@ class PredictionRole:
     def combine_shares(self, key: str, shares: list, caller_key: bytes) -> Message:
         """At the output client: the sum of every client's share plus the base margin, the model's margins,
         sealed to the caller (the key it made for this prediction)."""
-        ctx = {"n_rows": len(self.rows[key])}
+        ctx = {"shape": self._share_shape(len(self.rows[key]))}
         all_shares = [self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others) for m in fetch(shares)]
         self.routes.pop(key, None)
         margins = combine(all_shares) + base_margin(self.config.objective, self.base_score)
@@ -137,13 +148,18 @@ class PredictionRole:
         from ..trees.kernels import transform_margin
 
         own = self.eval_owned[key][self.name]
-        ctx = {"n_rows": len(own)}
+        ctx = {"shape": self._share_shape(len(own))}
         margin = combine([self._own_share] + [self.mailbox.open(m, "pivodl_prediction_share", ctx, self.others)
                                               for m in fetch(shares)]) + base_margin(self.config.objective, self.base_score)
         y = self.labels[key][own] if len(own) else np.zeros(0)
         weight = self.weights.get(key)  # sample weights of its own eval rows, if the eval set is weighted
         w = np.ones(len(own)) if weight is None else np.asarray(weight, dtype=np.float64)[own]
-        if self.config.objective == "binary:logistic":
+        if is_multiclass(self.config.objective):
+            check_class_indices(y, self.config.num_class, f"client {self.name!r}, eval set {key!r}")
+            total = float(w.sum())
+            m = multiclass_metrics(y, margin, w) if total > 0 else {"mlogloss": 0.0, "merror": 0.0}  # the weighted means times the weight sum: the weighted sums
+            sums = np.array([m["mlogloss"] * total, m["merror"] * total, total])
+        elif self.config.objective == "binary:logistic":
             p = np.clip(transform_margin(self.config.objective, margin), 1e-15, 1 - 1e-15)
             sums = np.array([-(w * (y * np.log(p) + (1 - y) * np.log(1 - p))).sum(),
                              float((w * ((p > 0.5) != (y == 1))).sum()), float(w.sum())])
@@ -160,6 +176,8 @@ class PredictionRole:
         total = combine([self._metric_share] + [self.mailbox.open(m, "pivodl_metric_share", None, self.others)
                                                 for m in fetch(messages)])
         count = max(total[2], 1.0)
+        if is_multiclass(self.config.objective):
+            return {"mlogloss": float(total[0] / count), "merror": float(total[1] / count)}
         if self.config.objective == "binary:logistic":
             return {"logloss": float(total[0] / count), "error": float(total[1] / count)}
         return {"rmse": float(np.sqrt(max(total[0], 0.0) / count)), "mae": float(total[1] / count)}

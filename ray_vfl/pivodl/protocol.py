@@ -10,6 +10,13 @@ reference) to its receiver, and never fetches one (it sees node ids and statuses
 the split clients. Small messages come back to it inline all the same; each is sealed for its
 receivers (:mod:`ray_vfl.runtime.seal`), so the driver holds their ciphertext only.
 
+Multi-class (``multi:softprob`` / ``multi:softmax``, ``num_class`` classes, labels ``0 .. num_class-1``
+at every client): a boosting round grows one tree per class, each through the same steps and
+message kinds below; tree ``t`` of a round fits class ``t % num_class``'s softmax gradient pairs of
+each client's own rows (taken at the round's start) and its released weights move that class's
+margins. Step 2's base exchange is skipped (the base score is 0.5 for every class, XGBoost's), the
+prediction shares are ``(rows, num_class)``, and evaluation reports ``mlogloss`` and ``merror``.
+
 Rounds (``K`` clients; ``s`` a source, ``k`` any other client, ``c`` the split client the driver dealt
 for ``s`` at a node, ``a``/``e`` random aggregation and encryption clients, ``holder`` a leaf's holder,
 ``output`` the client that sums prediction shares; every message through the metered send path, its kinds
@@ -100,10 +107,13 @@ Departures from the paper, and why:
   split for split, thresholds included.
 - A node whose best gain passes no split is a leaf held by the split client of its first source;
   every split client that scored it knows its totals (a small leak the view audit lists).
+- Multi-class (the paper trains binary labels): one tree per class per round, as XGBoost's
+  ``one_output_per_tree``; every sum a split client decrypts is one class's ``G`` and ``H`` over the
+  same row sets the instance threshold admits.
 
 What DP covers: with ``epsilon`` set, each released leaf weight is a Gaussian mechanism on the labels
 of the rows in the leaf, given the model so far (each row's label reaches one leaf per tree: one
-release per tree grown, early stopping or not, accounted by
+release per tree grown -- ``num_class`` per round with several classes -- early stopping or not, accounted by
 :func:`ray_vfl.crypto.privacy.gaussian_dp.accounted_epsilon`). It does not cover the split clients'
 decrypted gradient sums (the paper's protection there is the instance threshold), nor the trees'
 structure. The partitions (step 5) reach every client and were chosen on
@@ -154,7 +164,8 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
         Training rows with labels spread over the clients (``label_owner``), or held by one client.
     config : PIVODLConfig
     eval_sets : mapping of str to VerticalDataset, optional
-        Labelled data sets scored after every tree (logloss and error, or RMSE and MAE): each client
+        Labelled data sets scored after every round (logloss and error, mlogloss and merror, or RMSE
+        and MAE): each client
         gets the margins of the eval rows it labels, and only masked sums leave it.
     callbacks : sequence of TrainingCallback
         Progress bar, evaluation logging, early stopping, checkpoints
@@ -193,7 +204,10 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     # step 1: keys, key-agreement keys, labelled rows
     hello = calls.each("make_keys", order, lambda p: (), 3, "keys")
     calls.value("meet", order, lambda p: tuple(calls.to(p, hello, lambda s, r: i) for i in range(3)), "set-up")
-    secure_total(calls, order, "base")
+    if config.trees_per_round == 1:
+        secure_total(calls, order, "base")
+    else:  # multi-class: base score 0.5 (or the one given) for every class, nothing to exchange
+        calls.value("start_margins", order, lambda p: (), "base score")
     for key, eval_data in eval_sets.items():
         eval_tables = eval_data.tables(runtime)
         reports = calls.value("load_rows", order, lambda p: (key, eval_tables[p]), f"eval set {key!r}")
@@ -204,8 +218,9 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     start, released = _resume(calls, model, callbacks)
     cb = CallbackList(callbacks)
     cb.before_training(config)
-    for t in range(start, config.n_trees):
-        grow_tree(calls, order, config, t)
+    for t in range(start, config.n_trees):  # rounds: one tree, or one per class
+        for k in range(config.trees_per_round):
+            grow_tree(calls, order, config, t * config.trees_per_round + k)
         model.n_trees = t + 1
         released = max(released, t + 1)
         logs = {key: evaluate(calls, config, key, t + 1) for key in eval_sets}
@@ -226,7 +241,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: PIVODLConfig,
     model.op_counts_by_client = dict(zip(order, counts))
     model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     if config.dp:  # every grown tree released its noisy weights, kept by early stopping or not
-        model.epsilon = accounted_epsilon(config.noise_multiplier, released, config.delta)
+        model.epsilon = accounted_epsilon(config.noise_multiplier, released * config.trees_per_round, config.delta)
     return model
 
 

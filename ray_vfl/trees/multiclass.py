@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import DataError
 
 __all__ = ["MULTI_OBJECTIVES", "MULTI_STRATEGIES", "is_multiclass", "softmax", "softmax_gradients",
-           "multiclass_metrics", "class_index", "trees_per_round", "pairs_per_row"]
+           "multiclass_metrics", "class_index", "check_class_indices", "trees_per_round", "pairs_per_row"]
 
 MULTI_OBJECTIVES = ("multi:softprob", "multi:softmax")
 MULTI_STRATEGIES = ("one_output_per_tree", "multi_output_tree")
@@ -97,3 +97,26 @@ def class_index(y: np.ndarray, classes: np.ndarray, role: str = "the labels") ->
                         f"{np.unique(y[bad])[:5].tolist()} (training classes: {classes.tolist()}); drop those rows "
                         "or train on data with every class")
     return at.astype(np.int64)
+
+
+def check_class_indices(y: np.ndarray, num_class: int, who: str) -> None:
+    """Multi-class labels must be class indices ``0 .. num_class - 1``: a client cannot map classes
+    it does not see (another client may hold classes it has none of), so they are mapped before the
+    data is split (:class:`~ray_vfl.pivodl.estimator.PIVODLClassifier` does it for in-process data).
+
+    Example
+    -------
+    >>> check_class_indices(np.array([0.0, 2.0]), 3, "client 'a'")
+    >>> check_class_indices(np.array([1.0, 3.0]), 3, "client 'a'")
+    Traceback (most recent call last):
+    ...
+    ray_vfl.errors.DataError: client 'a': multi-class labels must be class indices 0 .. 2 (num_class=3); found [3.0]: map the classes to 0 .. K-1 in one order for every client before splitting the data (PIVODLClassifier does it for in-process data), or set num_class to the number of classes
+    """
+    y = np.asarray(y, dtype=np.float64)
+    bad = ~np.isin(y, np.arange(num_class, dtype=np.float64))
+    if bad.any():
+        raise DataError(f"{who}: multi-class labels must be class indices 0 .. {num_class - 1} (num_class={num_class}); "
+                        f"found {np.unique(y[bad])[:5].tolist()}: map the classes to 0 .. K-1 in one order for every "
+                        "client before splitting the data (PIVODLClassifier does it for in-process data), or set "
+                        "num_class to the number of classes")
+
