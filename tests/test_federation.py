@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ray_vfl import ConfigError, PartyFailedError, ProtocolError
+from ray_vfl.errors import VFLError
 from ray_vfl.certs import main as certs_main
 from ray_vfl.runtime.federation.certs import certificate_name, write_test_certificates
 from ray_vfl.runtime.federation.federation_file import Federation
@@ -153,3 +154,42 @@ def test_the_federation_file_and_certificates(tmp_path):
     assert certificate_name((tmp_path / "c" / "shop.pem").read_bytes()) == "shop"
     assert stat.S_IMODE(os.stat(tmp_path / "c" / "shop.key").st_mode) == 0o600
     assert certs_main(["--out", str(tmp_path / "d"), "Bank!"]) == 1
+
+
+def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
+    """A role of a party on another cluster called as an actor handle: ``.method.remote(*args)`` returns an
+    ObjectRef of the caller's cluster (a Ray task sends it through the caller's gateway client); a top-level
+    reference's value travels; at the called party the gateway's dispatcher runs the method on its own actor."""
+    import ray
+
+    from ray_vfl.runtime.federation.stubs import ClientSpec, RemoteHandle, dispatcher
+
+    @ray.remote(num_cpus=0)
+    class Ledger:
+        def total(self, values, scale):
+            return float(np.sum(values)) * scale
+
+        def secret(self):
+            return "never"
+
+    certs, ports = world["certs"], world["ports"]
+    port = _free_port()
+    fed = Federation.from_dict({"parties": {"bank": {"gateway": f"127.0.0.1:{port}"},
+                                            "shop": {"gateway": f"127.0.0.1:{ports['shop']}"}}})
+    ledger = Ledger.remote()
+    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total"]}),
+                      dispatcher({"party": ledger}, timeout_s=10))
+    gateway.start()
+    try:
+        spec = ClientSpec("shop", certs["shop"], {"parties": {p.name: {"gateway": p.address} for p in fed.parties}},
+                          timeout_s=10)
+        bank = RemoteHandle(spec, "bank", "party")
+        ref = bank.total.remote(ray.put(np.arange(10.0)), 2.0)
+        assert isinstance(ref, ray.ObjectRef) and ray.get(ref, timeout=30) == 90.0
+        with pytest.raises(ProtocolError, match="does not let peers call 'secret'"):
+            ray.get(bank.secret.remote(), timeout=30)
+        with pytest.raises(VFLError, match="inside a container"):
+            bank.total.remote([ray.put(1.0)], 1.0)
+    finally:
+        gateway.stop()
+        ray.kill(ledger)

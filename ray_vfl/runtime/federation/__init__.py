@@ -4,5 +4,6 @@
 organisations' own PKI); :mod:`.federation_file` reads ``federation.yaml`` (each party's name, gateway
 address and certificate name); :mod:`.gateway` is a party's gRPC endpoint: mutual TLS, the caller
 named by its certificate (never by a field it fills in), an allow-list of the methods a peer may call,
-every request and reply on the typed wire (:mod:`ray_vfl.runtime.codec`, never pickle).
+every request and reply on the typed wire (:mod:`ray_vfl.runtime.codec`, never pickle); :mod:`.stubs`
+gives another party's roles the surface of Ray actor handles, and dispatches allowed calls to a party's actors.
 """

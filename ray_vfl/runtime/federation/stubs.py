@@ -1,0 +1,120 @@
+"""Another organisation's roles with the surface of Ray actor handles, and the dispatch at its end.
+
+On the caller's cluster, :class:`RemoteHandle` is what a protocol holds for a role of a party on
+another cluster: ``handle.method.remote(*args)`` returns an ``ObjectRef`` of the local cluster, as an
+actor handle does, so rounds, ``Runtime.get`` and waiting stay as they are. The call runs as a Ray task
+on the caller's own cluster (no CPU reserved), which sends it through the caller's
+:class:`~ray_vfl.runtime.federation.gateway.GatewayClient`; top-level ``ObjectRef`` arguments are
+resolved by Ray before they leave (their values travel, on the typed wire), and the reply comes back as
+the task's result. A reference inside a list or dict cannot be resolved by the other cluster and is
+refused. At the called party, :func:`dispatcher` is its gateway's handler: it runs the method on the
+party's own actor of that role (whose allow-list the gateway checked) and returns the result.
+
+Example
+-------
+>>> spec = ClientSpec("shop", {"cert": "shop.pem", "key": "shop.key", "ca": "ca.pem"},
+...                   {"parties": {"bank": {"gateway": "10.0.0.1:50051"}, "shop": {"gateway": "10.0.0.2:50051"}}})
+>>> handle = RemoteHandle(spec, "bank", "party")
+>>> handle                                  # no connection until a call
+RemoteHandle(bank.party via shop's gateway client)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import ray
+
+from ...errors import VFLError
+from .federation_file import Federation
+from .gateway import Credentials, GatewayClient
+
+__all__ = ["ClientSpec", "RemoteHandle", "dispatcher"]
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What a Ray worker of the caller's cluster needs to make the caller's gateway client: its party,
+    the paths of its certificate, key and CA (files on the caller's own nodes: the key never travels),
+    the federation file's content, the timeout and any address overrides."""
+
+    party: str
+    credential_paths: Mapping[str, str]
+    federation: Mapping[str, Any]
+    timeout_s: float = 600.0
+    addresses: Mapping[str, str] = field(default_factory=dict)
+
+    def key(self) -> tuple:
+        return (self.party, tuple(sorted(self.credential_paths.items())), repr(self.federation), self.timeout_s,
+                tuple(sorted(self.addresses.items())))
+
+
+_CLIENTS: dict[tuple, GatewayClient] = {}  # per worker process: one client (its TLS channels) per spec
+
+
+def _client(spec: ClientSpec) -> GatewayClient:
+    client = _CLIENTS.get(spec.key())
+    if client is None:
+        client = _CLIENTS[spec.key()] = GatewayClient(
+            spec.party, Credentials.from_files(**spec.credential_paths), Federation.from_dict(spec.federation),
+            spec.timeout_s, spec.addresses)
+    return client
+
+
+def _no_nested_refs(value: Any, where: str) -> None:
+    if isinstance(value, ray.ObjectRef):
+        raise VFLError(f"{where} holds a Ray reference inside a container: another organisation's cluster cannot "
+                       "resolve it; pass the reference itself as an argument (its value travels) or the value")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _no_nested_refs(item, where)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _no_nested_refs(item, where)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _gateway_call(spec: ClientSpec, target: str, role: str, method: str, *args: Any) -> Any:
+    return _client(spec).call(target, role, method, *args)
+
+
+class _RemoteMethod:
+    def __init__(self, handle: "RemoteHandle", method: str) -> None:
+        self._handle, self._method = handle, method
+
+    def remote(self, *args: Any) -> ray.ObjectRef:
+        h = self._handle
+        for i, arg in enumerate(args):
+            if not isinstance(arg, ray.ObjectRef):
+                _no_nested_refs(arg, f"argument {i} of {h.target}.{h.role}.{self._method}")
+        return _gateway_call.remote(h.spec, h.target, h.role, self._method, *args)
+
+
+class RemoteHandle:
+    """Role ``role`` of party ``target`` on another cluster, called like a Ray actor handle."""
+
+    def __init__(self, spec: ClientSpec, target: str, role: str) -> None:
+        if target == spec.party:
+            raise VFLError(f"party {spec.party!r} holds its own roles as actors of its cluster, not remote handles")
+        self.spec, self.target, self.role = spec, target, role
+
+    def __getattr__(self, method: str) -> _RemoteMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _RemoteMethod(self, method)
+
+    def __repr__(self) -> str:
+        return f"RemoteHandle({self.target}.{self.role} via {self.spec.party}'s gateway client)"
+
+
+def dispatcher(actors: Mapping[str, Any], timeout_s: float = 600.0) -> Callable[[str, str, str, list], Any]:
+    """A gateway handler running each allowed call on this party's actor of the role: ``actors`` maps a
+    role to its actor handle on this party's cluster. The caller's name is the gateway's (from its
+    certificate); a role this party does not run is said so."""
+    def handle(sender: str, role: str, method: str, args: list) -> Any:
+        actor = actors.get(role)
+        if actor is None:
+            raise VFLError(f"this party runs no role {role!r} (it runs {sorted(actors)})")
+        return ray.get(getattr(actor, method).remote(*args), timeout=timeout_s)
+    return handle
