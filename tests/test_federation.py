@@ -188,6 +188,13 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         assert isinstance(ref, ray.ObjectRef) and ray.get(ref, timeout=30) == 90.0
         with pytest.raises(ProtocolError, match="does not let peers call 'secret'"):
             ray.get(bank.secret.remote(), timeout=30)
+        # a sealed protocol message crosses as it is: the receiver's mailbox checks the seal, not the gateway
+        from ray_vfl.runtime.codec import decode, encode
+        from ray_vfl.runtime.comm import Mailbox
+
+        bank_box = Mailbox("bank")
+        sealed = Mailbox("shop").send("note", ["bank"], np.arange(3))
+        assert bank_box.open(decode(encode(sealed)), "note").tolist() == [0, 1, 2]
         with pytest.raises(VFLError, match="inside a container"):
             bank.total.remote([ray.put(1.0)], 1.0)
     finally:

@@ -62,6 +62,7 @@ _CODE.update({dt.newbyteorder("="): i for i, dt in enumerate(DTYPES)})  # the na
 # name it meets for the first time (only these modules; the sender cannot name another). A backend
 # added with ray_vfl.crypto.register_backend whose public key is a class of its own adds it here.
 WIRE_TYPES: dict[str, str] = {
+    "Message": "ray_vfl.runtime.comm:Message",  # a sealed protocol message, through another organisation's gateway
     "CipherArray": "ray_vfl.crypto.he.ciphertexts:CipherArray",
     "PlainPublicKey": "ray_vfl.crypto.he.plain:PlainPublicKey",
     "PaillierPublicKey": "ray_vfl.crypto.he.paillier:PaillierPublicKey",
