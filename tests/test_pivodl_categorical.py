@@ -1,0 +1,226 @@
+"""PIVODL's native categorical splits (issue 38, point 4): one category against the rest and partition
+splits, federated trees equal to the centralized reference (ray_vfl/trees/reference.py, whose partition
+kernel the split client does not call) split for split and set for set with the labels spread over the
+clients; the instance threshold's rule on a partition feature's atoms checked by brute force over unions
+of categories; Paillier keeps the category values at their client; bank's AUC beside the centralized
+native model's; bad input named."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from ray_vfl import vertical_split
+from ray_vfl.data.binning import PartyBinner
+from ray_vfl.data.bundled import load_named
+from ray_vfl.errors import ConfigError, DataError, ProtocolError
+from ray_vfl.metrics import auc
+from ray_vfl.pivodl import PIVODLConfig, train
+from ray_vfl.pivodl.candidates import CATEGORY, FeatureSpec, candidate_table
+from ray_vfl.pivodl.reference import fit_reference as fit_pivodl_reference
+from ray_vfl.pivodl.threshold import admissible_bins
+from ray_vfl.runtime.validation import check_payload
+from ray_vfl.trees.kernels import base_margin
+from ray_vfl.trees.reference import fit_reference, predict_reference
+
+MAPPING = {"party0": ["age", "job", "marital", "balance", "housing", "month"],  # job, month: partition
+           "party1": ["education", "contact", "duration", "poutcome", "loan", "pdays"]}  # marital, contact: one-hot
+
+
+@pytest.fixture(scope="module")
+def bank():
+    frame, label, cats, _ = load_named("bank")
+    frame = frame.sample(1200, random_state=5)[sum(MAPPING.values(), []) + [label]].reset_index(drop=True)
+    data = vertical_split(frame, MAPPING, label=label, categorical=[c for c in cats if c in frame.columns],
+                          label_owners={"party0": 0.5, "party1": 0.5}, seed=2)
+    return data.train_test_split(0.25, seed=1)
+
+
+def client_bins(model, data):
+    """Every client's bins of ``data`` with its own binner (category bins in its own random order), and each
+    feature's categories: fetched for the test, never by the protocol's driver."""
+    parts = model._calls().value("model_part", model.order, lambda p: (), "parts")
+    bins, n_categories = [], []
+    for p, part in zip(model.order, parts):
+        binner = PartyBinner.from_dict(part["binner"])
+        bins.append(binner.transform(data.features[p], p).astype(np.int64))
+        n_categories.append(binner.n_categories())
+    return bins, n_categories, parts
+
+
+def client_of_row(data):
+    return np.array([data.party_names.index(o) for o in data.label_owner])
+
+
+def assert_same_trees(fed, ref, n_categories, max_cat_to_onehot):
+    """Split for split, set for set, leaf for leaf; returns the kinds of categorical splits seen."""
+    k_of = np.concatenate(n_categories)
+    kinds = set()
+    for f, r in zip(fed, ref):
+        np.testing.assert_array_equal(f["left"], r.left)
+        np.testing.assert_array_equal(f["right"], r.right)
+        inner = np.flatnonzero(r.left >= 0)
+        np.testing.assert_array_equal(f["feature"][inner], r.feature[inner])
+        np.testing.assert_array_equal(f["default_left"][inner], r.default_left[inner])
+        for node in inner.tolist():
+            k = k_of[r.feature[node]]
+            if k:
+                kinds.add("one-hot" if k < max_cat_to_onehot else "partition")
+                np.testing.assert_array_equal(f["left_set"][node], r.left_set[node], err_msg=f"node {node}")
+            else:
+                assert f["bin"][node] == r.bin[node] and not f["left_set"][node].any()
+        np.testing.assert_array_equal(f["weight"], r.weight)
+    return kinds
+
+
+def test_lossless_against_the_trees_reference_plain(runtime, bank):
+    """Threshold 1, labels spread 50/50, categorical columns at both clients: the federated trees equal
+    trees/reference.py's native categorical boosting on the clients' bins side by side (both kinds of split
+    made), PIVODL's own reference equals it too, and secure prediction routes by the sets as it does."""
+    train_data, test_data = bank
+    config = PIVODLConfig(n_trees=3, max_depth=3, max_bin=16, backend="plain", instance_threshold=1,
+                          enable_categorical=True, workers_per_party=1)
+    model = train(runtime, train_data, config)
+    bins, n_categories, _ = client_bins(model, train_data)
+    y = train_data.label
+    base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
+    ref = fit_reference(np.concatenate(bins, axis=1), y, config, base, n_categories=np.concatenate(n_categories))
+    fed = model.assembled_trees({p: train_data.n_features(p) for p in model.order})
+    assert assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot) == {"one-hot", "partition"}
+    ours = fit_pivodl_reference(bins, client_of_row(train_data), y, config, base, n_categories)
+    for a, b in zip(ours, ref):
+        for key in ("left", "feature", "default_left", "weight", "left_set"):
+            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    test_bins = np.concatenate(client_bins(model, test_data)[0], axis=1)
+    expect = predict_reference(ref, test_bins, base_margin(config.objective, base), config.max_bin)
+    np.testing.assert_allclose(model.predict_margin(test_data), expect, atol=1e-7)
+
+
+def test_lossless_with_an_instance_threshold(runtime, bank):
+    """Threshold 20: the federated trees equal PIVODL's reference, which drops a partition feature at a node
+    where some category (or the missing rows) holds 1 to 19 of a client's rows; a smaller max_cat_to_onehot
+    and max_cat_threshold make more partition features, each cut keeping at most 2 categories on a side."""
+    train_data, _ = bank
+    config = PIVODLConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain", instance_threshold=20,
+                          enable_categorical=True, max_cat_to_onehot=3, max_cat_threshold=2, workers_per_party=1)
+    model = train(runtime, train_data, config)
+    bins, n_categories, _ = client_bins(model, train_data)
+    y = train_data.label
+    base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
+    ref = fit_pivodl_reference(bins, client_of_row(train_data), y, config, base, n_categories)
+    fed = model.assembled_trees({p: train_data.n_features(p) for p in model.order})
+    assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot)
+    k_of = np.concatenate(n_categories)
+    for tree in (t for t in ref if t.left_set is not None):
+        for node in np.flatnonzero(tree.left_set.any(axis=1)).tolist():
+            k, left = k_of[tree.feature[node]], int(tree.left_set[node].sum())
+            assert k < 3 or min(left, k - left) <= 2
+
+
+def test_threshold_rule_on_unions_of_categories():
+    """Brute force: wherever a partition feature is offered, every union of its atoms (categories, missing
+    rows), and its difference with every offered threshold candidate, holds 0 or >= t rows of each client."""
+    rng = np.random.default_rng(7)
+    t, checked = 3, 0
+    for trial in range(40):
+        n = 60
+        c, o = trial % 2, 1 - trial % 2  # the categorical column first, then second in the reference order
+        bins = np.zeros((n, 2), dtype=np.int64)
+        bins[:, c], bins[:, o] = rng.integers(0, 4, n), rng.integers(0, 5, n)
+        bins[rng.random(n) < 0.1, c] = 9  # missing values of the categorical column
+        owner = rng.integers(0, 2, n)
+        top, k = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+        top[c], top[o], k[c] = 3, 4, 4
+        table = candidate_table(FeatureSpec(top, np.array([c == 0, c == 1])), k, 3)
+        kept = admissible_bins(bins, table, 9, owner, 2, t)
+        cats = kept & (table.kind == CATEGORY)
+        if not cats.any():
+            continue
+        assert cats.sum() == 4  # all or none
+        checked += 1
+        atoms = [bins[:, c] == v for v in range(4)] + [bins[:, c] == 9]
+        plain = [bins[:, o] <= b for b in table.bin[kept & (table.kind != CATEGORY)]]
+
+        def fine(mask):
+            return all(int((mask & (owner == q)).sum()) in [0] + list(range(t, n + 1)) for q in (0, 1))
+
+        for r in range(1, 5):
+            for union in itertools.combinations(range(5), r):
+                u = np.any([atoms[i] for i in union], axis=0)
+                assert fine(u) and fine(~u)
+                for left in plain:
+                    assert fine(u & ~left) and fine(left & ~u) and fine(u ^ left) and fine(~(u ^ left))
+    assert checked >= 4
+
+
+def test_paillier_keeps_the_categories_at_their_client(runtime, bank):
+    """Paillier 1024: lossless too, and no client received a category value of the other's columns."""
+    train_data, _ = bank
+    small = train_data.take(np.arange(400))
+    config = PIVODLConfig(n_trees=1, max_depth=2, max_bin=16, backend="paillier", key_bits=1024, allow_weak_keys=True,
+                          instance_threshold=1, enable_categorical=True, workers_per_party=1)
+    model = train(runtime, small, config, record_view=True)
+    bins, n_categories, parts = client_bins(model, small)
+    y = small.label
+    base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
+    ref = fit_reference(np.concatenate(bins, axis=1), y, config, base, n_categories=np.concatenate(n_categories))
+    fed = model.assembled_trees({p: small.n_features(p) for p in model.order})
+    assert assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot)
+    for p in model.order:
+        received = repr([m["payload"] for m in model.recorded_view(p)["received"]])
+        for q, part in zip(model.order, parts):
+            if q != p:
+                for book in part["binner"]["categories"].values():
+                    assert not any(f"'{v}'" in received for v in book), (p, q)
+
+
+def test_bank_auc_near_the_centralized_native_model(runtime):
+    """Bank (3,000 rows), 4 trees of depth 4, threshold 20: the federated AUC within 0.01 of the
+    centralized native categorical boosting's (trees/reference.py at threshold 1)."""
+    frame, label, cats, _ = load_named("bank")
+    frame = frame.sample(3000, random_state=11)[sum(MAPPING.values(), []) + [label]].reset_index(drop=True)
+    data = vertical_split(frame, MAPPING, label=label, categorical=[c for c in cats if c in frame.columns],
+                          label_owners={"party0": 0.6, "party1": 0.4}, seed=4)
+    train_data, test_data = data.train_test_split(0.3, seed=0)
+    config = PIVODLConfig(n_trees=4, max_depth=4, max_bin=16, backend="plain", instance_threshold=20,
+                          enable_categorical=True, workers_per_party=1)
+    model = train(runtime, train_data, config)
+    fed = auc(test_data.label, model.predict_margin(test_data))
+    binner = PartyBinner(16, native_categorical=True)
+    columns = sum(MAPPING.values(), [])
+    whole = train_data.features["party0"].join(train_data.features["party1"])[columns]
+    train_bins = binner.fit_transform(whole, [c for c in cats if c in columns], "all")
+    test_bins = binner.transform(test_data.features["party0"].join(test_data.features["party1"])[columns], "all")
+    y = train_data.label
+    base = float(y.mean())
+    trees = fit_reference(train_bins, y, config, base, n_categories=binner.n_categories())
+    central = auc(test_data.label, predict_reference(trees, test_bins, base_margin(config.objective, base), 16))
+    assert abs(fed - central) <= 0.01, (fed, central)
+    assert fed > 0.8
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ConfigError, match="max_cat_to_onehot"):
+        PIVODLConfig(enable_categorical=True, max_cat_to_onehot=0)
+    with pytest.raises(ConfigError, match="one_output_per_tree"):
+        PIVODLConfig(enable_categorical=True, objective="multi:softprob", num_class=3, multi_strategy="multi_output_tree")
+    assert PIVODLConfig(enable_categorical=True).enable_categorical  # no longer refused
+    frame = load_named("bank")[0]
+    frame = frame.assign(code=np.arange(len(frame)) % 40).astype({"code": str})
+    with pytest.raises(DataError, match="'code' holds 40 categories, more than max_bin=32"):
+        PartyBinner(32, native_categorical=True).fit(frame[["code"]], ["code"], "shop")
+    # a split client's cut that mixes features, takes a whole run, or sends every category left
+    ctx = {"nodes": np.array([0]), "records": {0: 4}, "category_feature": {0: np.array([2, 2, 2, -1])}}
+    good = {"node": np.array([0]), "records": [np.zeros(0, dtype=np.int64)], "cuts": [np.array([[1, 0, 0, 0, 0, 1]])]}
+    check_payload("pivodl_split_won", good, "party1", ctx)
+    for cuts, what in [([[1, 0, 0, 1, 0, 1]], "not one partition feature"), ([[1, 2, 2, 0, 2, 1]], "takes 2 of a run of 2"),
+                       ([[1, 1, 1, 0, 0, 0]], "every category of its feature"), ([[0, 0, 0, 0, 0, 1]], "no record")]:
+        with pytest.raises(ProtocolError, match=what):
+            check_payload("pivodl_split_won", {**good, "cuts": [np.array(cuts)]}, "party1", ctx)
+    with pytest.raises(ProtocolError, match="row 0 chooses 9 at node 3"):
+        check_payload("pivodl_chosen_record", np.array([[3, 9]]), "party0", {"open_nodes": {3}, "choices": {3: 5}})
+    fwd = {"node": np.array([0]), "ciphers": [], "dropped": [], "group": [np.array([0, 2, -1])]}
+    from ray_vfl.pivodl.messages import _groups
+    assert "numbers its groups" in _groups(fwd, {"records_of": {0: 3}})
