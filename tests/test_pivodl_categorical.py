@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ray_vfl import vertical_split
@@ -111,7 +112,7 @@ def test_lossless_with_an_instance_threshold(runtime, bank):
     base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
     ref = fit_pivodl_reference(bins, client_of_row(train_data), y, config, base, n_categories)
     fed = model.assembled_trees({p: train_data.n_features(p) for p in model.order})
-    assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot)
+    assert assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot) == {"one-hot", "partition"}
     k_of = np.concatenate(n_categories)
     for tree in (t for t in ref if t.left_set is not None):
         for node in np.flatnonzero(tree.left_set.any(axis=1)).tolist():
@@ -167,7 +168,8 @@ def test_paillier_keeps_the_categories_at_their_client(runtime, bank):
     base = float(np.clip(y.mean(), 1e-6, 1 - 1e-6))
     ref = fit_reference(np.concatenate(bins, axis=1), y, config, base, n_categories=np.concatenate(n_categories))
     fed = model.assembled_trees({p: small.n_features(p) for p in model.order})
-    assert assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot)
+    assert "partition" in assert_same_trees(fed, ref, n_categories, config.max_cat_to_onehot)
+    assert model.op_counts["decrypt"] > 0
     for p in model.order:
         received = repr([m["payload"] for m in model.recorded_view(p)["received"]])
         for q, part in zip(model.order, parts):
@@ -177,28 +179,36 @@ def test_paillier_keeps_the_categories_at_their_client(runtime, bank):
 
 
 def test_bank_auc_near_the_centralized_native_model(runtime):
-    """Bank (3,000 rows), 4 trees of depth 4, threshold 20: the federated AUC within 0.01 of the
-    centralized native categorical boosting's (trees/reference.py at threshold 1)."""
+    """Bank (3,000 rows), 4 trees of depth 4, labels 60/40, threshold 1: the federated AUC within 0.002 of the
+    centralized native categorical boosting's (trees/reference.py on one binner of all columns), and above
+    PIVODL on the ordinal codes. (At threshold 20 a partition column is offered only at nodes where each of
+    its categories holds 0 or 20+ of each client's rows; on this sample that costs about 0.03 AUC, below
+    the ordinal codes' 0.891: see the module ray_vfl/pivodl/threshold.py.)"""
     frame, label, cats, _ = load_named("bank")
     frame = frame.sample(3000, random_state=11)[sum(MAPPING.values(), []) + [label]].reset_index(drop=True)
     data = vertical_split(frame, MAPPING, label=label, categorical=[c for c in cats if c in frame.columns],
                           label_owners={"party0": 0.6, "party1": 0.4}, seed=4)
     train_data, test_data = data.train_test_split(0.3, seed=0)
-    config = PIVODLConfig(n_trees=4, max_depth=4, max_bin=16, backend="plain", instance_threshold=20,
+    config = PIVODLConfig(n_trees=4, max_depth=4, max_bin=16, backend="plain", instance_threshold=1,
                           enable_categorical=True, workers_per_party=1)
-    model = train(runtime, train_data, config)
-    fed = auc(test_data.label, model.predict_margin(test_data))
+    scores = {}
+    for native in (True, False):
+        model = train(runtime, train_data, config.replace(enable_categorical=native))
+        scores[native] = auc(test_data.label, model.predict_margin(test_data))
     binner = PartyBinner(16, native_categorical=True)
     columns = sum(MAPPING.values(), [])
-    whole = train_data.features["party0"].join(train_data.features["party1"])[columns]
-    train_bins = binner.fit_transform(whole, [c for c in cats if c in columns], "all")
-    test_bins = binner.transform(test_data.features["party0"].join(test_data.features["party1"])[columns], "all")
+
+    def whole(data):
+        return pd.concat([data.features[p].reset_index(drop=True) for p in data.party_names], axis=1)[columns]
+
+    train_bins = binner.fit_transform(whole(train_data), [c for c in cats if c in columns], "all")
+    test_bins = binner.transform(whole(test_data), "all")
     y = train_data.label
     base = float(y.mean())
     trees = fit_reference(train_bins, y, config, base, n_categories=binner.n_categories())
     central = auc(test_data.label, predict_reference(trees, test_bins, base_margin(config.objective, base), 16))
-    assert abs(fed - central) <= 0.01, (fed, central)
-    assert fed > 0.8
+    assert abs(scores[True] - central) <= 0.002, (scores, central)
+    assert scores[True] > scores[False] + 0.004, scores
 
 
 def test_bad_input_is_named():
