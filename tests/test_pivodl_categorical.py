@@ -34,6 +34,9 @@ MAPPING = {"party0": ["age", "job", "marital", "balance", "housing", "month"],  
 def bank():
     frame, label, cats, _ = load_named("bank")
     frame = frame.sample(1200, random_state=5)[sum(MAPPING.values(), []) + [label]].reset_index(drop=True)
+    rng = np.random.default_rng(0)  # missing values in a partition column and a one-hot one: both missing sides
+    for col in ("job", "marital"):
+        frame.loc[rng.random(len(frame)) < 0.08, col] = None
     data = vertical_split(frame, MAPPING, label=label, categorical=[c for c in cats if c in frame.columns],
                           label_owners={"party0": 0.5, "party1": 0.5}, seed=2)
     return data.train_test_split(0.25, seed=1)
@@ -234,3 +237,54 @@ def test_bad_input_is_named():
     fwd = {"node": np.array([0]), "ciphers": [], "dropped": [], "group": [np.array([0, 2, -1])]}
     from ray_vfl.pivodl.messages import _groups
     assert "numbers its groups" in _groups(fwd, {"records_of": {0: 3}})
+
+
+def test_split_client_cuts_equal_the_partition_kernel_with_ties():
+    """No Ray: the split client's path -- category records in a random order, sorted by leaf weight, runs of
+    equal sums resolved by the source in bin order (ray_vfl/pivodl/partition.py) -- picks the set, missing
+    side and gain of the trees' partition kernel (best_splits) on the same histogram, with empty categories
+    and categories of equal sums (the ties a small node has) and a tight max_cat_threshold. Trials where two
+    categories have equal weights but different sums are left out: the split client orders those by (H, G),
+    the kernel by bin (partition.py says so)."""
+    from ray_vfl.pivodl.partition import categories_left, prefix_cuts
+    from ray_vfl.trees.categorical import CategoricalFeatures
+    from ray_vfl.trees.kernels import best_splits, ties_with
+
+    rng = np.random.default_rng(3)
+    n_bins = 11
+    skipped = checked = 0
+    for trial in range(300):
+        k = int(rng.integers(2, 10))
+        pairs = [(float(rng.integers(-8, 9)) / 4, float(rng.integers(1, 9)) / 4) for _ in range(3)] + [(0.0, 0.0)]
+        cells = [pairs[int(rng.integers(0, 4))] for _ in range(k)]  # few distinct sums: ties and empty categories
+        G, H = np.zeros(n_bins), np.zeros(n_bins)
+        G[:k], H[:k] = [c[0] for c in cells], [c[1] for c in cells]
+        if trial % 2:
+            G[-1], H[-1] = float(rng.integers(-4, 5)) / 4, 0.5
+        threshold = int(rng.integers(1, 5))
+        lam = 1.0 if trial % 3 else 0.0
+        choice = best_splits(G[None, None], H[None, None], lam, 0.0, CategoricalFeatures(np.array([k]), 1, threshold))
+        weight = -G[:k] / (H[:k] + lam) if lam else np.where(H[:k] > 0, -G[:k] / np.maximum(H[:k], 1e-300), 0.0)
+        same_weight = weight[:, None] == weight[None, :]
+        same_sums = (G[:k, None] == G[None, :k]) & (H[:k, None] == H[None, :k])
+        if (same_weight & ~same_sums).any():  # the case the module docstring names: ordered by (H, G), not bin
+            skipped += 1
+            continue
+        record_of = rng.permutation(k)  # category c is record record_of[c]
+        GL, HL = np.zeros(k), np.zeros(k)
+        GL[record_of], HL[record_of] = G[:k], H[:k]
+        cuts = prefix_cuts(GL, HL, G.sum(), H.sum(), np.arange(k), lam, 0.0, threshold)
+        top = cuts.gain.max()
+        if not np.isfinite(choice.gain[0]) or choice.gain[0] <= 1e-12:
+            assert not np.isfinite(top) or top <= choice.gain[0] + 1e-12
+            continue
+        assert top == pytest.approx(choice.gain[0], rel=1e-12, abs=1e-15)
+        direction = 0 if ties_with(cuts.gain[0], top).any() else 1
+        j = int(np.flatnonzero(ties_with(cuts.gain[direction], top))[0])
+        codes, take = cuts.codes(j, k)
+        category_of_record = np.argsort(record_of)
+        left = categories_left(codes, take, category_of_record)
+        np.testing.assert_array_equal(left, np.flatnonzero(choice.left_set[0]), err_msg=f"trial {trial}")
+        assert (direction == 0) == bool(choice.default_left[0])
+        checked += 1
+    assert checked > 100 and skipped < 150, (checked, skipped)
