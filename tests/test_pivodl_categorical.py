@@ -288,3 +288,20 @@ def test_split_client_cuts_equal_the_partition_kernel_with_ties():
         assert (direction == 0) == bool(choice.default_left[0])
         checked += 1
     assert checked > 100 and skipped < 150, (checked, skipped)
+
+
+def test_estimator_saves_and_loads_the_category_sets(runtime, bank, tmp_path):
+    """PIVODLClassifier(enable_categorical=True): a saved and loaded model routes by the same category sets
+    (each client's lookup table keeps its sets, the values with its binner)."""
+    from ray_vfl import PIVODLClassifier
+
+    train_data, test_data = bank
+    clf = PIVODLClassifier(n_estimators=2, max_depth=3, max_bin=16, backend="plain", instance_threshold=1,
+                           enable_categorical=True, max_cat_to_onehot=3, workers_per_party=1, runtime=runtime)
+    clf.fit(train_data)
+    assert clf.get_params()["max_cat_to_onehot"] == 3
+    proba = clf.predict_proba(test_data)
+    clf.save_model(str(tmp_path / "model"))
+    loaded = PIVODLClassifier.load_model(str(tmp_path / "model"), runtime=runtime)
+    np.testing.assert_allclose(loaded.predict_proba(test_data), proba, atol=1e-12)
+    assert 0.75 < auc(test_data.label, proba[:, 1]) <= 1.0
