@@ -21,7 +21,7 @@ from ray_vfl.metrics import auc
 from ray_vfl.pivodl import PIVODLConfig, train
 from ray_vfl.pivodl.candidates import CATEGORY, FeatureSpec, candidate_table
 from ray_vfl.pivodl.reference import fit_reference as fit_pivodl_reference
-from ray_vfl.pivodl.threshold import admissible_bins
+from ray_vfl.pivodl.threshold import admissible_bins, offered
 from ray_vfl.runtime.validation import check_payload
 from ray_vfl.trees.kernels import base_margin
 from ray_vfl.trees.reference import fit_reference, predict_reference
@@ -124,39 +124,43 @@ def test_lossless_with_an_instance_threshold(runtime, bank):
 
 
 def test_threshold_rule_on_unions_of_categories():
-    """Brute force: wherever a partition feature is offered, every union of its atoms (categories, missing
-    rows), and its difference with every offered threshold candidate, holds 0 or >= t rows of each client."""
+    """Brute force: wherever a partition feature is offered, every union of its atoms (its records -- a
+    category, or the pool of its categories of 1 to t - 1 rows of a client -- and its missing rows), and its
+    difference with every offered threshold candidate, holds 0 or >= t rows of each client."""
     rng = np.random.default_rng(7)
-    t, checked = 3, 0
-    for trial in range(40):
+    t, checked, pooled = 3, 0, 0
+    for trial in range(60):
         n = 60
         c, o = trial % 2, 1 - trial % 2  # the categorical column first, then second in the reference order
         bins = np.zeros((n, 2), dtype=np.int64)
-        bins[:, c], bins[:, o] = rng.integers(0, 4, n), rng.integers(0, 5, n)
+        bins[:, c], bins[:, o] = rng.choice(4, n, p=[0.42, 0.42, 0.08, 0.08]), rng.integers(0, 5, n)  # 2 rare ones
         bins[rng.random(n) < 0.1, c] = 9  # missing values of the categorical column
         owner = rng.integers(0, 2, n)
         top, k = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
         top[c], top[o], k[c] = 3, 4, 4
         table = candidate_table(FeatureSpec(top, np.array([c == 0, c == 1])), k, 3)
-        kept = admissible_bins(bins, table, 9, owner, 2, t)
+        kept, pool = offered(bins, table, 9, owner, 2, t)
+        assert (kept == admissible_bins(bins, table, 9, owner, 2, t)).all()
         cats = kept & (table.kind == CATEGORY)
         if not cats.any():
             continue
         assert cats.sum() == 4  # all or none
         checked += 1
-        atoms = [bins[:, c] == v for v in range(4)] + [bins[:, c] == 9]
+        pooled += int((pool != np.arange(len(pool))).any())
+        records = [np.isin(bins[:, c], table.bin[pool == head]) for head in np.unique(pool[table.kind == CATEGORY])]
+        atoms = records + [bins[:, c] == 9]
         plain = [bins[:, o] <= b for b in table.bin[kept & (table.kind != CATEGORY)]]
 
         def fine(mask):
             return all(int((mask & (owner == q)).sum()) in [0] + list(range(t, n + 1)) for q in (0, 1))
 
-        for r in range(1, 5):
-            for union in itertools.combinations(range(5), r):
+        for r in range(1, len(atoms)):
+            for union in itertools.combinations(range(len(atoms)), r):
                 u = np.any([atoms[i] for i in union], axis=0)
                 assert fine(u) and fine(~u)
                 for left in plain:
                     assert fine(u & ~left) and fine(left & ~u) and fine(u ^ left) and fine(~(u ^ left))
-    assert checked >= 4
+    assert checked >= 5 and pooled >= 2, (checked, pooled)
 
 
 def test_paillier_keeps_the_categories_at_their_client(runtime, bank):

@@ -111,13 +111,15 @@ def categories_left(codes: np.ndarray, take: int, category_of_record: np.ndarray
     return np.sort(np.concatenate([sure, run])).astype(np.int64)
 
 
-def first_tied(cand: CandidateTable, order: np.ndarray, tied: np.ndarray, cuts: np.ndarray, n_cats: int) -> tuple:
+def first_tied(cand: CandidateTable, order: np.ndarray, tied: np.ndarray, cuts: np.ndarray, n_cats: int,
+               pools: dict | None = None) -> tuple:
     """At the source: the first of the tied candidates a split client told, in the reference order -- records
     (``order[r]`` is record ``r``'s candidate) and partition cuts (rows of per-record codes, how many of the
     run, missing left; checked by the message's schema) -- by ``(feature, missing right, threshold /
     category / prefix size - 1)``. Returns ``(feature, bin, default_left, left set or None, choice)``: the
     left set ``(n_cats,)`` of a categorical split, ``choice`` the record number or ``len(order)`` plus the
-    cut's index (what the split client is told it chose).
+    cut's index (what the split client is told it chose). ``pools``: the candidates of each pooled record
+    (by its first, :func:`~ray_vfl.pivodl.threshold.offered`), whose categories go together.
 
     >>> from ray_vfl.pivodl.candidates import FeatureSpec, candidate_table
     >>> table = candidate_table(FeatureSpec(np.array([0, 2]), np.array([False, False])), np.array([3, 0]), 2)
@@ -142,7 +144,9 @@ def first_tied(cand: CandidateTable, order: np.ndarray, tied: np.ndarray, cuts: 
         key = (feature, 0 if dl else 1, int((codes == 1).sum()) + take - 1)
         if best is None or key < best[0]:
             left_set = np.zeros(n_cats, dtype=bool)
-            left_set[categories_left(codes, take, cand.bin[order])] = True
+            for c in categories_left(codes, take, cand.bin[order]).tolist():  # a pool's first category: all of it
+                head = int(order[np.flatnonzero((cand.bin[order] == c) & (cand.feature[order] == feature))[0]])
+                left_set[cand.bin[(pools or {}).get(head, [head])]] = True
             best = (key, dl, left_set, len(order) + i)
     (f, _, b), dl, left_set, choice = best
     return f, b, dl, left_set, choice

@@ -32,7 +32,7 @@ from ..trees.kernels import base_margin, encoded_gradients, goes_left, is_splitt
 from ..trees.reference import ReferenceTree
 from .candidates import CATEGORY, ONEHOT, candidate_table, feature_spec
 from .config import PIVODLConfig
-from .threshold import admissible_bins, left_members
+from .threshold import left_members, offered
 
 __all__ = ["fit_reference"]
 
@@ -46,8 +46,8 @@ def _best(bins: Sequence[np.ndarray], tables: list, rows: np.ndarray, client_of_
     n_bins = config.max_bin + 1
     gains, keys, what = [], [], []
     for k, (b, table) in enumerate(zip(bins, tables)):
-        kept = np.flatnonzero(admissible_bins(b[rows], table, config.max_bin, client_of_row[rows], len(bins),
-                                              config.instance_threshold))
+        kept, pool = offered(b[rows], table, config.max_bin, client_of_row[rows], len(bins), config.instance_threshold)
+        kept = np.flatnonzero(kept)
         plain = kept[table.kind[kept] != CATEGORY]
         left = left_members(b[rows], table.take(plain), config.max_bin).astype(np.float64)
         GL, HL = left @ g[rows], left @ h[rows]
@@ -61,10 +61,15 @@ def _best(bins: Sequence[np.ndarray], tables: list, rows: np.ndarray, client_of_
                 left_set[pos] = True
             what.append((f, pos, dl, left_set))
         for f in np.unique(table.feature[kept[table.kind[kept] == CATEGORY]]).tolist():
-            # the trees' partition kernel on the feature's histogram at the node
-            hist_g = np.bincount(b[rows, f], weights=g[rows], minlength=n_bins)[None, None]
-            hist_h = np.bincount(b[rows, f], weights=h[rows], minlength=n_bins)[None, None]
-            n_cat = np.array([int((table.feature == f).sum())])
+            # the trees' partition kernel on the feature's histogram at the node, a pool of small categories
+            # as one bin (at its first category's place)
+            entries = np.flatnonzero(table.feature == f)
+            heads = entries[pool[entries] == entries]
+            merged = np.full(n_bins, n_bins - 1)
+            merged[table.bin[entries]] = np.searchsorted(heads, pool[entries])
+            hist_g = np.bincount(merged[b[rows, f]], weights=g[rows], minlength=n_bins)[None, None]
+            hist_h = np.bincount(merged[b[rows, f]], weights=h[rows], minlength=n_bins)[None, None]
+            n_cat = np.array([len(heads)])
             gl, gr, hl, hr, valid, order = categorical_children(hist_g, hist_h, n_cat, np.array([False]),
                                                                 config.reg_lambda, config.max_cat_threshold)
             gain = split_gains(gl[0, 0], hl[0, 0], gr[0, 0], hr[0, 0], G, H, config.reg_lambda, config.min_child_weight)
@@ -73,7 +78,8 @@ def _best(bins: Sequence[np.ndarray], tables: list, rows: np.ndarray, client_of_
                 for j in range(n_cat[0] - 1):
                     gains.append(gain[direction, j:j + 1])
                     keys.append((k, f, direction, j))
-                    what.append((f, j, direction == 0, left_sets(order[0], np.array([j]), np.array([False]))[0]))
+                    chosen = left_sets(order[0], np.array([j]), np.array([False]))[0]
+                    what.append((f, j, direction == 0, np.append(chosen, False)[merged[:n_bins - 1]]))
     gain = np.concatenate(gains) if gains else np.zeros(0)
     ranked = sorted(range(len(keys)), key=keys.__getitem__)
     gain = gain[ranked]

@@ -27,7 +27,7 @@ from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains,
 from .candidates import CATEGORY
 from .messages import fetch
 from .partition import first_tied, prefix_cuts
-from .threshold import admissible_bins, left_members
+from .threshold import left_members, offered
 
 __all__ = ["SourceRole", "SplitRole"]
 
@@ -54,16 +54,21 @@ class SourceRole:
         bins = self.rows["train"]
         records, bits = [], {p: [] for p in self.others}
         self._own_members = []
-        self._groups = {}
+        self._groups, self._pools = {}, {}
         for node in nodes.tolist():
             rows = np.flatnonzero(self.node_of_row == node)
             owner = self.client_of_row[rows]
-            kept = np.flatnonzero(admissible_bins(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
-                                                  self.config.instance_threshold))
-            shuffled = kept[self.rng.permutation(len(kept))]
+            kept, pool = offered(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
+                                 self.config.instance_threshold)
+            heads = np.flatnonzero(kept & (pool == np.arange(len(pool))))  # a pool of small categories: one record
+            shuffled = heads[self.rng.permutation(len(heads))]
             records.append(shuffled)
             self._groups[node] = self._group_records(shuffled)
+            self._pools[node] = {int(h): np.flatnonzero(pool == h) for h in np.unique(pool[pool != np.arange(len(pool))])}
             members = left_members(bins[rows], self.candidates.take(shuffled), self.missing_bin)
+            for r in np.flatnonzero(np.isin(shuffled, list(self._pools[node]))).tolist():
+                pooled = self.candidates.take(self._pools[node][int(shuffled[r])])
+                members[r] = left_members(bins[rows], pooled, self.missing_bin).any(axis=0)
             for p in self.others:
                 bits[p].append(np.packbits(members[:, owner == self.order.index(p)], axis=1))
             self._own_members.append(members[:, owner == self.order.index(self.name)].view(np.uint8))
@@ -194,7 +199,8 @@ class SourceRole:
             p = self.mailbox.open(msg, "pivodl_split_won", ctx, self.others)
             for node, tied, cuts in zip(p["node"].tolist(), p["records"], p["cuts"]):
                 order = order_of[node]
-                f, b, dl, left_set, choice = first_tied(self.candidates, order, tied, cuts, self.n_bins - 1)
+                f, b, dl, left_set, choice = first_tied(self.candidates, order, tied, cuts, self.n_bins - 1,
+                                                        self._pools.get(node, {}))
                 rows = np.flatnonzero(self.node_of_row == node)
                 if left_set is None:
                     self.lookup.append((f, b, dl, self.binner.threshold(f, b)))

@@ -27,7 +27,8 @@ centralized reference run, computes the same from each client's co-occurrence co
 Category records (:data:`~ray_vfl.pivodl.candidates.CATEGORY`: a feature split by partition) are offered
 all or none per feature and node: the split client adds them up in any combination (every prefix of its
 order, either missing side), so the rule is stated on the feature's *atoms* -- each category's rows of the
-node and its missing rows, which part the node -- : every atom holds 0 or at least ``t`` of each client's
+node and its missing rows, which part the node, the categories holding 1 to ``t - 1`` rows of some client
+pooled into one atom (one record) -- : every atom holds 0 or at least ``t`` of each client's
 rows, and against every candidate offered before it (and every atom of a partition feature offered
 before it) each atom's rows inside and outside that candidate's left branch (that atom) each hold 0 or at
 least ``t``; a later candidate must cut every offered atom so too. Then every union of atoms (each
@@ -51,7 +52,7 @@ import numpy as np
 
 from .candidates import CATEGORY, CandidateTable
 
-__all__ = ["left_members", "admissible", "admissible_bins"]
+__all__ = ["left_members", "admissible", "admissible_bins", "offered"]
 
 
 def left_members(bins: np.ndarray, table: CandidateTable, missing_bin: int) -> np.ndarray:
@@ -144,7 +145,8 @@ def admissible_bins(bins: np.ndarray, table: CandidateTable, missing_bin: int, c
     """:func:`admissible` for the candidates of ``table`` at rows binned ``(rows, F)``, from each client's
     co-occurrence counts of bins (feature by feature) instead of row masks: its cost does not grow with
     the rows beyond one count per row and feature pair. A partition feature's category records are kept
-    or dropped together, with its missing rows as one more atom.
+    or dropped together, with its missing rows as one more atom, its small categories pooled
+    (:func:`offered`).
 
     Example
     -------
@@ -153,13 +155,31 @@ def admissible_bins(bins: np.ndarray, table: CandidateTable, missing_bin: int, c
     >>> bins = np.array([[0], [1], [1], [2], [2], [3]])
     >>> admissible_bins(bins, table, 9, np.zeros(6, dtype=np.int64), 1, 2).tolist()
     [False, True, False]
+    """
+    return offered(bins, table, missing_bin, client_of_row, n_clients, threshold)[0]
+
+
+def offered(bins: np.ndarray, table: CandidateTable, missing_bin: int, client_of_row: np.ndarray,
+            n_clients: int, threshold: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which entries of ``table`` a source offers at rows binned ``(rows, F)``, and the record each is in
+    (``pool[i]``: the entry whose record holds entry ``i``, ``i`` itself but for a pooled category). A
+    partition feature's categories that hold 1 to ``threshold - 1`` rows of some client at the node are
+    *pooled* into one record (the record of the first of them), which then must hold 0 or at least
+    ``threshold`` of each client's rows as any atom; the feature is offered with its pool or not at all.
+
+    Example
+    -------
+    >>> from ray_vfl.pivodl.candidates import FeatureSpec, candidate_table
     >>> cats = candidate_table(FeatureSpec(np.array([3]), np.array([False])), np.array([4]))  # one record per category
-    >>> admissible_bins(bins, cats, 9, np.zeros(6, dtype=np.int64), 1, 2).tolist()  # categories 0 and 3 hold 1 row
-    [False, False, False, False]
+    >>> bins = np.array([[0], [1], [1], [2], [2], [3]])
+    >>> kept, pool = offered(bins, cats, 9, np.zeros(6, dtype=np.int64), 1, 2)  # categories 0 and 3 hold 1 row
+    >>> kept.tolist(), pool.tolist()
+    ([True, True, True, True], [0, 1, 2, 0])
     """
     n = len(table)
+    pool = np.arange(n)
     if threshold <= 1 or n == 0:
-        return np.ones(n, dtype=bool)
+        return np.ones(n, dtype=bool), pool
     table, group, n = _atoms(table, missing_bin)
     width = missing_bin + 1
     goes = table.left_bins(width).astype(np.float64)  # which bins of its feature go left at each entry
@@ -180,4 +200,16 @@ def admissible_bins(bins: np.ndarray, table: CandidateTable, missing_bin: int, c
                 both[k][np.ix_(cf, cg)] = block
                 both[k][np.ix_(cg, cf)] = block.T
             left[k, cf] = np.diagonal(both[k])[cf]
-    return _keep(left, both, size, threshold, group)[:n]
+    # pool each partition feature's small categories into the record of the first of them
+    small = ((left > 0) & (left < threshold)).any(axis=0) & (np.arange(total) < n) & (group >= 0)
+    head = np.arange(total)
+    for g in np.unique(group[small]).tolist():
+        members = np.flatnonzero(small & (group == g))
+        head[members] = members[0]
+    entries = np.flatnonzero(head == np.arange(total))
+    merge = (head[None, :] == entries[:, None]).astype(np.int64)  # (entries, total) 0/1
+    left2 = left @ merge.T
+    both2 = np.einsum("ea,kab,fb->kef", merge, both, merge)
+    kept2 = _keep(left2, both2, size, threshold, group[entries])
+    at = np.searchsorted(entries, head)
+    return kept2[at][:n], head[:n]
