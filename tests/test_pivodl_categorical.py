@@ -125,15 +125,16 @@ def test_lossless_with_an_instance_threshold(runtime, bank):
 
 def test_threshold_rule_on_unions_of_categories():
     """Brute force: wherever a partition feature is offered, every union of its atoms (its records -- a
-    category, or the pool of its categories of 1 to t - 1 rows of a client -- and its missing rows), and its
-    difference with every offered threshold candidate, holds 0 or >= t rows of each client."""
+    category, or the pool of its categories of 1 to t - 1 rows of a client -- and its missing rows), its
+    difference with every offered threshold candidate and their agreement, hold 0 or >= t rows of each client."""
     rng = np.random.default_rng(7)
     t, checked, pooled = 3, 0, 0
     for trial in range(60):
         n = 60
         c, o = trial % 2, 1 - trial % 2  # the categorical column first, then second in the reference order
         bins = np.zeros((n, 2), dtype=np.int64)
-        bins[:, c], bins[:, o] = rng.choice(4, n, p=[0.42, 0.42, 0.08, 0.08]), rng.integers(0, 5, n)  # 2 rare ones
+        freq = [0.42, 0.42, 0.08, 0.08] if trial % 4 < 2 else [0.25] * 4  # two rare categories, or none
+        bins[:, c], bins[:, o] = rng.choice(4, n, p=freq), rng.integers(0, 5, n)
         bins[rng.random(n) < 0.1, c] = 9  # missing values of the categorical column
         owner = rng.integers(0, 2, n)
         top, k = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
@@ -159,8 +160,8 @@ def test_threshold_rule_on_unions_of_categories():
                 u = np.any([atoms[i] for i in union], axis=0)
                 assert fine(u) and fine(~u)
                 for left in plain:
-                    assert fine(u & ~left) and fine(left & ~u) and fine(u ^ left) and fine(~(u ^ left))
-    assert checked >= 5 and pooled >= 2, (checked, pooled)
+                    assert fine(u ^ left) and fine(~(u ^ left))
+    assert checked - pooled >= 2 and pooled >= 2, (checked, pooled)
 
 
 def test_paillier_keeps_the_categories_at_their_client(runtime, bank):
@@ -188,9 +189,8 @@ def test_paillier_keeps_the_categories_at_their_client(runtime, bank):
 def test_bank_auc_near_the_centralized_native_model(runtime):
     """Bank (3,000 rows), 4 trees of depth 4, labels 60/40, threshold 1: the federated AUC within 0.002 of the
     centralized native categorical boosting's (trees/reference.py on one binner of all columns), and above
-    PIVODL on the ordinal codes. (At threshold 20 a partition column is offered only at nodes where each of
-    its categories holds 0 or 20+ of each client's rows; on this sample that costs about 0.03 AUC, below
-    the ordinal codes' 0.891: see the module ray_vfl/pivodl/threshold.py.)"""
+    PIVODL on the ordinal codes. (With an instance threshold the columns are offered at fewer nodes: 0.899 at
+    5, 0.884 at 20, 0.868 at 50, against the ordinal codes' 0.888, 0.891, 0.870; ray_vfl/pivodl/threshold.py.)"""
     frame, label, cats, _ = load_named("bank")
     frame = frame.sample(3000, random_state=11)[sum(MAPPING.values(), []) + [label]].reset_index(drop=True)
     data = vertical_split(frame, MAPPING, label=label, categorical=[c for c in cats if c in frame.columns],

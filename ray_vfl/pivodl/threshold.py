@@ -28,12 +28,12 @@ Category records (:data:`~ray_vfl.pivodl.candidates.CATEGORY`: a feature split b
 all or none per feature and node: the split client adds them up in any combination (every prefix of its
 order, either missing side), so the rule is stated on the feature's *atoms* -- each category's rows of the
 node and its missing rows, which part the node, the categories holding 1 to ``t - 1`` rows of some client
-pooled into one atom (one record) -- : every atom holds 0 or at least ``t`` of each client's
-rows, and against every candidate offered before it (and every atom of a partition feature offered
-before it) each atom's rows inside and outside that candidate's left branch (that atom) each hold 0 or at
-least ``t``; a later candidate must cut every offered atom so too. Then every union of atoms (each
-category, each prefix, the missing rows, a complement) and every difference of such a union and an offered
-set is a union of such pieces: 0 or at least ``t`` rows of each client.
+pooled into one atom (one record) -- : every atom holds 0 or at least ``t`` of each client's rows (so does
+every union of atoms: each category, each prefix, the missing rows, a complement); every union differs
+from every candidate offered before it (and every later candidate offered differs from every union) in 0
+or at least ``t`` rows of each client, and the rows where they agree too (checked over all unions at once:
+the sums of one part per atom below ``t`` are reachable or not); and the atoms of two partition features of
+one source meet in 0 or at least ``t`` rows.
 
 Not covered: sums of different nodes (a parent's and a child's, say) combined, the tracker problem
 of statistical databases, which no bound on set sizes closes. (The driver deals each node's split
@@ -75,6 +75,25 @@ def _fine(count: np.ndarray, threshold: int) -> np.ndarray:
     return (count == 0) | (count >= threshold)
 
 
+def _mixes_fine(inside: np.ndarray, outside: np.ndarray, threshold: int) -> np.ndarray:
+    """``inside``/``outside`` ``(atoms, clients, C)``: each atom's rows inside and outside candidate ``c``'s left
+    branch. Whether, for every client and candidate, every union ``U`` of the atoms differs from the left
+    branch in 0 or at least ``threshold`` rows (``|U \\ L| + |L \\ U|`` takes, per atom, its rows outside
+    ``L`` if in ``U``, else its rows inside ``L``; the complement of ``U`` is also a union): ``(C,)``."""
+    n_atoms, n_clients, n = inside.shape
+    reach = np.zeros((n_clients, n, threshold), dtype=bool)  # sums below threshold reachable so far
+    reach[..., 0] = True
+    steps = np.arange(threshold)
+    for a in range(n_atoms):
+        new = np.zeros_like(reach)
+        for part in (inside[a], outside[a]):
+            src = steps[None, None, :] - part[:, :, None]
+            ok = src >= 0
+            new |= np.where(ok, np.take_along_axis(reach, np.maximum(src, 0), axis=2), False)
+        reach = new
+    return ~reach[..., 1:].any(axis=(0, 2))
+
+
 def _keep(left: np.ndarray, both: np.ndarray, size: np.ndarray, threshold: int,
           group: np.ndarray | None = None) -> np.ndarray:
     """The greedy of the module docstring from per-client counts: ``left`` ``(clients, C)`` rows left at each
@@ -87,23 +106,31 @@ def _keep(left: np.ndarray, both: np.ndarray, size: np.ndarray, threshold: int,
     single = (_fine(left, threshold) & _fine(size - left, threshold)).all(axis=0)
     differ = left[:, :, None] + left[:, None, :] - 2 * both
     pair = (_fine(differ, threshold) & _fine(size[:, :, None] - differ, threshold)).all(axis=0)
-    # cut[a, j]: atom a's rows inside and outside entry j's left set each hold 0 or >= t of every client
-    cut = (_fine(both, threshold) & _fine(left[:, :, None] - both, threshold)).all(axis=0)
     meet = _fine(both, threshold).all(axis=0)  # two atoms' common rows
+    atoms_of = {int(g): np.flatnonzero(group == g) for g in np.unique(group[group >= 0])}
+
+    def mixes(atoms: np.ndarray, cands: np.ndarray) -> bool:  # every union of ``atoms`` against each candidate
+        if not len(cands) or not len(atoms):
+            return True
+        inside = np.transpose(both[:, atoms][:, :, cands], (1, 0, 2))  # (atoms, clients, candidates)
+        outside = np.transpose(left[:, atoms], (1, 0))[:, :, None] - inside
+        return bool(_mixes_fine(inside, outside, threshold).all())
+
     kept = np.zeros(n, dtype=bool)
     seen = set()
     for i in range(n):
-        plain, atoms = kept & (group < 0), kept & (group >= 0)
+        plain = np.flatnonzero(kept & (group < 0))
         if group[i] < 0:
-            if single[i] and pair[i, plain].all() and cut[atoms, i].all():
+            if single[i] and pair[i, plain].all() and all(mixes(atoms_of[g], np.array([i])) for g in seen
+                                                          if kept[atoms_of[g]].all()):
                 kept[i] = True
             continue
         if group[i] in seen:
             continue
         seen.add(int(group[i]))
-        mine = np.flatnonzero(group == group[i])
-        if (_fine(left[:, mine], threshold).all() and cut[np.ix_(mine, np.flatnonzero(plain))].all()
-                and meet[np.ix_(mine, np.flatnonzero(atoms))].all()):
+        mine = atoms_of[int(group[i])]
+        others = np.flatnonzero(kept & (group >= 0))
+        if _fine(left[:, mine], threshold).all() and meet[np.ix_(mine, others)].all() and mixes(mine, plain):
             kept[mine] = True
     return kept
 
