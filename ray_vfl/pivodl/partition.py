@@ -2,7 +2,9 @@
 sorted by leaf weight, scored from the decrypted sums alone; and the source's reading of a winner.
 
 Pure numpy, no parties. A source offers a feature of at least ``max_cat_to_onehot`` categories as one
-*category record* per category (the rows of that category at the node, :mod:`ray_vfl.pivodl.candidates`)
+*category record* per category (the rows of that category at the node, :mod:`ray_vfl.pivodl.candidates`;
+with an instance threshold, its categories of 1 to ``t - 1`` rows of a client pooled into one record,
+:func:`~ray_vfl.pivodl.threshold.offered`, which then counts as one category here)
 and tells the split client which of its records form the feature (a group of record numbers, no
 category value, no bin). The split client, which decrypts every record's left sums and the node's
 totals, does what :func:`~ray_vfl.trees.categorical.categorical_children` does on a histogram:

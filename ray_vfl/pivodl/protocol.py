@@ -57,12 +57,13 @@ step       sender -> receiver           payload                                 
                                         group per partition feature, numbered   at least ``instance_threshold`` rows of each
                                         afresh per node)                        client [attack: ray_vfl.pivodl.attack.differential_guesses];
                                                                                 of a partition feature (no feature, value or
-                                                                                bin): its number of categories, each one's
-                                                                                sums (empty ones: 0), so any union's and the
-                                                                                missing rows'; every category's rows and the
-                                                                                missing ones hold 0 or at least the threshold
-                                                                                of each client, and so does each one's part
-                                                                                in and out of every other set offered
+                                                                                bin): its number of records (categories; the
+                                                                                ones of 1 to t - 1 rows of a client pooled),
+                                                                                each one's sums (empty ones: 0), so any
+                                                                                union's and the missing rows'; each record,
+                                                                                the missing rows, every union and its
+                                                                                difference with every other set offered hold
+                                                                                0 or at least the threshold of each client
                                                                                 (:mod:`ray_vfl.pivodl.threshold`);
                                                                                 the others' label count in every node it scores
                                                                                 [attack: ray_vfl.pivodl.attack_views.node_sums_guess]

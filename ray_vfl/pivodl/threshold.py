@@ -234,9 +234,8 @@ def offered(bins: np.ndarray, table: CandidateTable, missing_bin: int, client_of
         members = np.flatnonzero(small & (group == g))
         head[members] = members[0]
     entries = np.flatnonzero(head == np.arange(total))
-    merge = (head[None, :] == entries[:, None]).astype(np.int64)  # (entries, total) 0/1
-    left2 = left @ merge.T
-    both2 = np.einsum("ea,kab,fb->kef", merge, both, merge)
-    kept2 = _keep(left2, both2, size, threshold, group[entries])
-    at = np.searchsorted(entries, head)
-    return kept2[at][:n], head[:n]
+    if len(entries) == total:  # nothing pooled
+        return _keep(left, both, size, threshold, group)[:n], head[:n]
+    merge = (head[None, :] == entries[:, None]).astype(np.int64)  # (entries, total) 0/1: a pool sums its members
+    kept2 = _keep(left @ merge.T, merge @ both @ merge.T, size, threshold, group[entries])
+    return kept2[np.searchsorted(entries, head)][:n], head[:n]
