@@ -93,8 +93,7 @@ def test_max_cat_threshold_bounds_the_smaller_side():
 def test_config_and_data_errors_name_the_fix():
     with pytest.raises(ConfigError, match="one_output_per_tree"):
         BoostConfig(objective="multi:softprob", num_class=3, multi_strategy="multi_output_tree", enable_categorical=True)
-    with pytest.raises(ConfigError, match="PIVODL splits categorical columns as ordinal"):
-        PIVODLConfig(enable_categorical=True)
+    assert PIVODLConfig(enable_categorical=True).enable_categorical  # PIVODL splits natively too (test_pivodl_categorical.py)
     with pytest.raises(ConfigError, match="max_cat_to_onehot"):
         BoostConfig(max_cat_to_onehot=0)
     frame = load_named("bank")[0]

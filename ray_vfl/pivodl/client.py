@@ -76,7 +76,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
             self.mailbox = KeepingMailbox(name)
         self.others = [p for p in self.order if p != name]
         self.missing_bin, self.n_bins = config.max_bin, config.max_bin + 1
-        self.binner = PartyBinner(config.max_bin)
+        self.binner = PartyBinner(config.max_bin, native_categorical=config.enable_categorical)
         self.ops: Counter[str] = Counter()
         # Randomness that hides something from other clients (candidate order, split clients, DP noise)
         # comes from this client's own OS entropy.
@@ -87,7 +87,9 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.released: list[dict[int, float]] = []  # per tree: leaf -> the weight its holder released
         self.leaf_of_row: list[np.ndarray] = []  # per tree: the leaf of every training row (partitions are public)
         self.held: dict[tuple[int, int], float] = {}  # (tree, leaf) -> kept weight, leaves this client holds
-        self.lookup: list[tuple[int, int, bool, float]] = []  # record -> (feature, bin, default_left, threshold)
+        # record -> (feature, bin, default_left, threshold), or (feature, bin, default_left, NaN, left bins) for a
+        # native categorical split (its categories stay here)
+        self.lookup: list[tuple] = []
         self.node_gains: dict[tuple[int, int], float] = {}  # (tree, split node) -> its gain, as every client learns it
         self.base_score: float | None = None
         self.per_round = config.trees_per_round  # trees per round: K for K classes, else 1
@@ -113,7 +115,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.backend_spec = (config.backend, backend_options(config.gradient_bound, self.n_rows))
         self.backend = get_backend(config.backend, **self.backend_spec[1])
         self.spec = feature_spec(self.rows["train"], self.missing_bin)
-        self.candidates = candidate_table(self.spec)
+        self.candidates = candidate_table(self.spec, self.binner.n_categories(), config.max_cat_to_onehot)
 
     # set-up ---------------------------------------------------------------------------------------
     def make_keys(self) -> tuple:
@@ -240,6 +242,7 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
         self.trees.append({})
         self.released.append({})
         self.scored: dict[tuple[str, int], tuple] = {}
+        self._cut_sums: dict[tuple[str, int], list] = {}  # the partition cuts told to a source, their left sums
         self._pending: dict[int, tuple] = {}
 
     def finish_tree(self, leaf_messages: list) -> int:
@@ -377,7 +380,8 @@ class Client(PredictionRole, SplitRole, SourceRole, PartyActor):
     def restore(self, part: dict[str, Any]) -> None:
         self.binner = PartyBinner.from_dict(part["binner"])
         self.missing_bin, self.n_bins = self.binner.max_bin, self.binner.max_bin + 1
-        self.lookup = [(int(f), int(b), bool(d), float(t)) for f, b, d, t in part["lookup"]]
+        self.lookup = [(int(r[0]), int(r[1]), bool(r[2]), float(r[3]), *([[int(c) for c in r[4]]] if len(r) > 4 else []))
+                       for r in part["lookup"]]
         self.trees = [{int(k): tuple(v) for k, v in t.items()} for t in part["trees"]]
         self.held = {(int(t), int(n)): float(w) for t, n, w in part["held"]}
         self.node_gains = {(int(t), int(n)): float(g) for t, n, g in part.get("node_gains", [])}

@@ -4,6 +4,12 @@ Objectives: ``binary:logistic``, ``reg:squarederror``, and ``multi:softprob`` / 
 ``num_class=K`` and one tree per class per round (``multi_strategy="one_output_per_tree"``, XGBoost's
 default): tree ``t`` of a round fits class ``t % K``'s softmax gradient pairs of every client's own
 labelled rows (:mod:`ray_vfl.trees.multiclass`), and ``n_trees`` counts rounds (``n_trees * K`` trees).
+
+``enable_categorical``: the columns each client declares categorical are split natively, as XGBoost's
+``hist`` does (:mod:`ray_vfl.trees.categorical`): one category against the rest below
+``max_cat_to_onehot`` categories (one candidate per category), else by partition (the source offers one
+record per category, the split client sorts them by leaf weight and scores the prefixes,
+:mod:`ray_vfl.pivodl.partition`); the category set of a split stays in its source's lookup table.
 """
 
 from __future__ import annotations
@@ -105,10 +111,6 @@ class PIVODLConfig(BoostConfig):
                               "client's encrypted candidate sums hold one class's G and H, and the instance "
                               "threshold is checked on those sums); multi-output trees are SecureBoost's "
                               "(SecureBoostClassifier(multi_strategy='multi_output_tree'))")
-        if self.enable_categorical:
-            raise ConfigError("PIVODL splits categorical columns as ordinal codes: its clients score candidates on "
-                              "secret-shared sums, which cannot be sorted by category weight; leave "
-                              "enable_categorical=False, or train SecureBoost for native categorical splits")
         check_int("instance_threshold", self.instance_threshold, 1, 1_000_000)
         if self.epsilon is not None:
             check_budget(self.epsilon, self.delta)

@@ -47,6 +47,7 @@ class _PIVODL(FederatedEstimator):
                  workers_per_party: int | None = None, timeout_s: float | None = None,
                  gradient_bound: float | None = None, instance_threshold: int = 50, epsilon: float | None = None,
                  delta: float = 1e-5, leaf_clip: float | None = None, scale_pos_weight: float = 1.0,
+                 enable_categorical: bool = False, max_cat_to_onehot: int = 4, max_cat_threshold: int = 64,
                  importance_type: str = "total_gain", num_class: int | None = None,
                  early_stopping_rounds: int | None = None,
                  callbacks: Sequence[TrainingCallback] | None = None, verbose: bool = False,
@@ -70,6 +71,9 @@ class _PIVODL(FederatedEstimator):
         self.delta = delta
         self.leaf_clip = leaf_clip
         self.scale_pos_weight = scale_pos_weight
+        self.enable_categorical = enable_categorical
+        self.max_cat_to_onehot = max_cat_to_onehot
+        self.max_cat_threshold = max_cat_threshold
         self.importance_type = importance_type
         self.num_class = num_class
         self.early_stopping_rounds = early_stopping_rounds

@@ -74,6 +74,43 @@ def _records(p, c) -> list[int]:
     return [c["records_of"][n] for n in p["node"].tolist()]
 
 
+def _groups(p, c) -> str | None:
+    """Per node, each record's partition group (-1: a candidate), groups numbered 0 .. g - 1."""
+    for i, (group, n) in enumerate(zip(p["group"], _records(p, c))):
+        if not isinstance(group, np.ndarray) or group.dtype.kind not in "iu" or group.shape != (n,):
+            return f"group[{i}] is not {n} integers"
+        used = np.unique(group[group >= 0])
+        if group.size and (group.min() < -1 or not np.array_equal(used, np.arange(len(used)))):
+            return f"group[{i}] numbers its groups other than 0 .. g - 1 (or below -1)"
+    return None
+
+
+def _cuts(p, c) -> str | None:
+    """Per node a ``(cuts, records + 2)`` int array: codes 0/1/2 of one partition feature's category records
+    (not every one of the feature's categories left), how many of the 2s go left (0 without 2s, else 1 to
+    their count less one), missing left 0/1; and at least one record or cut per node."""
+    for i, (node, cuts, records) in enumerate(zip(p["node"].tolist(), p["cuts"], p["records"])):
+        n = c["records"][node]
+        if not isinstance(cuts, np.ndarray) or cuts.dtype.kind not in "iu" or cuts.ndim != 2 or cuts.shape[1] != n + 2:
+            return f"cuts[{i}] is not a (cuts, {n + 2}) integer array"
+        if not len(cuts) and not len(records):
+            return f"node {node} names neither a record nor a cut"
+        feature = c["category_feature"][node]
+        for row in cuts:
+            codes, take, left = row[:n], int(row[n]), int(row[n + 1])
+            chosen = np.flatnonzero(codes)
+            if ((codes < 0) | (codes > 2)).any() or not chosen.size or left not in (0, 1):
+                return f"cuts[{i}] holds codes outside 0, 1, 2, no record, or a missing side other than 0/1"
+            if feature[chosen[0]] < 0 or (feature[chosen] != feature[chosen[0]]).any():
+                return f"cuts[{i}] names records that are not one partition feature's category records"
+            run = int((codes == 2).sum())
+            if not (take == 0 if run == 0 else 1 <= take < run):
+                return f"cuts[{i}] takes {take} of a run of {run} records"
+            if int((codes == 1).sum()) + take >= int((feature == feature[chosen[0]]).sum()):
+                return f"cuts[{i}] sends every category of its feature left"
+    return None
+
+
 def _mask_key(p, c) -> str | None:
     return None if isinstance(p, bytes) and len(p) == PUBLIC_KEY_BYTES else f"is not a {PUBLIC_KEY_BYTES}-byte key"
 
@@ -111,6 +148,7 @@ register(  # source -> split client, per level: by record number only
     Is("ciphers", list), Size("ciphers", length("node")),
     _ciphers(lambda p, c: [c["public_key"]] * len(p["ciphers"]), lambda p, c: [n + 1 for n in _records(p, c)]),
     Is("dropped", list), Size("dropped", length("node")), _packed_each("dropped", _records),
+    Is("group", list), Size("group", length("node")), Rule(_groups),
 )
 register(  # split client -> every client, per level (step 5)
     "pivodl_best_gains",
@@ -120,20 +158,23 @@ register(  # split client -> every client, per level (step 5)
     Array("gain", "float", (length("source"),)),
     Rule(lambda p, c: "gain holds NaN or +inf" if (np.isnan(p["gain"]) | (p["gain"] == np.inf)).any() else None),
 )
-register(  # winning split client -> source
+register(  # winning split client -> source: the tied records, and the tied partition cuts (codes per record)
     "pivodl_split_won",
     Is("", dict),
     Array("node", "int", (None,), unique=True, among=Ref(lambda p, c: c["nodes"], "the source's open nodes")),
     Is("records", list), Size("records", length("node")),
-    Rule(lambda p, c: next((f"records[{i}] is empty or not record numbers below {c['records'][n]}"
+    Rule(lambda p, c: next((f"records[{i}] is not record numbers below {c['records'][n]}"
                             for i, (n, r) in enumerate(zip(p["node"].tolist(), p["records"]))
-                            if not isinstance(r, np.ndarray) or r.dtype.kind not in "iu" or not r.size
-                            or r.min() < 0 or r.max() >= c["records"][n]), None)),
+                            if not isinstance(r, np.ndarray) or r.ndim != 1 or r.dtype.kind not in "iu"
+                            or (r.size and (r.min() < 0 or r.max() >= c["records"][n]))), None)),
+    Is("cuts", list), Size("cuts", length("node")), Rule(_cuts),
 )
-register(  # source -> winning split client: the record chosen among the tied ones
+register(  # source -> winning split client: the record (or, past the records, the cut) chosen among the tied ones
     "pivodl_chosen_record",
     Array("", "int", (None, 2), low=0),
     Rule(lambda p, c: None if not not_in(p[:, 0], c["open_nodes"]).any() else "names a node that is not open"),
+    Rule(lambda p, c: next((f"row {i} chooses {r} at node {n}, not one of the records and cuts this client told"
+                            for i, (n, r) in enumerate(p.tolist()) if r >= c["choices"].get(n, 0)), None)),
 )
 register(  # source -> every client: where the rows of the nodes it split go
     "pivodl_partition",

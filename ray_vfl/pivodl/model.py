@@ -156,8 +156,9 @@ class PIVODLModel:
     def assembled_trees(self, n_features: dict[str, int]) -> list[dict[str, np.ndarray]]:
         """Diagnostic only (tests, benchmarks): the trees put together from every client's private
         part -- split features as global indices (clients' features concatenated in client order, as
-        ``n_features`` counts them), bins, missing directions and the kept leaf weights, in the centralized
-        reference's layout. In a deployment no one can do this: each part stays with its client."""
+        ``n_features`` counts them), bins, missing directions, the left category sets of native categorical
+        splits (``left_set``, ``(nodes, max_bin)``, all False elsewhere) and the kept leaf weights, in the
+        centralized reference's layout. In a deployment no one can do this: each part stays with its client."""
         parts = self._calls().value("model_part", self.order, lambda p: (), "model parts")
         lookup = {p: part["lookup"] for p, part in zip(self.order, parts)}
         held = {(t, n): w for part in parts for t, n, w in part["held"]}
@@ -166,11 +167,15 @@ class PIVODLModel:
         for t, tree in enumerate(self.skeleton()):
             size = max(tree) + 1
             arrays = {"left": np.full(size, -1), "right": np.full(size, -1), "feature": np.full(size, -1),
-                      "bin": np.full(size, -1), "default_left": np.zeros(size, dtype=bool), "weight": np.zeros(size)}
+                      "bin": np.full(size, -1), "default_left": np.zeros(size, dtype=bool), "weight": np.zeros(size),
+                      "left_set": np.zeros((size, self.config.max_bin), dtype=bool)}
             for node, kind in tree.items():
                 if kind[0] == "split":
                     _, source, record, left, right = kind
-                    f, b, dl, _ = lookup[source][record]
+                    entry = lookup[source][record]
+                    f, b, dl = entry[:3]
+                    if len(entry) > 4:  # a native categorical split: the bins of its left categories
+                        arrays["left_set"][node, entry[4]] = True
                     arrays["left"][node], arrays["right"][node] = left, right
                     arrays["feature"][node], arrays["bin"][node], arrays["default_left"][node] = offset[source] + f, b, dl
                 else:

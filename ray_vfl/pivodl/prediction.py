@@ -1,7 +1,8 @@
 """Secure prediction (step 7) and the label-guess view of a PIVODL client.
 
 Rows move down every tree at once, one level per round: each source client decides left or right
-for the rows waiting at its own split nodes, from its private lookup table, and tells every client
+for the rows waiting at its own split nodes, from its private lookup table (a threshold, or for a native
+categorical split the set of its categories that goes left: the values stay at the source), and tells every client
 (as in training, where partitions are public among clients). When every row has reached a leaf,
 each client sums the weights it *kept* for the leaves it holds (exact, or clipped under partial DP;
 never the noisy released copies) over the rows in them, and sends the
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..runtime.comm import Message
 from ..crypto.privacy.secure_sum import combine
+from ..trees.categorical import goes_left_of_set
 from ..trees.kernels import base_margin, goes_left
 from ..trees.multiclass import check_class_indices, is_multiclass, multiclass_metrics
 from .messages import fetch
@@ -64,11 +66,17 @@ class PredictionRole:
                 kind = self.trees[t].get(node)
                 if kind is None or kind[0] != "split" or kind[1] != self.name:
                     continue
-                f, b, dl, _ = self.lookup[kind[2]]
+                entry = self.lookup[kind[2]]
+                f, b, dl = entry[:3]
                 rows = np.flatnonzero(pos[t] == node)
                 trees.append(t)
                 nodes.append(node)
-                lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
+                if len(entry) > 4:  # a categorical split: its set of categories (bins) goes left
+                    left_set = np.zeros(self.missing_bin, dtype=bool)
+                    left_set[entry[4]] = True
+                    lefts.append(goes_left_of_set(bins[rows, f], left_set, dl, self.missing_bin))
+                else:
+                    lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
         payload = {"tree": np.asarray(trees, dtype=np.int64), "node": np.asarray(nodes, dtype=np.int64),
                    "bits": np.packbits(np.concatenate(lefts)) if lefts else np.zeros(0, dtype=np.uint8)}
         self._pending_route = getattr(self, "_pending_route", {})

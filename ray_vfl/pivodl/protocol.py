@@ -44,15 +44,27 @@ step       sender -> receiver           payload                                 
            (pivodl_candidate_request)   (fresh numbers, random order, over      no feature, threshold or order, but k can order
                                         the candidates the instance             its rows along one of s's features by set
                                         threshold admits) which of k's          inclusion [attack:
-                                        labelled rows of the node go left       ray_vfl.pivodl.attack_views.membership_order]
+                                        labelled rows of the node go left       ray_vfl.pivodl.attack_views.membership_order];
+                                        (a category record: those of one        of a categorical feature, which of its rows
+                                        category)                               share a category (disjoint records), never
+                                                                                which category
 4, level   k -> s                       per node: Enc_c(left sums of k's rows   nothing: ciphertexts under c's key, and which
            (pivodl_candidate_sums)      per record, then k's node total),       records k refused (none from an honest s, which
                                         refused records                         can count k's rows of a set itself)
 4, level   s -> c                       per node: the sum of every client's     c: per record number, every client's left sums
-           (pivodl_forwarded_sums)      ciphertexts, dropped records            and node totals together; every such set, and
-                                                                                every difference of two of one node, sums 0 or
-                                                                                at least ``instance_threshold`` rows of each
-                                                                                client [attack: ray_vfl.pivodl.attack.differential_guesses];
+           (pivodl_forwarded_sums)      ciphertexts, dropped records, the       and node totals together; every such set, and
+                                        group of each category record (one      every difference of two of one node, sums 0 or
+                                        group per partition feature, numbered   at least ``instance_threshold`` rows of each
+                                        afresh per node)                        client [attack: ray_vfl.pivodl.attack.differential_guesses];
+                                                                                of a partition feature (no feature, value or
+                                                                                bin): its number of records (categories; the
+                                                                                ones of 1 to t - 1 rows of a client pooled),
+                                                                                each one's sums (empty ones: 0), so any
+                                                                                union's and the missing rows'; each record,
+                                                                                the missing rows, every union and its
+                                                                                difference with every other set offered hold
+                                                                                0 or at least the threshold of each client
+                                                                                (:mod:`ray_vfl.pivodl.threshold`);
                                                                                 the others' label count in every node it scores
                                                                                 [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
 5, level   c -> every                   best gain per (source, node)            the best gains (the paper: split clients compare
@@ -61,15 +73,18 @@ step       sender -> receiver           payload                                 
                                                                                 gain adds the split's children's, which the
                                                                                 attack does not invert yet
                                                                                 [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
-5, level   c -> s                       the records tied with the best gain     s: which of its candidates won (the split every
-           (pivodl_split_won)                                                   client learns from the partition next), and
-                                                                                ties [attack: ray_vfl.pivodl.attack.label_guess_report]
+5, level   c -> s                       the records tied with the best gain,    s: which of its candidates won (the split every
+           (pivodl_split_won)           and the tied partition cuts: per        client learns from the partition next), and
+                                        record left / in the cut's run of       ties; of a partition cut, its category set,
+                                        equal sums / not, how many of the run,  and which of its categories have equal sums
+                                        the missing side                        where the cut falls among them
+                                                                                [attack: ray_vfl.pivodl.attack.label_guess_report]
 5, level   s -> every                   partition of the split nodes' rows,     the instance space of every node (as in the
            (pivodl_partition)           s's record id                           paper), never the feature or threshold; with
                                                                                 the receiver's own labels, each leaf's label
                                                                                 rate [attack: ray_vfl.pivodl.attack.label_guess_report]
-5, level   s -> c                       the record chosen among ties            c: which record's sums are the children's, so
-           (pivodl_chosen_record)                                               the children's totals (a held leaf's)
+5, level   s -> c                       the record (or partition cut) chosen    c: which record's sums are the children's, so
+           (pivodl_chosen_record)       among ties                              the children's totals (a held leaf's)
                                                                                 [attack: ray_vfl.pivodl.attack_views.node_sums_guess]
 6          holder -> every              leaf weights: exact, or clipped to C    the released weights; under partial DP a
            (pivodl_leaf_weights)        with Gaussian noise (partial DP)        Gaussian mechanism's output per leaf
@@ -105,6 +120,11 @@ Departures from the paper, and why:
 - Ties: the split client returns every record whose gain ties the best (within ``1e-9``), and the
   source picks the first in the reference order, so that the trees equal the centralized ones
   split for split, thresholds included.
+- Native categorical splits (``enable_categorical``; the paper splits thresholds only): a feature of
+  fewer than ``max_cat_to_onehot`` categories is offered as one candidate per category (one against
+  the rest); a bigger one as one record per category, which the split client sorts by leaf weight
+  and cuts into prefixes (:mod:`ray_vfl.pivodl.partition`), telling the source the winning set of
+  its records. The category values stay in the source's lookup table; prediction routes by the set.
 - A node whose best gain passes no split is a leaf held by the split client of its first source;
   every split client that scored it knows its totals (a small leak the view audit lists).
 - Multi-class (the paper trains binary labels): one tree per class per round, as XGBoost's

@@ -22,9 +22,12 @@ from typing import Any
 import numpy as np
 
 from ..runtime.timeline import span_if, timed
+from ..trees.categorical import goes_left_of_set
 from ..trees.kernels import goes_left, is_splittable, leaf_weights, split_gains, ties_with
+from .candidates import CATEGORY
 from .messages import fetch
-from .threshold import admissible_bins, left_members
+from .partition import first_tied, prefix_cuts
+from .threshold import left_members, offered
 
 __all__ = ["SourceRole", "SplitRole"]
 
@@ -51,14 +54,21 @@ class SourceRole:
         bins = self.rows["train"]
         records, bits = [], {p: [] for p in self.others}
         self._own_members = []
+        self._groups, self._pools = {}, {}
         for node in nodes.tolist():
             rows = np.flatnonzero(self.node_of_row == node)
             owner = self.client_of_row[rows]
-            kept = np.flatnonzero(admissible_bins(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
-                                                  self.config.instance_threshold))
-            shuffled = kept[self.rng.permutation(len(kept))]
+            kept, pool = offered(bins[rows], self.candidates, self.missing_bin, owner, len(self.order),
+                                 self.config.instance_threshold)
+            heads = np.flatnonzero(kept & (pool == np.arange(len(pool))))  # a pool of small categories: one record
+            shuffled = heads[self.rng.permutation(len(heads))]
             records.append(shuffled)
+            self._groups[node] = self._group_records(shuffled)
+            self._pools[node] = {int(h): np.flatnonzero(pool == h) for h in np.unique(pool[pool != np.arange(len(pool))])}
             members = left_members(bins[rows], self.candidates.take(shuffled), self.missing_bin)
+            for r in np.flatnonzero(np.isin(shuffled, list(self._pools[node]))).tolist():
+                pooled = self.candidates.take(self._pools[node][int(shuffled[r])])
+                members[r] = left_members(bins[rows], pooled, self.missing_bin).any(axis=0)
             for p in self.others:
                 bits[p].append(np.packbits(members[:, owner == self.order.index(p)], axis=1))
             self._own_members.append(members[:, owner == self.order.index(self.name)].view(np.uint8))
@@ -67,6 +77,17 @@ class SourceRole:
         tree = len(self.trees) - 1
         return (None, *[self.mailbox.send("pivodl_candidate_request", [p], {"node": nodes, "split": split, "bits": bits[p]},
                                           tree, depth) for p in self.others])
+
+    def _group_records(self, records: np.ndarray) -> np.ndarray:
+        """Per offered record, its partition feature as a group number (features numbered in a fresh random
+        order per node), -1 for a candidate: all a split client is told of the category records."""
+        cand = self.candidates
+        category = cand.kind[records] == CATEGORY
+        features = np.unique(cand.feature[records][category])
+        number = self.rng.permutation(len(features))
+        group = np.full(len(records), -1, dtype=np.int64)
+        group[category] = number[np.searchsorted(features, cand.feature[records][category])]
+        return group
 
     # -- step 4: every client sums its own labelled rows for every source --------------------------------
     def sum_candidates(self, depth: int, requests: list) -> tuple:
@@ -157,7 +178,7 @@ class SourceRole:
         for p in self.others:
             mine = [n for n in nodes.tolist() if splitter[n] == p]
             payload = {"node": np.asarray(mine, dtype=np.int64), "ciphers": [total[n] for n in mine],
-                       "dropped": [np.packbits(dropped[n]) for n in mine]}
+                       "dropped": [np.packbits(dropped[n]) for n in mine], "group": [self._groups[n] for n in mine]}
             out.append(self.mailbox.send("pivodl_forwarded_sums", [p], payload, tree, depth) if mine else None)
         return (None, *out)
 
@@ -169,23 +190,27 @@ class SourceRole:
         tree = len(self.trees) - 1
         nodes, _, offered = self.offers
         order_of = dict(zip(nodes.tolist(), offered))
-        ctx = {"nodes": nodes, "records": {n: len(r) for n, r in order_of.items()}}
+        cand = self.candidates
+        ctx = {"nodes": nodes, "records": {n: len(r) for n, r in order_of.items()},
+               "category_feature": {n: np.where(cand.kind[r] == CATEGORY, cand.feature[r], -1) for n, r in order_of.items()}}
         bins = self.rows["train"]
         won, records, lefts, chosen = [], [], [], {}
         for msg in fetch(wins):
             p = self.mailbox.open(msg, "pivodl_split_won", ctx, self.others)
-            for node, tied in zip(p["node"].tolist(), p["records"]):
+            for node, tied, cuts in zip(p["node"].tolist(), p["records"], p["cuts"]):
                 order = order_of[node]
-                record = int(tied[np.argmin(order[tied])])
-                cand = int(order[record])
-                f, b, dl = (int(self.candidates.feature[cand]), int(self.candidates.bin[cand]),
-                            bool(self.candidates.default_left[cand]))
-                self.lookup.append((f, b, dl, self.binner.threshold(f, b)))
+                f, b, dl, left_set, choice = first_tied(self.candidates, order, tied, cuts, self.n_bins - 1,
+                                                        self._pools.get(node, {}))
                 rows = np.flatnonzero(self.node_of_row == node)
+                if left_set is None:
+                    self.lookup.append((f, b, dl, self.binner.threshold(f, b)))
+                    lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
+                else:  # a categorical split: the set stays here, in the lookup table
+                    self.lookup.append((f, b, dl, float("nan"), np.flatnonzero(left_set).tolist()))
+                    lefts.append(goes_left_of_set(bins[rows, f], left_set, dl, self.missing_bin))
                 won.append(node)
                 records.append(len(self.lookup) - 1)
-                lefts.append(goes_left(bins[rows, f], b, dl, self.missing_bin))
-                chosen.setdefault(msg.sender, []).append((node, record))
+                chosen.setdefault(msg.sender, []).append((node, choice))
         partition = None
         if won:
             payload = {"node": np.asarray(won, dtype=np.int64), "record": np.asarray(records, dtype=np.int64),
@@ -247,25 +272,34 @@ class SplitRole:
             ctx = {"backend": self.backend, "public_key": self.pk, "open_nodes": set(self.open_nodes),
                    "records_of": dict(zip(offered.tolist(), counts))}
             p = self.mailbox.open(msg, "pivodl_forwarded_sums", ctx, self.others)
-            work += [(msg.sender, node, c, bad) for node, c, bad in zip(p["node"].tolist(), p["ciphers"], p["dropped"])]
+            work += [(msg.sender, node, c, bad, grp)
+                     for node, c, bad, grp in zip(p["node"].tolist(), p["ciphers"], p["dropped"], p["group"])]
         with span_if("crypto", self.backend.is_encrypted):
-            sums = self.backend.decrypt_gh_many(self.sk, [c for _, _, c, _ in work]) if work else []
-        self.ops["decrypt"] += sum(len(c) for _, _, c, _ in work)
-        for (source, node, c, bad), (GL, HL) in zip(work, sums):
+            sums = self.backend.decrypt_gh_many(self.sk, [w[2] for w in work]) if work else []
+        self.ops["decrypt"] += sum(len(w[2]) for w in work)
+        for (source, node, c, bad, group), (GL, HL) in zip(work, sums):
             G, H = GL[-1], HL[-1]
             GL, HL = GL[:-1], HL[:-1]
             gain = split_gains(GL, HL, G - GL, H - HL, G, H, cfg.reg_lambda, cfg.min_child_weight)
-            gain[np.unpackbits(bad, count=len(GL)).astype(bool)] = -np.inf
-            self.scored[(source, node)] = (GL, HL, G, H, gain)
+            dropped = np.unpackbits(bad, count=len(GL)).astype(bool)
+            gain[dropped | (group >= 0)] = -np.inf  # a category record is no candidate: its group's prefixes are
+            cuts = {}
+            for g in np.unique(group[group >= 0]).tolist():
+                members = np.flatnonzero(group == g)
+                if not dropped[members].any():
+                    cuts[g] = prefix_cuts(GL, HL, G, H, members, cfg.reg_lambda, cfg.min_child_weight,
+                                          cfg.max_cat_threshold)
+            self.scored[(source, node)] = (GL, HL, G, H, gain, cuts)
             if self.record_view:
                 own_g, own_h = self._own_plain[(source, node)]
                 self.view_sums.append({"tree": tree, "source": source, "node": node, "GL": GL, "HL": HL, "G": G, "H": H,
-                                       "dropped": np.unpackbits(bad, count=len(GL)).astype(bool),
+                                       "dropped": dropped, "group": group,
                                        "rows": np.flatnonzero(self.node_of_row == node),
                                        "own_GL": own_g[:-1], "own_HL": own_h[:-1], "own_G": own_g[-1], "own_H": own_h[-1]})
+            best = max([gain.max(initial=-np.inf)] + [float(cut.gain.max(initial=-np.inf)) for cut in cuts.values()])
             sources.append(self.order.index(source))
             nodes.append(node)
-            gains.append(gain.max(initial=-np.inf))
+            gains.append(best)
         payload = {"source": np.asarray(sources, dtype=np.int64), "node": np.asarray(nodes, dtype=np.int64),
                    "gain": np.asarray(gains, dtype=np.float64)}
         self._bests = {self.name: payload}
@@ -297,16 +331,36 @@ class SplitRole:
             s, splitter, _ = entries[int(np.argmax(ties_with(gains, top)))]
             self.node_gains[(tree, node)] = float(top)  # every client learns it (the best gains), for importances
             if splitter == self.name:
-                gain = self.scored[(self.order[s], node)][4]
-                wins.setdefault(self.order[s], []).append((node, np.flatnonzero(ties_with(gain, top)).astype(np.int64)))
+                wins.setdefault(self.order[s], []).append((node, *self._tied(self.order[s], node, top)))
         out = []
         for p in self.others:
             won = wins.get(p)
             out.append(None if not won else self.mailbox.send(
-                "pivodl_split_won", [p], {"node": np.asarray([n for n, _ in won], dtype=np.int64), "records": [r for _, r in won]},
+                "pivodl_split_won", [p], {"node": np.asarray([n for n, _, _ in won], dtype=np.int64),
+                                          "records": [r for _, r, _ in won], "cuts": [c for _, _, c in won]},
                 tree, depth))
         leaf = self._release([(node, *self.scored[(source, node)][2:4]) for source, node in leaves], depth)
         return (None, leaf, *out)
+
+    def _tied(self, source: str, node: int, top: float) -> tuple[np.ndarray, np.ndarray]:
+        """The records tied with the best gain ``top``, and the partition cuts tied with it: per group and
+        missing direction the first (fewest categories), as ``(cuts, records + 2)`` rows of record codes,
+        how many of the run, missing left (:meth:`~ray_vfl.pivodl.partition.PrefixCuts.codes`). Their sums
+        are kept for :meth:`apply_chosen`."""
+        GL, _, _, _, gain, cuts = self.scored[(source, node)]
+        rows, sums = [], []
+        for cut in cuts.values():
+            for direction in (0, 1):
+                tied = np.flatnonzero(ties_with(cut.gain[direction], top))
+                if tied.size:
+                    j = int(tied[0])
+                    codes, take = cut.codes(j, len(GL))
+                    rows.append(np.concatenate([codes.astype(np.int64), [take, 1 - direction]]))
+                    sums.append((cut.gl[direction, j], cut.hl[direction, j]))
+        self._cut_sums = getattr(self, "_cut_sums", {})
+        self._cut_sums[(source, node)] = sums
+        return (np.flatnonzero(ties_with(gain, top)).astype(np.int64),
+                np.asarray(rows, dtype=np.int64).reshape(len(rows), len(GL) + 2))
 
     def apply_chosen(self, depth: int, chosen: list, children: list[tuple[int, int, int]], last: bool) -> tuple:
         """The split client learns which of its tied records the source chose; at the last level the two
@@ -314,12 +368,16 @@ class SplitRole:
         child = {parent: (left, right) for parent, left, right in children}
         leaves = []
         for msg in fetch(chosen):
-            pairs = self.mailbox.open(msg, "pivodl_chosen_record", {"open_nodes": set(self.open_nodes)}, self.others)
+            ctx = {"open_nodes": set(self.open_nodes),
+                   "choices": {n: len(v[0]) + len(getattr(self, "_cut_sums", {}).get((s, n), []))
+                               for (s, n), v in self.scored.items() if s == msg.sender}}
+            pairs = self.mailbox.open(msg, "pivodl_chosen_record", ctx, self.others)
             for node, record in pairs.tolist():
-                GL, HL, G, H, _ = self.scored[(msg.sender, node)]
+                GL, HL, G, H, _, _ = self.scored[(msg.sender, node)]
+                gl, hl = (GL[record], HL[record]) if record < len(GL) else self._cut_sums[(msg.sender, node)][record - len(GL)]
                 if last:
                     left, right = child[node]
-                    leaves += [(left, GL[record], HL[record]), (right, G - GL[record], H - HL[record])]
+                    leaves += [(left, gl, hl), (right, G - gl, H - hl)]
         return None, self._release(leaves, depth)
 
     def _release(self, leaves: list[tuple[int, float, float]], depth: int) -> Any:
