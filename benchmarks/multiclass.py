@@ -34,11 +34,12 @@ SETUP_KINDS = {"public_key", "histogram_layout"}
 
 
 def load(dataset: str, rows: int | None) -> pd.DataFrame:
-    """digits (scikit-learn's 8x8, 1797 rows) or MNIST's test set (10,000 rows, 784 pixels), 10 classes."""
-    if dataset == "digits":
-        from sklearn.datasets import load_digits
+    """Iris (3 classes), digits (scikit-learn's 8x8, 1797 rows) or MNIST's test set (10,000 rows, 784
+    pixels), 10 classes; label column ``y``, features ``x0 ..``."""
+    if dataset in ("iris", "digits"):
+        from sklearn.datasets import load_digits, load_iris
 
-        frame = load_digits(as_frame=True).frame.rename(columns={"target": "y"})
+        frame = (load_iris if dataset == "iris" else load_digits)(as_frame=True).frame.rename(columns={"target": "y"})
     else:
         path = next(os.path.join(d, "mnist_test_10k.csv.gz") for d in data_dirs()
                     if os.path.exists(os.path.join(d, "mnist_test_10k.csv.gz")))

@@ -18,24 +18,10 @@ import os
 import time
 
 import numpy as np
-import pandas as pd
-
+from multiclass import load  # benchmarks/multiclass.py: Iris, digits, MNIST with label "y"
 from ray_vfl import PIVODLClassifier, Runtime, SecureBoostClassifier, vertical_split
-from ray_vfl.data.bundled import data_path
-from ray_vfl.data.sources import read_table
 
 DEPTH = {"iris": 3, "digits": 4, "mnist": 4}
-
-
-def load(name: str) -> pd.DataFrame:
-    if name == "mnist":
-        frame = read_table(data_path("mnist_test_10k.csv.gz")).rename(columns={"label": "y"})
-    else:
-        from sklearn.datasets import load_digits, load_iris
-
-        frame = (load_iris if name == "iris" else load_digits)(as_frame=True).frame.rename(columns={"target": "y"})
-    frame.columns = [c if c == "y" else f"x{i}" for i, c in enumerate(frame.columns)]
-    return frame
 
 
 def main(argv=None) -> None:
@@ -50,7 +36,7 @@ def main(argv=None) -> None:
     runtime = Runtime()
     rows = []
     for name in args.datasets:
-        frame = load(name)
+        frame = load(name, None)
         data = vertical_split(frame, 2, label="y", seed=0)
         train, test = data.train_test_split(0.2, seed=0, stratify=True)
         depth = DEPTH[name]

@@ -18,9 +18,8 @@ from ..errors import ConfigError, DataError
 from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
-from ..trees.estimator import ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
-from ..trees.kernels import transform_margin
-from ..trees.multiclass import MULTI_OBJECTIVES, class_index, is_multiclass, softmax
+from ..trees.estimator import ClassPredictions, ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
+from ..trees.multiclass import MULTI_OBJECTIVES, as_labels, class_index, is_multiclass
 from .config import PIVODLConfig
 from .protocol import PIVODLModel, train
 
@@ -173,11 +172,11 @@ class _PIVODL(FederatedEstimator):
         est._fit_objective, est._fit_num_class = model.config.objective, model.config.num_class
         if model.config.num_class is not None:
             classes = model.classes if model.classes is not None else np.arange(model.config.num_class)
-            est.classes_ = _as_labels(np.asarray(classes, dtype=np.float64))
+            est.classes_ = as_labels(np.asarray(classes, dtype=np.float64))
         return est
 
 
-class PIVODLClassifier(ScoreOnDataLabels, ClassifierMixin, _PIVODL):
+class PIVODLClassifier(ClassPredictions, ScoreOnDataLabels, ClassifierMixin, _PIVODL):
     """Federated XGBoost classifier with labels spread over several clients (PIVODL), binary or multi-class.
 
     The objective follows the labels as in XGBoost's scikit-learn wrapper: 0/1 labels train
@@ -225,28 +224,9 @@ class PIVODLClassifier(ScoreOnDataLabels, ClassifierMixin, _PIVODL):
             raise DataError(f"the labels hold {len(classes)} classes ({classes[:10].tolist()}), num_class says "
                             f"{self.num_class}; leave num_class=None (it follows the labels) or fix the labels")
         self._fit_objective, self._fit_num_class = "multi:softprob", len(classes)
-        self.classes_ = _as_labels(classes)
+        self.classes_ = as_labels(classes)
         mapped = {k: _mapped(d, classes, f"eval set {k!r}") for k, d in evals.items()}
         return _mapped(data, classes, "the labels"), mapped
-
-    @property
-    def n_classes_(self) -> int:
-        return len(self.classes_)
-
-    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """``(n, K)`` class probabilities, columns in the order of ``classes_`` (``K`` = 2 for binary)."""
-        margin = self.predict_margin(data)
-        if margin.ndim == 2:
-            return softmax(margin)
-        p = transform_margin("binary:logistic", margin)
-        return np.column_stack([1.0 - p, p])
-
-    def predict(self, data: VerticalDataset) -> np.ndarray:
-        """The predicted class (one of ``classes_``) of every row."""
-        proba = self.predict_proba(data)
-        if self._fit_num_class is None:
-            return (proba[:, 1] > 0.5).astype(np.int64)
-        return np.asarray(self.classes_)[proba.argmax(axis=1)]
 
 
 def _mapped(data: VerticalDataset, classes: np.ndarray, role: str) -> VerticalDataset:
@@ -255,12 +235,6 @@ def _mapped(data: VerticalDataset, classes: np.ndarray, role: str) -> VerticalDa
     if label is None:
         return data
     return dataclasses.replace(data, label=class_index(label, classes, role).astype(np.float64))
-
-
-def _as_labels(classes: np.ndarray) -> np.ndarray:
-    """Class values as integers when they all are (labels travel as floats)."""
-    classes = np.asarray(classes, dtype=np.float64)
-    return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
 
 
 class PIVODLRegressor(ScoreOnDataLabels, RegressorMixin, _PIVODL):

@@ -20,10 +20,9 @@ from ..runtime.actors import Runtime
 from ..runtime.estimator import FederatedEstimator
 from ..trees.callbacks import TrainingCallback
 from ..trees.config import BoostConfig
-from ..trees.estimator import ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
+from ..trees.estimator import ClassPredictions, ScoreOnDataLabels, bound_for_weights, fit_callbacks, weighted_fit_data
 from ..trees.importance import check_importance_type
-from ..trees.kernels import transform_margin
-from ..trees.multiclass import MULTI_OBJECTIVES, is_multiclass, softmax
+from ..trees.multiclass import MULTI_OBJECTIVES, as_labels, is_multiclass
 from .protocol import FederatedModel, train
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -235,7 +234,7 @@ class _SecureBoost(FederatedEstimator):
         """Learned attributes a loaded model gives besides its trees."""
 
 
-class SecureBoostClassifier(ScoreOnDataLabels, ClassifierMixin, _SecureBoost):
+class SecureBoostClassifier(ClassPredictions, ScoreOnDataLabels, ClassifierMixin, _SecureBoost):
     """Federated XGBoost classifier (SecureBoost), binary or multi-class.
 
     The objective follows the labels as in XGBoost's scikit-learn wrapper: 0/1 labels train
@@ -286,36 +285,11 @@ class SecureBoostClassifier(ScoreOnDataLabels, ClassifierMixin, _SecureBoost):
         if self.objective is None and np.isin(classes, (0.0, 1.0)).all():  # (one class: binary's error names it)
             return
         self._fit_objective, self._num_class = self.objective or "multi:softprob", len(classes)
-        self.classes_ = _as_labels(classes)
+        self.classes_ = as_labels(classes)
 
     def _loaded(self, model: FederatedModel) -> None:
         if model.config.num_class is not None:
-            self.classes_ = _as_labels(model.classes())
-
-    @property
-    def n_classes_(self) -> int:
-        return len(self.classes_)
-
-    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
-        """``(n, K)`` class probabilities, columns in the order of ``classes_`` (``K`` = 2 for binary)."""
-        margin = self.predict_margin(data)
-        if margin.ndim == 2:
-            return softmax(margin)
-        p = transform_margin("binary:logistic", margin)
-        return np.column_stack([1.0 - p, p])
-
-    def predict(self, data: VerticalDataset) -> np.ndarray:
-        """The predicted class (one of ``classes_``) of every row."""
-        proba = self.predict_proba(data)
-        if proba.shape[1] == 2 and self._num_class is None:
-            return (proba[:, 1] > 0.5).astype(np.int64)
-        return self.classes_[proba.argmax(axis=1)]
-
-
-def _as_labels(classes: np.ndarray) -> np.ndarray:
-    """Class values as integers when they all are (labels travel as floats)."""
-    classes = np.asarray(classes, dtype=np.float64)
-    return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
+            self.classes_ = as_labels(model.classes())
 
 
 class SecureBoostRegressor(ScoreOnDataLabels, RegressorMixin, _SecureBoost):

@@ -14,6 +14,7 @@ from .callbacks import EarlyStopping, EvaluationLogger, ProgressBar, TrainingCal
 from .checkpoint import Checkpoint
 from .config import default_gradient_bound
 from .kernels import transform_margin
+from .multiclass import softmax
 
 __all__ = ["eval_sets_of", "fit_callbacks", "BinaryClassifier", "ScoreOnDataLabels", "check_y", "weighted_fit_data", "bound_for_weights"]
 
@@ -139,3 +140,30 @@ class BinaryClassifier(ScoreOnDataLabels):
     def predict(self, data: VerticalDataset) -> np.ndarray:
         """Predicted class (0 or 1) per row."""
         return (self.predict_proba(data)[:, 1] > 0.5).astype(np.int64)
+
+
+class ClassPredictions:
+    """A classifier's ``n_classes_``, ``predict_proba`` and ``predict`` from its ``predict_margin``: one
+    margin per row (binary) or ``K`` (multi-class, columns in the order of ``classes_``)."""
+
+    @property
+    def n_classes_(self) -> int:
+        return len(self.classes_)
+
+    def predict_proba(self, data: VerticalDataset) -> np.ndarray:
+        """``(n, K)`` class probabilities, columns in the order of ``classes_`` (``K`` = 2 for binary)."""
+        return _probabilities(self.predict_margin(data))
+
+    def predict(self, data: VerticalDataset) -> np.ndarray:
+        """The predicted class (one of ``classes_``) of every row."""
+        margin = self.predict_margin(data)
+        if margin.ndim == 1:  # binary: classes 0 and 1
+            return (_probabilities(margin)[:, 1] > 0.5).astype(np.int64)
+        return np.asarray(self.classes_)[margin.argmax(axis=1)]  # softmax keeps the order
+
+
+def _probabilities(margin: np.ndarray) -> np.ndarray:
+    if margin.ndim == 2:
+        return softmax(margin)
+    p = transform_margin("binary:logistic", margin)
+    return np.column_stack([1.0 - p, p])

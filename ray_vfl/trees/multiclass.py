@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["MULTI_OBJECTIVES", "MULTI_STRATEGIES", "is_multiclass", "softmax", "softmax_gradients",
+__all__ = ["as_labels", "MULTI_OBJECTIVES", "MULTI_STRATEGIES", "is_multiclass", "softmax", "softmax_gradients",
            "multiclass_metrics", "class_index", "check_class_indices", "trees_per_round", "pairs_per_row"]
 
 MULTI_OBJECTIVES = ("multi:softprob", "multi:softmax")
@@ -84,6 +84,16 @@ def multiclass_metrics(y: np.ndarray, margin: np.ndarray, weight: np.ndarray | N
     p = np.clip(softmax(margin)[np.arange(len(y)), y], 1e-15, 1.0)
     return {"mlogloss": float(-np.average(np.log(p), weights=weight)),
             "merror": float(np.average(margin.argmax(axis=1) != y, weights=weight))}
+
+
+def as_labels(classes: np.ndarray) -> np.ndarray:
+    """Class values as integers when they all are (labels travel as floats): an estimator's ``classes_``.
+
+    >>> as_labels(np.array([10.0, 20.0])).tolist(), as_labels(np.array([0.5, 1.0])).tolist()
+    ([10, 20], [0.5, 1.0])
+    """
+    classes = np.asarray(classes, dtype=np.float64)
+    return classes.astype(np.int64) if np.all(classes == np.round(classes)) else classes
 
 
 def class_index(y: np.ndarray, classes: np.ndarray, role: str = "the labels") -> np.ndarray:

@@ -152,10 +152,10 @@ class Gateway:
         if sender is None or sender == self.party:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "the caller's certificate names no other party of the "
                                                              "federation")
-        wire = _joined(request_iterator)
-        yield from _chunks(encode(self._answer(sender, wire)))
+        yield from _chunks(self._answer(sender, _joined(request_iterator)))
 
-    def _answer(self, sender: str, wire: bytes) -> dict:
+    def _answer(self, sender: str, wire: bytes) -> bytes:
+        """The encoded reply to one call: ``{"ok": result}`` or ``{"error": kind, "what": text}``."""
         try:
             request = decode(wire, sender=sender, kind=_KIND, receiver=self.party)
             if (not isinstance(request, dict) or set(request) != {"role", "method", "args"}
@@ -164,17 +164,15 @@ class Gateway:
                 raise ProtocolError(sender, _KIND, "a call is {role: str, method: str, args: list}", self.party)
         except ProtocolError as exc:
             log.warning("party %r: refused a malformed call from %r: %s", self.party, sender, exc.what)
-            return {"error": "malformed", "what": exc.what}
+            return encode({"error": "malformed", "what": exc.what})
         role, method, args = request["role"], request["method"], request["args"]
         if not self.policy.allows(role, method):
             log.warning("party %r: refused %s.%s from %r", self.party, role, method, sender)
-            return {"error": "refused", "what": self.policy.refusal(role, method)}
-        try:
-            result = self.handler(sender, role, method, args)
-            encode(result)  # a result that cannot travel is this party's failure, said as such
-            return {"ok": result}
+            return encode({"error": "refused", "what": self.policy.refusal(role, method)})
+        try:  # a result that cannot travel is this party's failure too, said as such
+            return encode({"ok": self.handler(sender, role, method, args)})
         except Exception as exc:  # the caller learns the error's type and text, as a Ray actor's caller does
-            return {"error": "failed", "what": f"{type(exc).__name__}: {exc}"}
+            return encode({"error": "failed", "what": f"{type(exc).__name__}: {exc}"})
 
 
 class GatewayClient:
