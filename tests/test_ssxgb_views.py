@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import secrets
 import types
-import warnings
 
 import numpy as np
 import pytest
@@ -26,10 +25,10 @@ from ray_vfl.runtime.view_table import check_views, view_table
 from ray_vfl.ssxgb import protocol
 from ray_vfl.ssxgb import splits as splits_module
 from ray_vfl.ssxgb.approx import FixedPointPlan
-from ray_vfl.ssxgb.attack import _config, _two_server, attack_results, frame_of, recorded_run, tournament_lgt, \
-    winner_notes_attack
+from ray_vfl.ssxgb.attack import _config, _two_server, attack_results, frame_of, node_tournaments, recorded_run, \
+    tournament_game, tournament_lgt, winner_notes_attack
 from ray_vfl.ssxgb.attack_views import lgt_magnitudes, lgt_outcomes, lgt_signs, margin_features, partition_labels, \
-    within
+    tournament_balance, within
 from ray_vfl.ssxgb.secure_math import clamped_gradients
 from ray_vfl.ssxgb.server_s import mask_moduli
 
@@ -254,6 +253,17 @@ def test_s_guesses_no_comparison_outcome_unless_the_sign_is_fixed(world, monkeyp
     assert lgt_outcomes(*tournament_lgt(world, 8))[0] == 1.0
 
 
+def test_s_tells_the_label_skewed_training_from_the_tournament_bit_lengths(runs, world):
+    """The admitted bit-length leak: on the two recorded views S tells the 80% training from the 50% one
+    (against a band that swaps the trainings place by place); on in-process tournaments of rows drawn
+    alike (50% ones both times, fresh rows) it does not."""
+    one, two, margin = tournament_balance(*node_tournaments(*runs))
+    assert one > 0.5 + margin  # measured 0.81 against 0.5 + 0.24
+    a, b = (tournament_game(world, 0.5, 3, seed=seed) for seed in (1, 3))
+    _, two, margin = tournament_balance(a, b)
+    assert two <= 0.5 + margin + 0.05
+
+
 def test_a_non_owner_reads_nothing_from_its_note_unless_rho_is_dropped(world, monkeypatch):
     one, two, margin, wins = winner_notes_attack(world, 40)
     assert two <= 0.5 + margin + 0.05 and wins == 0
@@ -273,12 +283,14 @@ def test_instance_spaces_and_margins_leak_as_the_table_admits(runs):
 
 
 def test_attack_results_on_the_recorded_run(runtime, runs):
-    rows = attack_results(runtime, quick=True, run=runs[0])
+    rows = attack_results(runtime, quick=True, run=runs[0], skewed=runs[1])
     by = {r.attack: r for r in rows}
-    assert len(rows) == 10 and all(r.protocol == "SSXGB" and "--quick" in r.command for r in rows)
+    assert len(rows) == 11 and all(r.protocol == "SSXGB" and "--quick" in r.command for r in rows)
     assert by["factoring the old division's D r"].success == 1.0
     assert by["factoring every value the division opens"].success == 0.0
     assert by["takes another's node for its own"].success == 0
     paired = by["labels from the clamp's LGT, paired by position"]
     assert by["labels from the instance spaces"].leaks and paired.two_sided <= 0.5 + paired.margin + 0.05
+    skew = [r for r in rows if r.attack.startswith("which training is label-skewed")]
+    assert len(skew) == 1 and skew[0].leaks and "(50% vs 80% ones)" in skew[0].attack
 

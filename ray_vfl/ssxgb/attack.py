@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,8 @@ from gmpy2 import mpz
 from ..metrics import AttackResult
 
 __all__ = ["DivisionAttack", "RecordedRun", "attack_results", "divisor_candidates", "factoring_attack",
-           "prime_factors_below", "recorded_run", "winner_notes_attack"]
+           "node_tournaments", "prime_factors_below", "recorded_run", "tournament_game", "tournament_values",
+           "winner_notes_attack"]
 
 _SMALL = [2]  # the primes below 2^12, for trial division
 while _SMALL[-1] < 1 << 12:
@@ -264,6 +266,64 @@ def tournament_lgt(world, nodes: int, k: int = 8) -> tuple[list[int], list[int]]
     return values, truth
 
 
+def tournament_values(opened: Sequence) -> list[tuple[tuple[int, int, int], list[int]]]:
+    """S's LGT arrays of the level tournaments in its recorded view (``opened``: ``(tree, depth, step,
+    integers, modulus)``, as :attr:`RecordedRun.s_train`), each keyed ``(tree, depth, halving)``: where
+    S opened it, all it can tell of a value (C shuffles each array: not which node, nor which pair).
+    The clamp's LGT values (depth -1) are left out; the division opens no LGT value."""
+    out, seen = [], Counter()
+    for tree, depth, step, vals, _ in opened:
+        if step == "lgt" and depth >= 0:
+            out.append(((tree, depth, seen[tree, depth]), [int(v) for v in vals]))
+            seen[tree, depth] += 1
+    return out
+
+
+def node_tournaments(run_a: RecordedRun, run_b: RecordedRun) -> tuple[list[list[int]], list[list[int]]]:
+    """Two recorded trainings' tournament arrays, matched by where S opened them (the same tree, level
+    and halving, of the same size: the candidate counts and the row sample are public); arrays without
+    a match in the other training are left out."""
+    b = dict(tournament_values(run_b.s_train))
+    pairs = [(v, b[key]) for key, v in tournament_values(run_a.s_train) if len(b.get(key, ())) == len(v)]
+    return [a for a, _ in pairs], [v for _, v in pairs]
+
+
+def tournament_game(world, share: float, calls: int, nodes: int = 2, k: int = 8, rows: int = 40,
+                    seed: int = 0, frac_bits: int = 24) -> list[list[int]]:
+    """S's LGT arrays of ``calls`` in-process tournaments (:func:`~ray_vfl.ssxgb.splits.best_candidates`)
+    of ``nodes`` nodes each: ``rows`` rows per node, a ``share`` of them labelled 1, margins near the
+    labels' log-odds (``p`` as after a calibrated base score), ``k`` candidates splitting a feature
+    ``y + N(0, 1)`` at its quantiles; fresh rows per node. The gain fractions are the integers
+    :func:`~ray_vfl.ssxgb.splits.gain_fractions` computes, encrypted directly (their Mults open only
+    masked values)."""
+    from .approx import FixedPointPlan
+    from .config import SSXGBConfig
+    from .splits import best_candidates
+    _, _, _, s, c, jpk = world
+    f = frac_bits
+    plan = FixedPointPlan.of(SSXGBConfig(kappa=c.config.kappa, frac_bits=f), rows)
+    lam = plan.lam
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(calls):
+        num, den = [], []
+        for _ in range(nodes):
+            y = rng.permutation(np.arange(rows) < round(share * rows)).astype(float)
+            p = 1 / (1 + np.exp(-(np.log(share / (1 - share)) + 0.3 * rng.normal(size=rows))))
+            g, h = np.array(plan.encode(p - y)), np.array(plan.encode(p * (1 - p)))
+            x = y + rng.normal(size=rows)
+            gt, ht = int(g.sum()), int(h.sum())
+            for q in np.quantile(x, (np.arange(k) + 1) / (k + 1)):
+                gl, hl = int(g[x < q].sum()), int(h[x < q].sum())
+                num.append(gl * gl * (ht - hl + lam) + (gt - gl) ** 2 * (hl + lam))
+                den.append((hl + lam) * (ht - hl + lam))
+        s.view.clear()
+        best_candidates(c, c.encrypt_ints(jpk, num, 3 * f), c.encrypt_ints(jpk, den, 2 * f), nodes, k,
+                        plan.sum_bits, [0] * k)
+        out += [[int(v) for v in vals] for step, vals in s.view if step == "lgt"]
+    return out
+
+
 def division_attack(world, trials: int) -> tuple[DivisionAttack, DivisionAttack, int, int]:
     """The factoring attack on ``trials`` leaves (30 sampled rows each, of 240): on the ``D r`` the old
     division opened, and on every value this division opens (``rho`` = 80 and 40); with ``D``'s range."""
@@ -284,16 +344,21 @@ def division_attack(world, trials: int) -> tuple[DivisionAttack, DivisionAttack,
     return old, max(new, key=lambda a: a.found), lo, hi
 
 
-def attack_results(runtime, quick: bool, run: RecordedRun | None = None) -> list[AttackResult]:
+def attack_results(runtime, quick: bool, run: RecordedRun | None = None,
+                   skewed: RecordedRun | None = None) -> list[AttackResult]:
     """Every attack on SSXGB's views: one recorded training (quick: 64 rows, 3 trees; else 240 rows,
-    5 trees; depth 2, 1024-bit keys; or ``run``, recorded by :func:`recorded_run`) and the
-    in-process games of the two-server steps."""
+    5 trees; depth 2, 1024-bit keys; or ``run``, recorded by :func:`recorded_run`), a second one on
+    the same features with 80% ones (or ``skewed``) for the label-skew attack, and the in-process
+    games of the two-server steps."""
     from .approx import FixedPointPlan
-    from .attack_views import lgt_magnitudes, lgt_outcomes, lgt_signs, margin_features, partition_labels, within
+    from .attack_views import lgt_magnitudes, lgt_outcomes, lgt_signs, margin_features, partition_labels, \
+        tournament_balance, within
     n, trees = (64, 3) if quick else (240, 5)
     config = _config().replace(n_trees=trees)
     if run is None:
         run = recorded_run(runtime, frame_of(n), config)
+    if skewed is None:
+        skewed = recorded_run(runtime, frame_of(len(run.frame), positive=0.8), run.model.config)
     n, config = len(run.frame), run.model.config
     trees = config.n_trees
     y = run.frame["y"].to_numpy().astype(int)
@@ -326,6 +391,10 @@ def attack_results(runtime, quick: bool, run: RecordedRun | None = None) -> list
     for feature, party in (("c", "party1"), ("d", "party2")):
         one, two, margin = margin_features(run.margins[-1], own, run.frame[feature].to_numpy())
         row("LBP", f"{party}'s feature {feature} > median from the margins", "AUC", one, 0.5, two, margin)
+    one, two, margin = tournament_balance(*node_tournaments(run, skewed))
+    share = float(skewed.frame["y"].mean())
+    row("S", f"which training is label-skewed ({y.mean():.0%} vs {share:.0%} ones), from the tournament's LGT "
+        "bit lengths", "AUC", one, 0.5, two, margin, where=f"two trainings: {setting}")
     world = _two_server()
     values, truth = tournament_lgt(world, 4 if quick else 16)
     ok, chance, margin = lgt_outcomes(values, truth)

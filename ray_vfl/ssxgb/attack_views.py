@@ -14,6 +14,9 @@ recorded view alone and scored against chance.
   two-sided AUC is its success.
 - :func:`margin_features`: the LBP, from the margins it decrypts minus its own first tree, scores
   another participant's feature.
+- :func:`tournament_balance`: S, from the bit lengths of the tournament's LGT values (shuffled: whose
+  it cannot tell), tells which of two trainings has the more skewed labels: the gain differences
+  shrink with the hessians ``p (1 - p)``. A skew signal of the training, not a row's label.
 
 Every score attack returns ``(one-sided AUC, two-sided AUC, margin)``: ``margin`` is how far above
 0.5 the two-sided AUC of a score independent of the secret reaches in 99% of draws (the same rows),
@@ -36,7 +39,7 @@ import numpy as np
 from ..metrics import auc_both_ways
 
 __all__ = ["lgt_distances", "lgt_magnitudes", "lgt_outcomes", "lgt_signs", "margin_features", "partition_labels",
-           "score_auc", "within"]
+           "score_auc", "tournament_balance", "within"]
 
 
 def score_auc(y: np.ndarray, score: np.ndarray, draws: int = 1000, seed: int = 0) -> tuple[float, float, float]:
@@ -125,3 +128,38 @@ def margin_features(margins: np.ndarray, own_margins: np.ndarray, feature: np.nd
     decrypts (``margins - own_margins``, its first tree) as a score for ``feature > median``."""
     secret = (np.asarray(feature) > np.median(feature)).astype(int)
     return score_auc(secret, np.asarray(margins) - np.asarray(own_margins))
+
+
+def tournament_balance(view_a: Sequence[Sequence[int]], view_b: Sequence[Sequence[int]], draws: int = 2000,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """S tells which of two trainings has the more skewed labels from its tournament LGT values alone.
+    ``view_a[j]``, ``view_b[j]``: the LGT arrays S opened at the same place of each training (tree,
+    level, halving; :func:`~ray_vfl.ssxgb.attack.node_tournaments`). A value ``v = s (r d + r')`` of a
+    comparison ``d = 2 (y - x) - 1`` of two candidates' cross products has ``log2 |v| ~ log2 |d| +
+    kappa``, and ``|d|`` scales with ``H^3 G^2`` of the node: hessians ``p (1 - p)`` shrink as the labels
+    skew (0.25 at 50% ones, 0.16 at 80%), so a skewed training's values are shorter. Each value is scored
+    by ``-log2 |v|`` less the median of its place in both trainings; ``(one-sided AUC that view_b is the
+    skewed one, two-sided AUC, margin)``. ``margin``: the 99th percentile, minus 0.5, of the two-sided AUC
+    when the two trainings' arrays are swapped at random place by place (a permutation test that keeps
+    the values of one place together, so their correlation counts; an independent-values band is
+    narrower than the truth)."""
+    if len(view_a) != len(view_b) or any(len(a) != len(b) for a, b in zip(view_a, view_b)) or not view_a:
+        raise ValueError("tournament_balance needs two views of matched LGT arrays (same places, same sizes)")
+    logs = [(np.array([_log2(v) for v in a]), np.array([_log2(v) for v in b])) for a, b in zip(view_a, view_b)]
+    logs = [(a - m, b - m) for a, b in logs for m in [np.median(np.concatenate([a, b]))]]
+
+    def auc_of(flip):
+        xs = np.concatenate([b if f else a for (a, b), f in zip(logs, flip)])
+        ys = np.concatenate([a if f else b for (a, b), f in zip(logs, flip)])
+        return auc_both_ways(np.r_[np.zeros(len(xs)), np.ones(len(ys))], -np.r_[xs, ys])
+
+    one, two = auc_of([False] * len(logs))
+    rng = np.random.default_rng(seed)
+    null = [auc_of(rng.random(len(logs)) < 0.5)[1] for _ in range(draws)]
+    return one, two, float(np.quantile(null, 0.99)) - 0.5
+
+
+def _log2(v: int) -> float:
+    """``log2 |v|`` of a big integer (0 for 0)."""
+    v = abs(int(v))
+    return 0.0 if v == 0 else float(np.log2(float(v >> max(0, v.bit_length() - 60)))) + max(0, v.bit_length() - 60)

@@ -52,9 +52,12 @@ level      LBP -> C                the same, of the LBP's candidates          no
            (ssxgb_left_sums)                                                  how many candidates the LBP has
 level      C -> S                  gain fractions (2 Mult rounds) and the     masked values, and from LGT the bit length
            (ssxgb_s_request)       tournament (3 rounds per halving: Mult,    of the masked cross-product differences
-                                   LGT, Mult); TransDec of the winners        (shuffled); not a comparison's outcome
-                                                                              (uniform sign)
+                                   LGT, Mult); TransDec of the winners        (shuffled): a label-skew signal of the
+                                                                              training (the gains shrink with ``p (1 -
+                                                                              p)``), not a row's label; not a
+                                                                              comparison's outcome (uniform sign)
                                                                               [attack: ssxgb.attack_views.lgt_outcomes]
+                                                                              [attack: ssxgb.attack_views.tournament_balance]
 level      C -> LBP, i             per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won (its
            (ssxgb_win)             local index at its owner, a uniform        split); others: only that the node is not
                                    value of ``Z_N`` at everyone else          theirs (``v_i`` is uniform)
