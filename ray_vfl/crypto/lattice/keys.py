@@ -8,7 +8,7 @@ public keys: it encrypts (its masks, constants) and computes; it never decrypts.
 
 Wire format. A ciphertext crosses as SEAL's own serialization (``bytes``). Those C sends to S are
 first *flooded*: C adds to the constant polynomial ``c0`` a polynomial ``f`` whose ``N`` coefficients
-are independent and uniform in ``[-2^phi, 2^phi]`` (OS entropy), with ``phi`` the largest that still
+are independent and uniform in ``[-2^phi, 2^phi)`` (OS entropy), with ``phi`` the largest that still
 decrypts correctly (:attr:`LatticeKeys.flood_bits`, 139 bits here). S then sees the decryption noise
 ``e + f`` instead of ``e``; for any ``|e|_inf <= 2^h`` its distribution is within statistical distance
 ``N 2^(h - phi - 1)`` of ``f``'s alone, so with ``h <= phi - HIDE_BITS`` (``HIDE_BITS = 54``: ``2^-41``
@@ -112,7 +112,7 @@ def _raw_body(blob: bytes) -> bytes:
 
 def flood(blob: bytes, moduli: tuple[int, ...], bits: int) -> bytes:
     """``blob`` (a serialized BFV ciphertext of size 2) with ``f`` added to ``c0``, ``f`` uniform in
-    ``[-2^bits, 2^bits]`` per coefficient; returned uncompressed (SEAL loads either)."""
+    ``[-2^bits, 2^bits)`` per coefficient; returned uncompressed (SEAL loads either)."""
     body = bytearray(_raw_body(blob))
     # Ciphertext members: parms_id (32), is_ntt_form (1), size, degree, coeff_modulus_size (8 each),
     # scale (8), correction factor (8); then the data DynArray: its own 16-byte header, its length (8), data
@@ -121,14 +121,19 @@ def flood(blob: bytes, moduli: tuple[int, ...], bits: int) -> bytes:
     if size != 2 or k != len(moduli) or struct.unpack_from("<Q", body, start - 8)[0] != size * degree * k:
         raise CryptoError("flood: unexpected ciphertext layout")
     data = np.frombuffer(body, dtype=np.uint64, count=size * degree * k, offset=start).reshape(size, k, degree).copy()
-    words = (bits + 2 + 63) // 64
-    raw = np.frombuffer(os.urandom(8 * words * degree), dtype=np.uint64).reshape(words, degree)
-    # f = (uniform integer in [0, 2^(bits+1)]) - 2^bits, built as python ints only through its residues
-    span = (1 << (bits + 1)) + 1
-    ints = [int.from_bytes(raw[:, j].tobytes(), "little") % span - (1 << bits) for j in range(degree)]
+    # f = U - 2^bits, U uniform in [0, 2^(bits + 1)) from 16-bit limbs (OS entropy); its residue mod
+    # each q is sum_t limb_t (2^(16 t) mod q), every partial product below 2^60: exact in uint64
+    limbs = (bits + 1 + 15) // 16
+    raw = np.frombuffer(os.urandom(2 * limbs * degree), dtype=np.uint16).reshape(limbs, degree).astype(np.uint64)
+    top = (bits + 1) - 16 * (limbs - 1)
+    raw[-1] &= np.uint64((1 << top) - 1)
     for i, q in enumerate(moduli):
-        res = np.array([v % q for v in ints], dtype=np.uint64)
-        data[0, i] = (data[0, i] + res) % np.uint64(q)
+        qq = np.uint64(q)
+        res = np.zeros(degree, dtype=np.uint64)
+        for t in range(limbs):
+            res = (res + raw[t] * np.uint64(pow(2, 16 * t, q))) % qq
+        res = (res + np.uint64((q - pow(2, bits, q)) % q)) % qq
+        data[0, i] = (data[0, i] + res) % qq
     body[start:start + data.nbytes] = data.tobytes()
     return struct.pack("<HBBBBHQ", 0xA15E, 16, 4, 1, 0, 0, 16 + len(body)) + bytes(body)
 
@@ -170,6 +175,7 @@ class LatticePublic:
         return pt
 
     def encrypt(self, i: int, values: np.ndarray) -> Any:
+        """A public-key encryption (fresh randomness: it also re-randomises what it is added to)."""
         ct = _seal().Ciphertext()
         self.encryptors[i].encrypt(self.plaintext(i, values), ct)
         return ct
@@ -190,6 +196,13 @@ class LatticeKeys(LatticePublic):
         super().__init__(ring, pks)
         self.exported = pks
         self._decryptors = [seal.Decryptor(ctx, g.secret_key()) for ctx, g in zip(self.contexts, gens)]
+        self._sym = [seal.Encryptor(ctx, g.secret_key()) for ctx, g in zip(self.contexts, gens)]
+
+    def encrypt(self, i: int, values: np.ndarray) -> Any:
+        """S's fresh ciphertexts: secret-key encryption (less noise and work than public-key)."""
+        ct = _seal().Ciphertext()
+        self._sym[i].encrypt_symmetric(self.plaintext(i, values), ct)
+        return ct
 
     def decrypt(self, i: int, ct: Any) -> np.ndarray:
         pt = _seal().Plaintext()

@@ -64,7 +64,8 @@ def _bits_uniform(bits: int, count: int) -> list[int]:
 # -- server S ---------------------------------------------------------------------------------------
 class LatticeServerS:
     """Server S: the secret keys; answers C's steps on masked, flooded ciphertexts.
-    ``record_view=True`` keeps what S opened, ``(step, list of centered ints)``, in :attr:`view`."""
+    ``record_view=True`` keeps what S opened, ``(step, list of centered ints)``, in :attr:`view`, and
+    the noise budget left in each ciphertext it decrypted in :attr:`budgets` (tests audit both)."""
 
     def __init__(self, keys: LatticeKeys, config: TwoServerConfig = TwoServerConfig(), record_view: bool = False) -> None:
         if not isinstance(keys, LatticeKeys):
@@ -74,6 +75,7 @@ class LatticeServerS:
         self.keys, self.config = keys, config
         self.record_view = record_view
         self.view: list[tuple[str, list[int]]] = []
+        self.budgets: list[int] = []  # record_view: SEAL's noise budget of every ciphertext opened
 
     def _open(self, operand: list[tuple[list[list[bytes]], np.ndarray, np.ndarray]], m: int) -> np.ndarray:
         """``(k, m)`` residues of an operand: the sum of its opened terms."""
@@ -88,7 +90,10 @@ class LatticeServerS:
                 if len(row) != ring.n_primes:
                     raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
                 for i, blob in enumerate(row):
-                    vals = keys.decrypt(i, load_ct(keys.contexts[i], blob))
+                    ct = load_ct(keys.contexts[i], blob)
+                    if self.record_view:
+                        self.budgets.append(keys.noise_budget(i, ct))
+                    vals = keys.decrypt(i, ct)
                     acc[i, sel] = (acc[i, sel] + vals[slot[sel]]) % np.uint64(ring.primes[i])
         return acc
 
