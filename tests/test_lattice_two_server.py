@@ -64,6 +64,10 @@ def test_ops_equal_plain_reference(world):
     assert lat.decrypt_ints(keys, pd) == [d * b for d, b in zip(want, ys)]
     assert lat.decrypt_ints(keys, c.regroup(diff)) == want
     assert lat.decrypt_ints(keys, bcp.concat([x, diff])) == xs + want
+    # an operand whose terms cover different elements (a 2-term part, then a 1-term part)
+    mixed = bcp.concat([diff, bcp.take(x, [5, 7])])
+    (pm,) = c.mult_many([(mixed, mixed)])
+    assert lat.decrypt_ints(keys, pm) == [v * v for v in want + [xs[5], xs[7]]]
     assert lat.decrypt_ints(keys, c.exp(x, [-3] * 300)) == [-3 * a for a in xs]
     assert lat.decrypt_ints(keys, c.exp(x, list(range(300)))) == [i * a for i, a in enumerate(xs)]
 

@@ -256,12 +256,20 @@ class LatticeServerC:
         c = self._covered(c)
         ring, ev = self.ring, self.pub.evaluators
         limit = self.pub.hide_limit
-        shares = [uniform_residues(ring, c.length) for _ in c.terms[1:]]
-        last = mask.copy()
-        for s in shares:
-            last = ring.sub(last, s)
+        # per element, every covering term but the last gets a uniform share, the last the rest
+        cover = np.stack([t.covered() for t in c.terms])
+        last_term = cover.shape[0] - 1 - np.argmax(cover[::-1], axis=0)
+        shares = []
+        rest = mask.copy()
+        for n, t in enumerate(c.terms):
+            u = uniform_residues(ring, c.length) * (cover[n] & (last_term != n)).astype(np.uint64)
+            shares.append(u)
+            rest = ring.sub(rest, u)
+        for n in range(len(c.terms)):
+            here = last_term == n
+            shares[n][:, here] = rest[:, here]
         out = []
-        for t, share in zip(c.terms, shares + [last]):
+        for t, share in zip(c.terms, shares):
             if t.noise + 1 > limit:
                 raise CryptoError(f"a ciphertext's noise bound ({t.noise} bits) is past what flooding hides "
                                   f"({limit}): refresh it (regroup) before sending")
