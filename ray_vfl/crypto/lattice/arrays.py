@@ -28,7 +28,7 @@ import numpy as np
 from ray_vfl.crypto.lattice.keys import LatticePublic, _seal
 from ray_vfl.errors import CryptoError
 
-__all__ = ["FRESH_NOISE", "PLAIN_NOISE", "LatticeArray", "LatticeOps", "Term", "frac_of"]
+__all__ = ["FRESH_NOISE", "PLAIN_NOISE", "LatticeArray", "LatticeOps", "Term", "frac_of", "is_dense"]
 
 FRESH_NOISE = 10   # measured 8 bits (budget 136 of 144) at N = 8192, 30-bit primes
 PLAIN_NOISE = 37   # measured 35 bits for a uniform plaintext
@@ -75,6 +75,12 @@ def frac_of(c: Any) -> int:
 def dense_term(cts: list[list[Any]], m: int, slots: int, noise: int) -> Term:
     idx = np.arange(m, dtype=np.int64)
     return Term(cts, idx // slots, idx % slots, noise)
+
+
+def is_dense(t: Term, m: int, slots: int) -> bool:
+    """Element ``i`` in block ``i // N``, slot ``i % N`` (the layout of fresh encryptions and S's replies)."""
+    idx = np.arange(m)
+    return len(t.cts) == -(-m // slots) and np.array_equal(t.block, idx // slots) and np.array_equal(t.slot, idx % slots)
 
 
 def _aligned(a: Term, b: Term) -> dict[int, int] | None:

@@ -11,7 +11,7 @@ first *flooded*: C adds to the constant polynomial ``c0`` a polynomial ``f`` who
 are independent and uniform in ``[-2^phi, 2^phi)`` (OS entropy), with ``phi`` the largest that still
 decrypts correctly (:attr:`LatticeKeys.flood_bits`, 139 bits here). S then sees the decryption noise
 ``e + f`` instead of ``e``; for any ``|e|_inf <= 2^h`` its distribution is within statistical distance
-``N 2^(h - phi - 1)`` of ``f``'s alone, so with ``h <= phi - HIDE_BITS`` (``HIDE_BITS = 54``: ``2^-41``
+``N 2^(h - phi - 1)`` of ``f``'s alone, so with ``h <= phi - HIDE_BITS`` (``HIDE_BITS = 53``: ``2^-40``
 per ciphertext) the noise tells S nothing about how C computed the ciphertext (which masks it
 multiplied, which constants). C tracks an upper bound ``h`` per ciphertext
 (:mod:`ray_vfl.crypto.lattice.arrays`) and refuses to send one past ``phi - HIDE_BITS``. The mask C
@@ -33,7 +33,7 @@ from ray_vfl.errors import CryptoError
 
 __all__ = ["HIDE_BITS", "LatticeKeys", "LatticePublic", "flood", "load_ct", "save_ct"]
 
-HIDE_BITS = 54
+HIDE_BITS = 53
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 

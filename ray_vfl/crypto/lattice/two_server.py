@@ -5,16 +5,19 @@ the public keys and every ciphertext. Plaintexts live in ``Z_T`` (``T`` a produc
 :mod:`ray_vfl.crypto.lattice.ring`), with ``T > 2^(l + kappa + 4)`` (``l`` = ``value_bits``).
 
 What S sees. Everything C sends has been masked, re-randomised (a fresh public-key encryption of the
-mask added) and flooded (:mod:`ray_vfl.crypto.lattice.keys`: the decryption noise is within ``2^-41``
+mask added) and flooded (:mod:`ray_vfl.crypto.lattice.keys`: the decryption noise is within ``2^-40``
 per ciphertext of noise independent of C's operations). An operand made of several terms
 (:mod:`ray_vfl.crypto.lattice.arrays`) is sent term by term, each with its own share of the mask
 (all shares but one uniform in ``Z_T``), so any proper subset of the opened terms is uniform and S
 learns only their sum. Slots of a block that hold no element of the operand get uniform values.
 
 * Mult: ``X = x + r`` with ``r`` uniform in ``Z_T`` (exact: ``X`` is uniform, whatever ``x``). S returns
-  fresh ``Enc(X_i X_j)`` per pair and ``Enc(X_i)`` per operand; C computes
-  ``Enc(x y) = Enc(XY) - r_j Enc(X_i) - r_i Enc(X_j) + r_i r_j`` (mod ``T``; exact while ``|x y| < T/2``,
-  which the declared bounds guarantee). Its output's noise does not depend on the operands' history.
+  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh dense ciphertext,
+  ``Enc(X_i)``; C computes ``Enc(x y) = Enc(XY) - r_j Enc(X_i) - r_i Enc(X_j) + r_i r_j`` (with ``x_i``'s own
+  ciphertext in place of ``X_i`` where it is fresh, and the constant adjusted), mod ``T``, exact while
+  ``|x y| < T/2`` (the declared bounds guarantee it). Its output's noise does not depend on the operands'
+  history, and each operand that came back is replaced by ``Enc(X_i) - r_i``: one dense fresh term with
+  the same values (so sums of slot-shifted terms do not pile up over a tournament).
 * Trunc: ``X = x + r``, ``r`` uniform in ``[0, 2^(l + kappa))`` (statistical, ``2^-kappa`` per value for
   ``|x| < 2^l``); S returns ``Enc(floor(X / 2^k))``; C subtracts ``floor(r / 2^k)``: ``floor(x / 2^k) + e``,
   ``e`` in ``{0, 1}``.
@@ -38,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ray_vfl.crypto.lattice.arrays import FRESH_NOISE, PLAIN_NOISE, LatticeArray, LatticeOps, Term, dense_term, frac_of
+from ray_vfl.crypto.lattice.arrays import (FRESH_NOISE, PLAIN_NOISE, LatticeArray, LatticeOps, Term, dense_term,
+                                          frac_of, is_dense)
 from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, flood, load_ct, save_ct, _seal
 from ray_vfl.crypto.lattice.ring import RingParams, uniform_residues
 from ray_vfl.crypto.two_server.server_s import TwoServerConfig
@@ -111,17 +115,21 @@ class LatticeServerS:
         if self.record_view:
             self.view.append((step, self.keys.ring.from_residues(res)))
 
-    def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]]) -> tuple[list, list]:
-        """Open each operand ``X``; return (``Enc(X)`` per operand, ``Enc(X_i X_j)`` per pair), dense."""
+    def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]],
+                  back: list[bool] | None = None) -> tuple[list, list]:
+        """Open each operand ``X``; return (``Enc(X)`` of each operand ``back`` flags, else None;
+        ``Enc(X_i X_j)`` per pair), dense."""
         ring = self.keys.ring
         opened = [self._open(op, int(m)) for op, m in zip(operands, lengths)]
+        back = [True] * len(opened) if back is None else list(back)
         for res in opened:
             self._record("mult", res)
-        if not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(type(i) is int and 0 <= i < len(opened)
-                                                                        and opened[i].shape[1] == opened[p[0]].shape[1]
-                                                                        for i in p) for p in pairs):
-            raise CryptoError("mult_step: pairs must index operands of equal length")
-        return [self._dense(x) for x in opened], [self._dense(ring.mul(opened[i], opened[j])) for i, j in pairs]
+        if len(back) != len(opened) or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(
+                type(i) is int and 0 <= i < len(opened) and opened[i].shape[1] == opened[p[0]].shape[1] for i in p)
+                for p in pairs):
+            raise CryptoError("mult_step: pairs must index operands of equal length (and back flag each operand)")
+        return ([self._dense(x) if b else None for x, b in zip(opened, back)],
+                [self._dense(ring.mul(opened[i], opened[j])) for i, j in pairs])
 
     def trunc_step(self, operands: list, lengths: list[int], shift: int) -> list:
         """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` dense (refused past ``x``'s range)."""
@@ -327,18 +335,32 @@ class LatticeServerC:
             index.append(tuple(ends))
         ring = self.ring
         masks = [uniform_residues(ring, len(op)) for op in operands]
+        # an operand that is one fresh dense term serves its own cross terms; any other gets Enc(X) back
+        back = [not (len(op.terms) == 1 and is_dense(op.terms[0], len(op), ring.slots)
+                     and op.terms[0].noise <= FRESH_NOISE + 2) for op in operands]
         opened, products = self.link.ask(LatticeServerS.mult_step, [self._send(op, r) for op, r in zip(operands, masks)],
-                                         [len(op) for op in operands], index)
-        xs = [self._load_dense(blobs, len(op), FRESH_NOISE) for blobs, op in zip(opened, operands)]
+                                         [len(op) for op in operands], index, back)
+        xs = []
+        for op, r, blobs in zip(operands, masks, opened):
+            if blobs is None:
+                xs.append((op.terms[0], False))
+                continue
+            big_x = self._load_dense(blobs, len(op), FRESH_NOISE)
+            xs.append((big_x, True))
+            # x = X - r: the operand becomes one dense fresh term (same values, no round)
+            op.terms = [self._add_plain(big_x, ring.neg(r))]
         out = []
         for (i, j), blobs in zip(index, products):
             m = len(operands[i])
-            acc = LatticeArray([self._add_plain(self._load_dense(blobs, m, FRESH_NOISE), ring.mul(masks[i], masks[j]))],
+            # XY - r_j X_i - r_i X_j + r_i r_j, or with x itself: XY - r_j x_i - r_i x_j - r_i r_j
+            (xi, opened_i), (xj, opened_j) = xs[i], xs[j]
+            const = ring.mul(masks[i], masks[j])
+            for flag in (opened_i, opened_j):
+                if not flag:
+                    const = ring.sub(const, ring.mul(masks[i], masks[j]))
+            acc = LatticeArray([self._add_plain(self._load_dense(blobs, m, FRESH_NOISE), const)],
                                m, operands[i].frac + operands[j].frac, self.key_id)
-            if i == j:
-                cross = [self.bcp.mul_plain(xs[i], ring.neg(ring.add(masks[i], masks[i])))]
-            else:
-                cross = [self.bcp.mul_plain(xs[i], ring.neg(masks[j])), self.bcp.mul_plain(xs[j], ring.neg(masks[i]))]
+            cross = [self.bcp.mul_plain(xi, ring.neg(masks[j])), self.bcp.mul_plain(xj, ring.neg(masks[i]))]
             for t in cross:
                 acc = self.bcp.add(self.pub, acc, LatticeArray([t], m, acc.frac, self.key_id))
             out.append(acc)
