@@ -1,0 +1,407 @@
+"""The two-server sub-protocols (Mult, Trunc, LGT, Regroup) on the lattice engine, for whole arrays.
+
+Server S holds the BFV secret keys (:class:`~ray_vfl.crypto.lattice.keys.LatticeKeys`); server C holds
+the public keys and every ciphertext. Plaintexts live in ``Z_T`` (``T`` a product of 30-bit primes,
+:mod:`ray_vfl.crypto.lattice.ring`), with ``T > 2^(l + kappa + 4)`` (``l`` = ``value_bits``).
+
+What S sees. Everything C sends has been masked, re-randomised (a fresh public-key encryption of the
+mask added) and flooded (:mod:`ray_vfl.crypto.lattice.keys`: the decryption noise is within ``2^-40``
+per ciphertext of noise independent of C's operations). An operand made of several terms
+(:mod:`ray_vfl.crypto.lattice.arrays`) is sent term by term, each with its own share of the mask
+(all shares but one uniform in ``Z_T``), so any proper subset of the opened terms is uniform and S
+learns only their sum. Slots of a block that hold no element of the operand get uniform values.
+
+* Mult: ``X = x + r`` with ``r`` uniform in ``Z_T`` (exact: ``X`` is uniform, whatever ``x``). S returns
+  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh dense ciphertext,
+  ``Enc(X_i)``; C computes ``Enc(x y) = Enc(XY) - r_j Enc(X_i) - r_i Enc(X_j) + r_i r_j`` (with ``x_i``'s own
+  ciphertext in place of ``X_i`` where it is fresh, and the constant adjusted), mod ``T``, exact while
+  ``|x y| < T/2`` (the declared bounds guarantee it). Its output's noise does not depend on the operands'
+  history, and each operand that came back is replaced by ``Enc(X_i) - r_i``: one dense fresh term with
+  the same values (so sums of slot-shifted terms do not pile up over a tournament).
+* Trunc: ``X = x + r``, ``r`` uniform in ``[0, 2^(l + kappa))`` (statistical, ``2^-kappa`` per value for
+  ``|x| < 2^l``); S returns ``Enc(floor(X / 2^k))``; C subtracts ``floor(r / 2^k)``: ``floor(x / 2^k) + e``,
+  ``e`` in ``{0, 1}``.
+* LGT: ``v = s (r d + r')``, ``d = 2 (y - x) - 1``, ``s`` a random sign, ``r`` in ``[2^(kappa-1), 2^kappa)``,
+  ``r'`` in ``(-r, r)`` (as the BCP engine); S returns ``Enc([v > 0])``, C flips it where ``s = -1``.
+  NOT shuffled: S opens each element's ``|v|`` at a slot it can name, so it learns the approximate
+  magnitude of each element's ``|y - x|`` (the BCP engine shuffles, leaking only their multiset).
+  Shuffling slots obliviously needs rotations (Galois keys) or a permutation network; not done.
+* Regroup: ``X = x + r`` uniform; S returns ``Enc(X)`` dense; C subtracts ``r``. It refreshes noise and
+  materialises a sum of terms.
+
+S refuses Trunc and LGT values outside the ranges every in-bound input stays in (as the BCP engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ray_vfl.crypto.lattice.arrays import (FRESH_NOISE, PLAIN_NOISE, LatticeArray, LatticeOps, Term, dense_term,
+                                          frac_of, is_dense)
+from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, flood, load_ct, save_ct, _seal
+from ray_vfl.crypto.lattice.ring import RingParams, uniform_residues
+from ray_vfl.crypto.two_server.server_s import TwoServerConfig
+from ray_vfl.errors import ConfigError, CryptoError
+
+__all__ = ["LatticeServerC", "LatticeServerS", "decrypt_ints", "ring_for"]
+
+
+def ring_for(config: TwoServerConfig) -> RingParams:
+    """The least ring whose ``T`` holds LGT's and Trunc's masked values: ``l + kappa + 3`` signed bits."""
+    if not isinstance(config, TwoServerConfig):
+        raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
+    return RingParams.for_bits(config.value_bits + config.kappa + 3)
+
+
+def _bits_uniform(bits: int, count: int) -> list[int]:
+    raw = os.urandom(((bits + 7) // 8) * count)
+    w = (bits + 7) // 8
+    mask = (1 << bits) - 1
+    return [int.from_bytes(raw[i * w:(i + 1) * w], "little") & mask for i in range(count)]
+
+
+# -- server S ---------------------------------------------------------------------------------------
+class LatticeServerS:
+    """Server S: the secret keys; answers C's steps on masked, flooded ciphertexts.
+    ``record_view=True`` keeps what S opened, ``(step, list of centered ints)``, in :attr:`view`, and
+    the noise budget left in each ciphertext it decrypted in :attr:`budgets` (tests audit both)."""
+
+    def __init__(self, keys: LatticeKeys, config: TwoServerConfig = TwoServerConfig(), record_view: bool = False) -> None:
+        if not isinstance(keys, LatticeKeys):
+            raise CryptoError(f"server S needs LatticeKeys, got {type(keys).__name__}")
+        if keys.ring.plain_bits < config.value_bits + config.kappa + 3:
+            raise ConfigError("the ring's plaintext modulus is too small for value_bits + kappa: use ring_for(config)")
+        self.keys, self.config = keys, config
+        self.record_view = record_view
+        self.view: list[tuple[str, list[int]]] = []
+        self.budgets: list[int] = []  # record_view: SEAL's noise budget of every ciphertext opened
+
+    def _open(self, operand: list[tuple[list[list[bytes]], np.ndarray, np.ndarray]], m: int) -> np.ndarray:
+        """``(k, m)`` residues of an operand: the sum of its opened terms."""
+        ring, keys = self.keys.ring, self.keys
+        acc = np.zeros((ring.n_primes, m), dtype=np.uint64)
+        for blobs, block, slot in operand:
+            block, slot = np.asarray(block, dtype=np.int64), np.asarray(slot, dtype=np.int64)
+            if block.shape != (m,) or slot.shape != (m,) or slot.min(initial=0) < 0 or slot.max(initial=0) >= ring.slots:
+                raise CryptoError("a term's slot map does not fit the operand")
+            for b, row in enumerate(blobs):
+                sel = block == b
+                if len(row) != ring.n_primes:
+                    raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
+                for i, blob in enumerate(row):
+                    ct = load_ct(keys.contexts[i], blob)
+                    if self.record_view:
+                        self.budgets.append(keys.noise_budget(i, ct))
+                    vals = keys.decrypt(i, ct)
+                    acc[i, sel] = (acc[i, sel] + vals[slot[sel]]) % np.uint64(ring.primes[i])
+        return acc
+
+    def _dense(self, res: np.ndarray) -> list[list[bytes]]:
+        ring, n = self.keys.ring, self.keys.ring.slots
+        m = res.shape[1]
+        out = []
+        for start in range(0, max(m, 1), n):
+            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
+            part[:, :min(n, m - start)] = res[:, start:start + n]
+            out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
+        return out
+
+    def _record(self, step: str, res: np.ndarray) -> None:
+        if self.record_view:
+            self.view.append((step, self.keys.ring.from_residues(res)))
+
+    def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]],
+                  back: list[bool] | None = None) -> tuple[list, list]:
+        """Open each operand ``X``; return (``Enc(X)`` of each operand ``back`` flags, else None;
+        ``Enc(X_i X_j)`` per pair), dense."""
+        ring = self.keys.ring
+        opened = [self._open(op, int(m)) for op, m in zip(operands, lengths)]
+        back = [True] * len(opened) if back is None else list(back)
+        for res in opened:
+            self._record("mult", res)
+        if len(back) != len(opened) or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(
+                type(i) is int and 0 <= i < len(opened) and opened[i].shape[1] == opened[p[0]].shape[1] for i in p)
+                for p in pairs):
+            raise CryptoError("mult_step: pairs must index operands of equal length (and back flag each operand)")
+        return ([self._dense(x) if b else None for x, b in zip(opened, back)],
+                [self._dense(ring.mul(opened[i], opened[j])) for i, j in pairs])
+
+    def trunc_step(self, operands: list, lengths: list[int], shift: int) -> list:
+        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` dense (refused past ``x``'s range)."""
+        ring, cfg = self.keys.ring, self.config
+        lo, hi = -(1 << cfg.value_bits), (1 << cfg.mask_bits) + (1 << cfg.value_bits)
+        if type(shift) is not int or not 0 < shift <= cfg.value_bits:
+            raise CryptoError(f"trunc_step: shift must be an int in [1, {cfg.value_bits}], got {shift!r}")
+        out = []
+        for op, m in zip(operands, lengths):
+            vals = ring.from_residues(self._open(op, int(m)))
+            if self.record_view:
+                self.view.append(("trunc", vals))
+            if any(not lo < v < hi for v in vals):
+                raise CryptoError(f"Trunc input outside |x| < 2^{cfg.value_bits} (value_bits): refused")
+            out.append(self._dense(ring.to_residues([v >> shift for v in vals])))
+        return out
+
+    def lgt_step(self, operand: list, length: int) -> list:
+        """Open ``v``; return ``Enc([v > 0])`` dense (refused for ``|v| >= 2^(l + kappa + 2)``)."""
+        ring = self.keys.ring
+        vals = ring.from_residues(self._open(operand, int(length)))
+        if self.record_view:
+            self.view.append(("lgt", vals))
+        if any(abs(v) >= self.config.lgt_bound for v in vals):
+            raise CryptoError(f"LGT input outside |x|, |y| < 2^{self.config.value_bits} (value_bits): refused")
+        return self._dense(ring.to_residues([int(v > 0) for v in vals]))
+
+    def regroup_step(self, operand: list, length: int) -> list:
+        """Open ``X = x + r`` (uniform) and return ``Enc(X)`` dense."""
+        res = self._open(operand, int(length))
+        self._record("regroup", res)
+        return self._dense(res)
+
+
+def decrypt_ints(keys: LatticeKeys, c: LatticeArray) -> list[int]:
+    """The centered integers of ``c`` (S's keys; for tests and examples, not a protocol step)."""
+    ring = keys.ring
+    acc = np.zeros((ring.n_primes, c.length), dtype=np.uint64)
+    for t in c.terms:
+        for b, row in enumerate(t.cts):
+            sel = t.block == b
+            for i, ct in enumerate(row):
+                vals = keys.decrypt(i, ct)
+                acc[i, sel] = (acc[i, sel] + vals[t.slot[sel]]) % np.uint64(ring.primes[i])
+    return ring.from_residues(acc)
+
+
+# -- server C ---------------------------------------------------------------------------------------
+class LatticeServerC:
+    """Server C on the lattice engine: the interface of
+    :class:`~ray_vfl.crypto.two_server.server_c.ServerC` that SSXGB's array algorithms use
+    (``bcp``, ``key_of``, ``encrypt_ints``, ``exp``, ``mult_many``, ``trunc``, ``trunc_many``, ``lgt``,
+    ``config``, ``pool``), so :func:`~ray_vfl.ssxgb.secure_math.clamped_gradients`,
+    :func:`~ray_vfl.ssxgb.splits.gain_fractions` and :func:`~ray_vfl.ssxgb.splits.best_candidates`
+    run on it unchanged.
+
+    Parameters
+    ----------
+    pub : LatticePublic
+        The public keys S published (``LatticePublic(ring, keys.exported)``).
+    link : object with ``ask(step, *payload)`` (:class:`~ray_vfl.crypto.two_server.server_s.LocalLink`)
+    config : TwoServerConfig
+    """
+
+    def __init__(self, pub: LatticePublic, link: Any, config: TwoServerConfig = TwoServerConfig()) -> None:
+        if not isinstance(pub, LatticePublic):
+            raise CryptoError(f"server C needs LatticePublic keys, got {type(pub).__name__}")
+        if not isinstance(config, TwoServerConfig):
+            raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
+        if pub.ring.plain_bits < config.value_bits + config.kappa + 3:
+            raise ConfigError("the ring's plaintext modulus is too small for value_bits + kappa: use ring_for(config)")
+        self.pub, self.link, self.config = pub, link, config
+        self.ring = pub.ring
+        self.bcp = LatticeOps(pub, refresh=self.regroup)
+        self.pool = None
+        self.key_id = hashlib.sha256(b"".join(save_ct(pk) for pk in pub.public_keys[:1])).digest()[:16]
+
+    # -- keys and local operations ------------------------------------------------------------------
+    def key_of(self, c: LatticeArray) -> LatticePublic:
+        frac_of(c)
+        return self.pub
+
+    def _encrypt_res(self, res: np.ndarray, frac: int) -> LatticeArray:
+        ring, n = self.ring, self.ring.slots
+        m = res.shape[1]
+        cts = []
+        for start in range(0, max(m, 1), n):
+            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
+            part[:, :min(n, m - start)] = res[:, start:start + n]
+            cts.append([self.pub.encrypt(i, part[i]) for i in range(ring.n_primes)])
+        return LatticeArray([dense_term(cts, m, n, FRESH_NOISE)], m, frac, self.key_id)
+
+    def encrypt_ints(self, pk: Any, ms: Sequence[int], frac_bits: int = 0) -> LatticeArray:
+        return self._encrypt_res(self.ring.to_residues(list(ms)), frac_bits)
+
+    def exp(self, c: LatticeArray, k: Sequence[int] | np.ndarray, frac_bits: int = 0) -> LatticeArray:
+        return self.bcp.mul_const(self.pub, c, k, frac_bits)
+
+    def _load_dense(self, blobs: list[list[bytes]], m: int, noise: int) -> Term:
+        cts = [[load_ct(self.pub.contexts[i], b) for i, b in enumerate(row)] for row in blobs]
+        return dense_term(cts, m, self.ring.slots, noise)
+
+    def _add_plain(self, t: Term, res: np.ndarray) -> Term:
+        """A dense term plus per-element residues (in place of its ciphertexts' copies)."""
+        ev, ring = self.pub.evaluators, self.ring
+        n = ring.slots
+        cts = []
+        for b, row in enumerate(t.cts):
+            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
+            chunk = res[:, b * n:(b + 1) * n]
+            part[:, :chunk.shape[1]] = chunk
+            out = []
+            for i, u in enumerate(row):
+                w = _seal().Ciphertext()
+                ev[i].add_plain(u, self.pub.plaintext(i, part[i]), w)
+                out.append(w)
+            cts.append(out)
+        return Term(cts, t.block, t.slot, t.noise + 1)
+
+    # -- sending to S -------------------------------------------------------------------------------
+    def _covered(self, c: LatticeArray) -> LatticeArray:
+        """``c`` with every element held by at least one term (adds an encryption of 0 if not)."""
+        hit = np.zeros(c.length, dtype=bool)
+        for t in c.terms:
+            hit |= t.covered()
+        if hit.all():
+            return c
+        return self.bcp.add(self.pub, c, self._encrypt_res(np.zeros((self.ring.n_primes, c.length), np.uint64), c.frac))
+
+    def _send(self, c: LatticeArray, mask: np.ndarray) -> list:
+        """The terms of ``c`` masked so their opened sum is ``x + mask``: re-randomised and flooded."""
+        c = self._covered(c)
+        ring, ev = self.ring, self.pub.evaluators
+        limit = self.pub.hide_limit
+        # per element, every covering term but the last gets a uniform share, the last the rest
+        cover = np.stack([t.covered() for t in c.terms])
+        last_term = cover.shape[0] - 1 - np.argmax(cover[::-1], axis=0)
+        shares = []
+        rest = mask.copy()
+        for n, t in enumerate(c.terms):
+            u = uniform_residues(ring, c.length) * (cover[n] & (last_term != n)).astype(np.uint64)
+            shares.append(u)
+            rest = ring.sub(rest, u)
+        for n in range(len(c.terms)):
+            here = last_term == n
+            shares[n][:, here] = rest[:, here]
+        out = []
+        for t, share in zip(c.terms, shares):
+            if t.noise + 1 > limit:
+                raise CryptoError(f"a ciphertext's noise bound ({t.noise} bits) is past what flooding hides "
+                                  f"({limit}): refresh it (regroup) before sending")
+            blobs = []
+            for b, row in enumerate(t.cts):
+                vals = self.bcp.slot_values(t, b, share, fill=uniform_residues(ring, ring.slots))
+                sent = []
+                for i, u in enumerate(row):
+                    w = _seal().Ciphertext()
+                    ev[i].add(u, self.pub.encrypt(i, vals[i]), w)
+                    sent.append(flood(save_ct(w), self.pub.moduli, self.pub.flood_bits))
+                blobs.append(sent)
+            out.append((blobs, t.block, t.slot))
+        return out
+
+    # -- Regroup --------------------------------------------------------------------------------------
+    def regroup(self, c: LatticeArray) -> LatticeArray:
+        """``c`` as one dense, fresh term (1 round): refreshes noise, sums lazy terms."""
+        r = uniform_residues(self.ring, c.length)
+        reply = self.link.ask(LatticeServerS.regroup_step, self._send(c, r), c.length)
+        t = self._add_plain(self._load_dense(reply, c.length, FRESH_NOISE), self.ring.neg(r))
+        return LatticeArray([t], c.length, c.frac, self.key_id)
+
+    # -- Mult -----------------------------------------------------------------------------------
+    def mult(self, a: LatticeArray, b: LatticeArray) -> LatticeArray:
+        return self.mult_many([(a, b)])[0]
+
+    def mult_many(self, pairs: Sequence[tuple[LatticeArray, LatticeArray]],
+                  bounds: Sequence[tuple[int, int]] | None = None,
+                  keep: Sequence[LatticeArray] = ()) -> list[LatticeArray]:
+        """Mult of several pairs in one round (module docstring); exact while ``|x y| < T / 2``.
+        ``bounds`` (optional): per pair ``(bx, by)`` with ``|x| < 2^bx``, ``|y| < 2^by``, checked to fit
+        (``bx + by <= plain_bits``). ``keep``
+        is accepted for the BCP signature and needs nothing here: a fresh uniform mask hides exactly."""
+        top = self.config.value_bits
+        if bounds is not None:
+            bounds = list(bounds)
+            if len(bounds) != len(pairs) or any(type(b) is not int or not 1 <= b <= top for p in bounds for b in p):
+                raise CryptoError(f"Mult bounds must be one (bits of x, bits of y) pair per product, each in [1, {top}]")
+            if any(bx + by > self.ring.plain_bits for bx, by in bounds):
+                raise CryptoError("a Mult product may not fit the plaintext modulus: lower the bounds")
+        operands: list[LatticeArray] = []
+        index = []
+        for a, b in pairs:
+            if len(a) != len(b):
+                raise CryptoError(f"Mult needs arrays of equal length, got {len(a)} and {len(b)}")
+            ends = []
+            for arr in (a, b):
+                frac_of(arr)
+                pos = next((n for n, op in enumerate(operands) if op is arr), None)
+                if pos is None:
+                    pos = len(operands)
+                    operands.append(arr)
+                ends.append(pos)
+            index.append(tuple(ends))
+        ring = self.ring
+        masks = [uniform_residues(ring, len(op)) for op in operands]
+        # an operand that is one fresh dense term serves its own cross terms; any other gets Enc(X) back
+        back = [not (len(op.terms) == 1 and is_dense(op.terms[0], len(op), ring.slots)
+                     and op.terms[0].noise <= FRESH_NOISE + 2) for op in operands]
+        opened, products = self.link.ask(LatticeServerS.mult_step, [self._send(op, r) for op, r in zip(operands, masks)],
+                                         [len(op) for op in operands], index, back)
+        xs = []
+        for op, r, blobs in zip(operands, masks, opened):
+            if blobs is None:
+                xs.append((op.terms[0], False))
+                continue
+            big_x = self._load_dense(blobs, len(op), FRESH_NOISE)
+            xs.append((big_x, True))
+            # x = X - r: the operand becomes one dense fresh term (same values, no round)
+            op.terms = [self._add_plain(big_x, ring.neg(r))]
+        out = []
+        for (i, j), blobs in zip(index, products):
+            m = len(operands[i])
+            # XY - r_j X_i - r_i X_j + r_i r_j, or with x itself: XY - r_j x_i - r_i x_j - r_i r_j
+            (xi, opened_i), (xj, opened_j) = xs[i], xs[j]
+            const = ring.mul(masks[i], masks[j])
+            for flag in (opened_i, opened_j):
+                if not flag:
+                    const = ring.sub(const, ring.mul(masks[i], masks[j]))
+            acc = LatticeArray([self._add_plain(self._load_dense(blobs, m, FRESH_NOISE), const)],
+                               m, operands[i].frac + operands[j].frac, self.key_id)
+            cross = [self.bcp.mul_plain(xi, ring.neg(masks[j])), self.bcp.mul_plain(xj, ring.neg(masks[i]))]
+            for t in cross:
+                acc = self.bcp.add(self.pub, acc, LatticeArray([t], m, acc.frac, self.key_id))
+            out.append(acc)
+        return out
+
+    # -- Trunc ----------------------------------------------------------------------------------
+    def trunc(self, c: LatticeArray, k: int) -> LatticeArray:
+        return self.trunc_many([c], k)[0]
+
+    def trunc_many(self, arrays: Sequence[LatticeArray], k: int) -> list[LatticeArray]:
+        """Trunc of several arrays by ``k`` bits in one round: ``floor(x / 2^k) + e``, ``e`` in ``{0, 1}``."""
+        bits = self.config.mask_bits
+        for c in arrays:
+            if not 0 < k <= frac_of(c):
+                raise CryptoError(f"Trunc by {k} bits of an array of scale {c.frac}: shift must be in [1, {c.frac}]")
+        rs = [_bits_uniform(bits, len(c)) for c in arrays]
+        reply = self.link.ask(LatticeServerS.trunc_step, [self._send(c, self.ring.to_residues(r)) for c, r in zip(arrays, rs)],
+                              [len(c) for c in arrays], int(k))
+        out = []
+        for c, r, blobs in zip(arrays, rs, reply):
+            t = self._add_plain(self._load_dense(blobs, len(c), FRESH_NOISE), self.ring.to_residues([-(v >> k) for v in r]))
+            out.append(LatticeArray([t], len(c), c.frac - k, self.key_id))
+        return out
+
+    # -- LGT --------------------------------------------------------------------------------------
+    def lgt(self, a: LatticeArray, b: LatticeArray) -> LatticeArray:
+        """``Enc([x < y])`` element-wise (1 round; module docstring)."""
+        if frac_of(a) != frac_of(b) or len(a) != len(b):
+            raise CryptoError("LGT needs arrays of equal length and scale")
+        m, kappa, ring = len(a), self.config.kappa, self.ring
+        diff = self.bcp.sub(self.pub, b, a)
+        if diff.noise + PLAIN_NOISE + 1 > self.pub.hide_limit:
+            diff = self.regroup(diff)
+        signs = [1 if v & 1 else -1 for v in _bits_uniform(1, m)]
+        rs = [v | (1 << (kappa - 1)) for v in _bits_uniform(kappa - 1, m)]
+        r2 = [int.from_bytes(os.urandom((kappa + 8) // 8 + 1), "little") % (2 * r - 1) - (r - 1) for r in rs]
+        scale = ring.to_residues([2 * s * r for s, r in zip(signs, rs)])
+        scaled = LatticeArray([self.bcp.mul_plain(t, scale) for t in diff.terms], m, diff.frac, diff.key_id)
+        offset = ring.to_residues([s * (rp - r) for s, r, rp in zip(signs, rs, r2)])  # v = s(2r(y - x) - r + r')
+        reply = self.link.ask(LatticeServerS.lgt_step, self._send(scaled, offset), m)
+        bit = self._load_dense(reply, m, FRESH_NOISE)
+        flipped = self.bcp.mul_plain(bit, ring.to_residues(signs))
+        t = self._add_plain(flipped, ring.to_residues([(1 - s) // 2 for s in signs]))
+        return LatticeArray([t], m, 0, self.key_id)
