@@ -63,8 +63,26 @@ def _same_trees(ours, theirs) -> None:
             np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
 
 
+def _aligned_in_memory(bank_path: Path, shop_path: Path, label: str) -> VerticalDataset:
+    """The rows PSI aligns (common IDs, ascending), held in memory: the one-cluster reference."""
+    bank, shop = pd.read_csv(bank_path), pd.read_parquet(shop_path)
+    common = np.sort(np.intersect1d(bank["ID"], shop["ID"]))
+    bank = bank.set_index("ID").loc[common].reset_index()
+    shop = shop.set_index("ID").loc[common].reset_index()
+    return VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="ID", label=label)
+
+
+def _wait_for_serving(c: dict) -> None:
+    deadline = time.monotonic() + _START_S
+    while b"serving party 'shop'" not in c["log"].read_bytes():
+        if c["proc"].poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the shop's serve process did not start:\n{c['log'].read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
-def two_clusters(ray_session, tmp_path_factory):
+def two_clusters(request, tmp_path_factory):
+    """The shop's serve process, started before this session's Ray (they start side by side)."""
     folder = tmp_path_factory.mktemp("federation")
     certs = write_test_certificates(str(folder / "certs"), ["bank", "shop"])
     bank_path, shop_path, label = _files(folder)
@@ -86,13 +104,9 @@ def two_clusters(ray_session, tmp_path_factory):
              "--ca", shop["ca"], "--num-cpus", "1", "--timeout", "60"],
             cwd=str(folder), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + _START_S
-        while b"serving party 'shop'" not in log_path.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the shop's serve process did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
+        request.getfixturevalue("ray_session")  # the bank's cluster, while the shop's starts
         yield {"fed": str(fed_path), "certs": certs, "bank": bank_path, "shop": shop_path, "label": label,
-               "proc": proc, "folder": folder}
+               "proc": proc, "folder": folder, "log": log_path}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -112,10 +126,10 @@ def two_clusters(ray_session, tmp_path_factory):
 def test_two_organisations_train_as_one_cluster_and_a_killed_party_is_named(two_clusters, runtime):
     c = two_clusters
     config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
-    # the one-cluster run on the same files: both parties' actors in this session's Ray
-    local = VerticalDataset.from_files({"bank": str(c["bank"]), "shop": str(c["shop"])}, id_column="ID",
-                                       label=c["label"], align="psi", runtime=runtime)
+    # the one-cluster run on the rows PSI aligns, both parties' actors in this session's Ray
+    local = _aligned_in_memory(c["bank"], c["shop"], c["label"])
     one = train(runtime, local, config)
+    _wait_for_serving(c)
 
     rt = FederatedRuntime(c["fed"], "bank", c["certs"]["bank"], timeout_s=60)
     try:
