@@ -89,7 +89,8 @@ class FederatedRuntime(Runtime):
         if kwargs:
             raise VFLError(f"roles at another organisation take positional arguments only, got {sorted(kwargs)}")
         kind = kind_of_class(cls, party)
-        self.kill(key)
+        if self._classes.get(key) is not cls:  # the same kind is re-initialised at the party (its policy checks again)
+            self.kill(key)
         request = StartRole(kind, list(wire_arg(list(args), party)))
         self.connect([party])
         started = self.control(party, "start_role", request)

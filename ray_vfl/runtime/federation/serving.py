@@ -82,8 +82,7 @@ class PartyServer:
             raise Refusal(f"party {self.party!r} runs no cluster here (a policy check only)")
         resolved = [self._resolved(a, sender) for a in args]
         key = f"{self.party}:{sender}-{kind.role}"
-        with self._lock:
-            self.runtime.kill(key)
+        with self._lock:  # a live actor of the kind is re-initialised (its ``reset``), as Runtime.spawn does
             handle = self.runtime.spawn_helper(self.party, f"{sender}-{kind.role}", kind.load(), *resolved)
             try:  # a constructor that refuses its input says so now, naming this party
                 gather([(self.party, handle.alive.remote())], f"start {kind_name}", self.timeout_s,
