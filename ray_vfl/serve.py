@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 
+from .data.store import TableRef
 from .errors import VFLError
 from .runtime.federation.roles import ROLE_KINDS
 from .runtime.federation.serving import serve
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
               {"cert": args.cert, "key": args.key, "ca": args.ca}, listen=args.listen,
               kinds=tuple(k.strip() for k in args.roles.split(",") if k.strip()), num_cpus=args.num_cpus,
               categorical=tuple(c.strip() for c in args.categorical.split(",") if c.strip()),
-              timeout_s=args.timeout, stop=stop)
+              timeout_s=args.timeout, stop=stop, make_table=TableRef)
     except VFLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -25,11 +25,12 @@ import dataclasses
 import logging
 import os
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 from ...errors import ConfigError, VFLError
 from ..actors import Runtime
+from ..codec import wire_type
 from ..task_pool import TaskPool
 from ..waiting import gather
 from .gateway import Refusal
@@ -44,11 +45,13 @@ class PartyServer:
     """Starts and runs the roles of party ``policy.party`` for the other parties, as its policy allows.
 
     ``runtime`` is the party's own :class:`~ray_vfl.runtime.actors.Runtime` (connected to its cluster);
-    ``None`` checks requests only (unit tests of the refusals).
+    ``None`` checks requests only (unit tests of the refusals). ``make_table(party, store, key, timeout_s)``
+    makes a reference to one of the party's tables (:class:`ray_vfl.data.store.TableRef`, a layer above this one).
     """
 
-    def __init__(self, policy: ServePolicy, runtime: Runtime | None = None, timeout_s: float = 600.0) -> None:
-        self.policy, self.runtime, self.timeout_s = policy, runtime, timeout_s
+    def __init__(self, policy: ServePolicy, runtime: Runtime | None = None, timeout_s: float = 600.0,
+                 make_table: Callable[..., Any] | None = None) -> None:
+        self.policy, self.runtime, self.timeout_s, self.make_table = policy, runtime, timeout_s, make_table
         self.party = policy.party
         self._lock = threading.Lock()
         self._roles: dict[tuple[str, str], str] = {}  # (starter, role) -> the runtime's key of its actor
@@ -135,9 +138,10 @@ class PartyServer:
         if t is RoleRef:
             return self.runtime.actor(self._key(sender, value.role))
         if t is TableKey:
-            from ...data.store import TableRef
-
-            return TableRef(self.party, self.runtime.actor(self._key(sender, value.role)), value.key, value.timeout_s)
+            if self.make_table is None:
+                raise Refusal(f"party {self.party!r} serves no tables here")
+            return self.make_table(self.party, self.runtime.actor(self._key(sender, value.role)), value.key,
+                                   value.timeout_s)
         if t is PoolSpec:
             cpus = self.policy.max_workers
             workers = min(value.workers or cpus, cpus)
@@ -158,9 +162,7 @@ class PartyServer:
 
     def _served_open(self, args: list) -> list:
         """A store's ``open(key, source, ...)`` with the source this party serves under the file name asked for."""
-        from ...data.sources import PartySource
-
-        if len(args) < 2 or not isinstance(args[1], PartySource):
+        if len(args) < 2 or not isinstance(args[1], wire_type("PartySource")):
             raise Refusal(f"party {self.party!r}: a store opens a PartySource naming data it serves")
         asked = args[1]
         served = self.policy.data.get(asked.location) if asked.query is None else None
@@ -173,8 +175,7 @@ class PartyServer:
 
 def served_data(paths: Mapping[str, str] | list[str], id_column: str | None, categorical: tuple = ()) -> dict:
     """``{file name: PartySource}`` of the files a party serves (each must exist on this machine)."""
-    from ...data.sources import PartySource
-
+    PartySource = wire_type("PartySource")  # ray_vfl.data.sources, a layer above, as the typed wire names it
     out = {}
     for path in paths:
         if not os.path.exists(path):
@@ -189,7 +190,7 @@ def served_data(paths: Mapping[str, str] | list[str], id_column: str | None, cat
 def serve(federation_path: str, party: str, data: list[str], id_column: str | None, credential_paths: Mapping[str, str],
           listen: str | None = None, kinds: tuple[str, ...] | None = None, num_cpus: int | None = None,
           categorical: tuple = (), timeout_s: float = 600.0, stop: threading.Event | None = None,
-          announce=print) -> None:
+          announce=print, make_table: Callable[..., Any] | None = None) -> None:
     """Serve ``party``'s roles until ``stop`` is set (or SIGTERM / Ctrl-C in the command): join or start the
     party's own Ray (a local one, ``address="local"``, unless ``RAY_ADDRESS`` names its cluster), run its
     gateway on ``listen`` (default: its address in the federation file) under the policy the arguments say."""
@@ -205,7 +206,7 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
     runtime.connect([party])
     try:
         policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS), max_workers=runtime.party_cpus(party))
-        server = PartyServer(policy, runtime, timeout_s)
+        server = PartyServer(policy, runtime, timeout_s, make_table)
         gateway = Gateway(party, credentials, federation, GatewayPolicy(policy.gateway_allow_list()), server.handle,
                           workers=16)
         port = gateway.start(listen)

@@ -102,7 +102,6 @@ def wire_arg(value: Any, target: str) -> Any:
     becomes a :class:`~.roles.RoleRef`, a reference to one of its tables a :class:`~.roles.TableKey`, a
     task pool a :class:`~.roles.PoolSpec` (the called party resolves each on its own cluster); a handle
     or table of a third party is refused (a message for a third party goes to it directly)."""
-    from ...data.store import TableRef
     from ..task_pool import TaskPool
     from .roles import PoolSpec, RoleRef, TableKey
 
@@ -112,7 +111,7 @@ def wire_arg(value: Any, target: str) -> Any:
             raise VFLError(f"a handle of party {value.target!r}'s role {value.role!r} cannot be handed to party "
                            f"{target!r}: across organisations a party calls only its own roles and the caller's")
         return RoleRef(value.role)
-    if t is TableRef:
+    if t.__name__ == "TableRef" and hasattr(value, "store"):  # a party's table (ray_vfl.data.store, a layer above)
         store = value.store
         if type(store) is not RemoteHandle or store.target != target:
             raise VFLError(f"party {value.party!r}'s table cannot be handed to party {target!r}: only the party "
