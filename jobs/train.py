@@ -6,6 +6,8 @@ Runs the same way on a laptop (starts a local Ray) and on a cluster::
     ray job submit --address http://HEAD:8265 --working-dir . -- python jobs/train.py --parties 3
     python jobs/train.py --party-files bank=bank.csv shop=shop.csv --id-column ID --label y   # aligned by PSI
     python jobs/train.py --checkpoint-dir ckpt            # run again after a failure: it resumes
+    python jobs/train.py --federation federation.yaml --party bank --cert bank.pem --key bank.key --ca ca.pem \
+        --party-files bank=bank.csv shop=shop.parquet --id-column cid --label y   # across organisations
     python jobs/train.py --dataset loans.csv --label y --weight-column w   # weighted rows (the label party's column)
     python jobs/train.py --dataset sales.csv --label y --categorical city,channel --objective reg:squarederror \
         --gradient-bound 1e6
@@ -110,6 +112,14 @@ def parse_args(argv=None):
                         "folder resumes from the last tree every party saved")
     p.add_argument("--checkpoint-every", type=int, default=1, help="trees between checkpoints")
     p.add_argument("--json", default=None, help="write every reported figure to this JSON file")
+    p.add_argument("--federation", default=None,
+                   help="federation.yaml: run across organisations, this party coordinating and every other party "
+                        "serving its roles on its own Ray cluster (python -m ray_vfl.serve); needs --party-files, "
+                        "naming each other party's file by the name it serves it under")
+    p.add_argument("--party", default=None, help="with --federation: this party's name in the federation file")
+    p.add_argument("--cert", default=None, help="with --federation: this party's certificate (PEM)")
+    p.add_argument("--key", default=None, help="with --federation: this party's private key (PEM)")
+    p.add_argument("--ca", default=None, help="with --federation: the federation's CA certificate (PEM)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -146,6 +156,15 @@ def check_options(args) -> tuple[BoostConfig, dict]:
         folder = os.path.dirname(os.path.abspath(args.json))
         if not os.path.isdir(folder):
             raise ConfigError(f"--json {args.json}: the folder {folder!r} does not exist; create it first")
+    if args.federation is not None:
+        missing = [f"--{n}" for n in ("party", "cert", "key", "ca") if getattr(args, n) is None]
+        if missing or not args.party_files:
+            raise ConfigError(f"--federation needs {missing + ([] if args.party_files else ['--party-files'])}: this "
+                              "party's name and credentials, and one file per party (the others' by the name they serve)")
+        if args.checkpoint_dir is not None:
+            raise ConfigError("--checkpoint-dir is not supported with --federation yet")
+    elif any(getattr(args, n) is not None for n in ("party", "cert", "key", "ca")):
+        raise ConfigError("--party, --cert, --key and --ca go with --federation")
     if args.party_files:
         if args.label is None:
             raise ConfigError("--label is required with --party-files")
@@ -271,11 +290,18 @@ def main(argv=None) -> dict:
         binary = objective == "binary:logistic" or (objective is None and np.isin(split[0].label, (0, 1)).all())
         if binary and len(np.unique(split[1].label)) < 2:
             raise DataError(_ONE_CLASS.format(n=split[1].n_rows))
-    runtime = Runtime()
+    runtime = Runtime() if args.federation is None else federated_runtime(args)
     try:
         return _run(args, config, cats, runtime, data, *([] if data is None else split))
     finally:
         runtime.shutdown()
+
+
+def federated_runtime(args):
+    """This party's runtime across organisations: its own roles on its own Ray, the others' through their gateways."""
+    from ray_vfl.runtime.federation.coordinator import FederatedRuntime
+
+    return FederatedRuntime(args.federation, args.party, {"cert": args.cert, "key": args.key, "ca": args.ca})
 
 
 _ONE_CLASS = "test AUC is undefined: the {n} test rows hold one class only; raise --test-size or use more rows"

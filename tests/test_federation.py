@@ -200,3 +200,78 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
     finally:
         gateway.stop()
         ray.kill(ledger)
+
+
+def _server(kinds=None):
+    from ray_vfl.data.sources import PartySource
+    from ray_vfl.runtime.federation.roles import ROLE_KINDS, ServePolicy
+    from ray_vfl.runtime.federation.serving import PartyServer
+
+    policy = ServePolicy("shop", {"shop.parquet": PartySource("/srv/shop/shop.parquet", id_column="cid")},
+                         tuple(kinds or ROLE_KINDS))
+    return PartyServer(policy, runtime=None, timeout_s=5)
+
+
+def test_a_serving_party_refuses_what_its_policy_does_not_allow():
+    """The policy checks of ``python -m ray_vfl.serve``, before anything starts (no Ray): role kinds it does
+    not serve, another party's name, IDs sent instead of its own table, an audit log, a saved model to
+    continue, data it does not serve, a role it does not run for the caller, a class no party serves."""
+    from ray_vfl.data.sources import PartySource
+    from ray_vfl.runtime.federation.gateway import Refusal
+    from ray_vfl.runtime.federation.roles import PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
+    from ray_vfl.secureboost.active import ActiveParty
+    from ray_vfl.trees.config import BoostConfig
+
+    server, table = _server(kinds=("store", "psi", "secureboost-passive")), TableKey("data", "source-1")
+    config = BoostConfig(n_trees=1, backend="plain")
+    refused = [
+        (_server(kinds=("store",)), StartRole("psi", ["shop", table, None, PoolSpec(), False, True]),
+         "does not serve role kind 'psi'"),
+        (server, StartRole("store", ["bank"]), "under its own name only"),
+        (server, {"kind": "store"}, "takes a StartRole record"),
+        (server, StartRole("psi", ["shop", np.arange(3), "int", PoolSpec(), False, True]), "IDs of its own table"),
+        (server, StartRole("psi", ["shop", table, None, PoolSpec(), True, True]), "no PSI audit log"),
+        (server, StartRole("secureboost-passive", ["shop", table, [], config, PoolSpec(), "/home/shop/model.json"]),
+         "continuing a saved model"),
+        (server, StartRole("ssxgb", ["shop"]), "does not serve role kind 'ssxgb'"),
+    ]
+    for srv, request, message in refused:
+        with pytest.raises(Refusal, match=message):
+            srv.handle("bank", "control", "start_role", [request])
+    for source in (PartySource("/etc/passwd"), PartySource.sql("sqlite:///shop.db", "SELECT * FROM t")):
+        with pytest.raises(Refusal, match="does not serve"):
+            server._served_open(["k", source])
+    served = server._served_open(["k", PartySource("shop.parquet", id_column="other")])[1]
+    assert served.location == "/srv/shop/shop.parquet" and served.id_column == "cid"
+    with pytest.raises(Refusal, match="runs no role 'data' for party 'bank'"):
+        server.handle("bank", "data", "schema", ["k"])
+    with pytest.raises(ConfigError, match="can be asked to run.*not a ActiveParty"):
+        kind_of_class(ActiveParty, "shop")
+    with pytest.raises(ConfigError, match="unknown role kind"):
+        ServePolicy("shop", {}, ("store", "splitnn"))
+    assert "rows" not in server.policy.gateway_allow_list()["data"]  # a store's raw rows never leave it
+
+
+def test_refusals_reach_the_caller_as_protocol_errors_naming_the_party(world):
+    """Through a gateway run by a serving party's handler: a policy refusal and a method off a role's list
+    (a store's ``rows``, which would hand over its table) both come back as ProtocolError."""
+    from ray_vfl.runtime.federation.roles import StartRole
+    from ray_vfl.runtime.federation.stubs import ClientSpec, RemoteHandle, wire_arg
+
+    certs, ports = world["certs"], world["ports"]
+    server = _server(kinds=("store",))
+    gateway = Gateway("shop", Credentials.from_files(**certs["shop"]), world["fed"],
+                      GatewayPolicy(server.policy.gateway_allow_list()), server.handle)
+    gateway.start()
+    try:
+        bank = world["client"](Credentials.from_files(**certs["bank"]), name="bank")
+        with pytest.raises(ProtocolError, match="party 'shop' refused it: party 'shop' does not serve role kind 'psi'"):
+            bank.call("shop", "control", "start_role", StartRole("psi", ["shop"]))
+        with pytest.raises(ProtocolError, match="party 'shop' refused it: its role 'data' does not let peers call 'rows'"):
+            bank.call("shop", "data", "rows", "source-1")
+        assert bank.call("shop", "control", "hello")["data"] == ["shop.parquet"]
+    finally:
+        gateway.stop()
+    spec = ClientSpec("bank", certs["bank"], {"parties": {p: {"gateway": f"127.0.0.1:{port}"} for p, port in ports.items()}})
+    with pytest.raises(VFLError, match="cannot be handed to party 'shop'"):
+        wire_arg([RemoteHandle(spec, "mall", "data")], "shop")

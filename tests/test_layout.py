@@ -176,7 +176,7 @@ def test_top_level_modules_import_no_layer():
 
 # ``python -m ray_vfl.<name>`` commands: thin entry points at the package root (argument parsing, one call
 # into a layer), the only other modules allowed there.
-ENTRY_POINTS = ["certs.py"]
+ENTRY_POINTS = ["certs.py", "serve.py"]
 
 
 def test_no_flat_protocol_modules_left():

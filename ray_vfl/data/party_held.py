@@ -324,10 +324,12 @@ def _release(stores: Mapping[str, Any], keys: Mapping[str, list[str]]) -> None:
     """Have each party drop a garbage-collected handle's tables (nothing to do once Ray is gone)."""
     import ray
 
+    from ..runtime.waiting import settle
+
     if not ray.is_initialized():
         return
     for party, store in stores.items():
-        try:
-            store.drop.remote(keys[party])
+        try:  # nobody waits for the answer: a store gone by now has nothing to report either
+            settle([store.drop.remote(keys[party])])
         except Exception:  # noqa: BLE001 - a store already killed holds nothing to drop
             log.debug("store of %s already gone", party)

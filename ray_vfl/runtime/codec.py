@@ -73,6 +73,14 @@ WIRE_TYPES: dict[str, str] = {
     "NodeHistograms": "ray_vfl.secureboost.messages:NodeHistograms",
     "RouteQuery": "ray_vfl.secureboost.messages:RouteQuery",
     "RouteAnswer": "ray_vfl.secureboost.messages:RouteAnswer",
+    # across organisations (ray_vfl.runtime.federation.roles): a role's start and what it may be handed
+    "Record": "ray_vfl.runtime.comm:Record",  # a party's statistics of what it sent
+    "BoostConfig": "ray_vfl.trees.config:BoostConfig",
+    "PartySource": "ray_vfl.data.sources:PartySource",
+    "StartRole": "ray_vfl.runtime.federation.roles:StartRole",
+    "TableKey": "ray_vfl.runtime.federation.roles:TableKey",
+    "PoolSpec": "ray_vfl.runtime.federation.roles:PoolSpec",
+    "RoleRef": "ray_vfl.runtime.federation.roles:RoleRef",
 }
 
 _EXT_ARRAY, _EXT_TUPLE, _EXT_INT, _EXT_SCALAR, _EXT_DATACLASS = 1, 2, 3, 4, 5

@@ -50,13 +50,18 @@ from ...errors import PartyFailedError, ProtocolError, VFLError
 from ..codec import decode, encode
 from .federation_file import Federation
 
-__all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES"]
+__all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES", "Refusal"]
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20  # requests and replies stream in pieces of at most 1 MiB
 _METHOD = "/ray_vfl.Gateway/Call"
 _KIND = "gateway call"
+
+
+class Refusal(VFLError):
+    """Raised by a gateway's handler for a call its party's policy refuses (a role kind it does not serve,
+    data it does not serve, an argument it does not accept): the caller gets a ProtocolError saying so."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,9 @@ class Gateway:
             return encode({"error": "refused", "what": self.policy.refusal(role, method)})
         try:  # a result that cannot travel is this party's failure too, said as such
             return encode({"ok": self.handler(sender, role, method, args)})
+        except Refusal as exc:
+            log.warning("party %r: refused %s.%s from %r: %s", self.party, role, method, sender, exc)
+            return encode({"error": "refused", "what": str(exc)})
         except Exception as exc:  # the caller learns the error's type and text, as a Ray actor's caller does
             return encode({"error": "failed", "what": f"{type(exc).__name__}: {exc}"})
 

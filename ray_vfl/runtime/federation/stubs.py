@@ -30,7 +30,7 @@ from ...errors import VFLError
 from .federation_file import Federation
 from .gateway import Credentials, GatewayClient
 
-__all__ = ["ClientSpec", "RemoteHandle", "dispatcher"]
+__all__ = ["ClientSpec", "RemoteHandle", "GatewayClientActor", "dispatcher", "wire_arg"]
 
 
 @dataclass(frozen=True)
@@ -79,25 +79,76 @@ def _gateway_call(spec: ClientSpec, target: str, role: str, method: str, *args: 
     return _client(spec).call(target, role, method, *args)
 
 
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=64)
+class GatewayClientActor:
+    """The caller's gateway client as one threaded actor of its cluster: every remote handle of a
+    :class:`~ray_vfl.runtime.federation.coordinator.FederatedRuntime` calls through it, so the TLS
+    channels are made once and reused, whichever local actor or driver calls."""
+
+    def __init__(self, spec: ClientSpec) -> None:
+        self.spec = spec
+
+    def call(self, target: str, role: str, method: str, *args: Any) -> Any:
+        return _client(self.spec).call(target, role, method, *args)
+
+    def close(self) -> None:
+        client = _CLIENTS.pop(self.spec.key(), None)
+        if client is not None:
+            client.close()
+
+
+def wire_arg(value: Any, target: str) -> Any:
+    """``value`` as an argument for ``target``'s gateway: a handle of one of ``target``'s own roles
+    becomes a :class:`~.roles.RoleRef`, a reference to one of its tables a :class:`~.roles.TableKey`, a
+    task pool a :class:`~.roles.PoolSpec` (the called party resolves each on its own cluster); a handle
+    or table of a third party is refused (a message for a third party goes to it directly)."""
+    from ..task_pool import TaskPool
+    from .roles import PoolSpec, RoleRef, TableKey
+
+    t = type(value)
+    if t is RemoteHandle:
+        if value.target != target:
+            raise VFLError(f"a handle of party {value.target!r}'s role {value.role!r} cannot be handed to party "
+                           f"{target!r}: across organisations a party calls only its own roles and the caller's")
+        return RoleRef(value.role)
+    if t.__name__ == "TableRef" and hasattr(value, "store"):  # a party's table (ray_vfl.data.store, a layer above)
+        store = value.store
+        if type(store) is not RemoteHandle or store.target != target:
+            raise VFLError(f"party {value.party!r}'s table cannot be handed to party {target!r}: only the party "
+                           "holding a table resolves it")
+        return TableKey(store.role, value.key, float(value.timeout_s))
+    if t is TaskPool:
+        return PoolSpec(0 if value.resource is None else int(value.workers))
+    if t in (list, tuple):
+        return t(wire_arg(v, target) for v in value)
+    if t is dict:
+        return {k: wire_arg(v, target) for k, v in value.items()}
+    return value
+
+
 class _RemoteMethod:
     def __init__(self, handle: "RemoteHandle", method: str) -> None:
         self._handle, self._method = handle, method
 
     def remote(self, *args: Any) -> ray.ObjectRef:
         h = self._handle
+        args = tuple(a if isinstance(a, ray.ObjectRef) else wire_arg(a, h.target) for a in args)
         for i, arg in enumerate(args):
             if not isinstance(arg, ray.ObjectRef):
                 _no_nested_refs(arg, f"argument {i} of {h.target}.{h.role}.{self._method}")
+        if h.client is not None:
+            return h.client.call.remote(h.target, h.role, self._method, *args)
         return _gateway_call.remote(h.spec, h.target, h.role, self._method, *args)
 
 
 class RemoteHandle:
-    """Role ``role`` of party ``target`` on another cluster, called like a Ray actor handle."""
+    """Role ``role`` of party ``target`` on another cluster, called like a Ray actor handle (through
+    ``client``, a :class:`GatewayClientActor`, if given; else through a Ray task per call)."""
 
-    def __init__(self, spec: ClientSpec, target: str, role: str) -> None:
+    def __init__(self, spec: ClientSpec, target: str, role: str, client: Any = None) -> None:
         if target == spec.party:
             raise VFLError(f"party {spec.party!r} holds its own roles as actors of its cluster, not remote handles")
-        self.spec, self.target, self.role = spec, target, role
+        self.spec, self.target, self.role, self.client = spec, target, role, client
 
     def __getattr__(self, method: str) -> _RemoteMethod:
         if method.startswith("_"):
