@@ -17,7 +17,6 @@ import json
 import os
 import time
 
-import numpy as np
 
 from ray_vfl import Runtime, SecureBoostClassifier, vertical_split
 from ray_vfl.data.bundled import load_named

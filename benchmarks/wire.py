@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import ray
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))

@@ -20,7 +20,6 @@ import pickle
 import uuid
 
 import numpy as np
-import pytest
 import ray
 
 from ray_vfl import ProtocolError, SecureBoostClassifier, vertical_split

@@ -17,7 +17,7 @@ PEERS = {"secureboost", "pivodl", "ssxgb", "splitnn"}
 # Inside a layer, its sub-packages, lowest first; "<top>" is the layer's own modules (its __init__, and for
 # splitnn the drivers, the estimator, the data loaders and the tables), which sit above every sub-package.
 SUBLAYERS = {
-    "crypto": ["he", "two_server", "privacy", "<top>"],
+    "crypto": ["he", "two_server", "lattice", "privacy", "<top>"],
     "splitnn": ["privacy", "network", "unaligned", "<top>"],
 }
 # Sub-packages side by side: neither imports the other (BCP needs HE's helpers, DP and secure sums need neither).

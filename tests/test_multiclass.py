@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from sklearn.datasets import load_digits, load_iris
 

@@ -108,7 +108,7 @@ def test_one_receiver_cannot_pass_its_own_payload_to_another_under_the_senders_n
 
 
 def test_a_party_not_addressed_or_not_introduced_cannot_open():
-    bank, shop = Mailbox("bank"), Mailbox("shop")
+    bank, _shop = Mailbox("bank"), Mailbox("shop")
     message = bank.send("note", ["shop"], np.arange(3))
     with pytest.raises(VFLError, match="expected a 'note' message for itself"):
         Mailbox("mall").open(message, "note")

@@ -374,7 +374,6 @@ def test_bad_input_is_rejected_before_training(runtime, credit):
 
 def test_killed_party_fails_fast_with_its_name(ray_session, credit):
     """A dead passive actor mid-training gives PartyFailedError, never a hang; the rest are cleaned up."""
-    import ray
 
     from ray_vfl import TrainingCallback
 
@@ -416,7 +415,6 @@ def test_phase_timeout_raises_party_failed(ray_session, credit):
 
 def test_mask_reserve_hands_out_each_chunk_once(runtime):
     """The label party's reserve makes masks ahead of time; the supply hands each chunk out once, in order."""
-    import ray
 
     from ray_vfl.crypto import get_backend
     from ray_vfl.crypto.he.mask_reserve import MaskReserve, MaskSupply

@@ -14,7 +14,7 @@ from sklearn.base import clone
 from sklearn.metrics import log_loss, roc_auc_score
 from sklearn.model_selection import GridSearchCV, cross_val_score
 
-from ray_vfl import BoostConfig, SecureBoostClassifier, SecureBoostRegressor, VerticalDataset, train, vertical_split
+from ray_vfl import SecureBoostClassifier, SecureBoostRegressor, VerticalDataset, vertical_split
 from ray_vfl.errors import ConfigError, DataError, SecurityWarning
 from ray_vfl.pivodl import PIVODLClassifier
 from ray_vfl.trees.kernels import base_margin
@@ -271,7 +271,6 @@ def test_each_party_dumps_its_own_trees_with_its_thresholds_on_its_node(runtime,
 def test_weight_column_flag_of_the_main_job(tmp_path, capsys, monkeypatch):
     """jobs/train.py --weight-column: the column leaves the features and travels with the labels (checked
     before Ray starts); a bad weight ends the job with one error line naming it."""
-    import ray_vfl
     from conftest import load_job
 
     job = load_job("train")

@@ -10,7 +10,6 @@ participant won, not which feature or threshold). Thresholds never leave their o
 from __future__ import annotations
 
 import secrets
-import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any

@@ -10,7 +10,6 @@ rounds are in :mod:`ray_vfl.ssxgb.protocol`; the approximations in :mod:`ray_vfl
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any

@@ -9,7 +9,6 @@ round trips between the servers show in the communication statistics like every 
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any
 
