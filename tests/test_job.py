@@ -106,7 +106,7 @@ def test_pivodl_job_small(tmp_path, runtime, capsys):
     actors); the job starting a Ray of its own is what the train job's tests above prove, in a subprocess."""
     job = load_job("pivodl")
     argv = ["--datasets", "credit", "energy", "--studies", "clients", "epsilon", "--clients", "2",
-            "--epsilons", "none", "4", "--rows", "600", "--out", str(tmp_path)]
+            "--epsilons", "none", "4", "--rows", "300", "--out", str(tmp_path)]
     code = job.cli(argv)
     done = capsys.readouterr()
     assert code == 0, done.out[-3000:] + done.err[-3000:]

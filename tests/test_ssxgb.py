@@ -50,7 +50,7 @@ def _frame(n: int = 240, seed: int = 0) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def fitted(runtime):
-    frame = _frame()
+    frame = _frame(160)
     data = vertical_split(frame, COLUMNS, label="y")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
