@@ -13,7 +13,7 @@ import stat
 import numpy as np
 import pytest
 
-from ray_vfl import ConfigError, PartyFailedError, ProtocolError
+from ray_vfl import ConfigError, DataError, PartyFailedError, ProtocolError
 from ray_vfl.errors import VFLError
 from ray_vfl.certs import main as certs_main
 from ray_vfl.runtime.federation.certs import certificate_name, write_test_certificates
@@ -42,9 +42,15 @@ def world(tmp_path_factory):
         calls.append((sender, role, method))
         if method == "fail":
             raise ValueError("the bank's own error")
+        if method == "bad_data":
+            raise DataError("column 'age' is missing from bank.csv")
+        if method == "bad_config":
+            raise ConfigError("max_bin must be in [2, 256], got 1")
+        if method == "mailbox_key":  # bank announcing a key under shop's name
+            return ["shop", bytes(32)]
         return {"sender": sender, "sum": float(np.sum(args[0])), "back": args[0]}
 
-    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail"]}),
+    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail", "bad_data", "bad_config", "mailbox_key"]}),
                    handler)
     bank.start()
     clients = []
@@ -96,6 +102,51 @@ def test_a_failing_method_names_the_party(world):
     shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
     with pytest.raises(PartyFailedError, match="party 'bank' failed during phase 'party.fail': ValueError: the bank's own"):
         shop.call("bank", "party", "fail")
+
+
+def test_a_remote_data_or_config_error_arrives_as_itself_naming_the_party(world):
+    """The user's input refused at another organisation is the same error type at the caller, not a party failure."""
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    with pytest.raises(DataError, match="party 'bank': column 'age' is missing") as caught:
+        shop.call("bank", "party", "bad_data")
+    assert type(caught.value) is DataError
+    with pytest.raises(ConfigError, match="party 'bank': max_bin must be") as caught:
+        shop.call("bank", "party", "bad_config")
+    assert type(caught.value) is ConfigError
+
+
+def test_mailbox_keys_are_pinned_to_certificate_names(world):
+    """Whose key a key announcement is, is decided by the certificate the gateway authenticated: bank's
+    gateway answering ``mailbox_key`` with a key under shop's name is refused at the caller; a serving party
+    takes from a caller keys under the caller's name and its own only."""
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    with pytest.raises(ProtocolError, match="party 'bank' sent a malformed 'reply to party.mailbox_key'.*under the "
+                                            "name 'shop'"):
+        shop.call("bank", "party", "mailbox_key")
+    from ray_vfl.runtime.federation.gateway import Refusal
+
+    server, key = _server(), bytes(32)
+    for keys in ({"mall": key}, {"bank": key, "mall": key}, {"bank": key, "shop": key, "party1": key}):
+        with pytest.raises(Refusal, match=r"only from the party it belongs to: 'bank' \(by its certificate\) "
+                                          r"announced keys for \["):
+            server.handle("bank", "secureboost", "trust_mailboxes", [keys, True])
+    with pytest.raises(Refusal, match="runs no role"):  # the caller's own key and the party's pass the pin
+        server.handle("bank", "secureboost", "trust_mailboxes", [{"bank": key, "shop": key}, True])
+    # through the gateway: mall (a party of the federation below) announcing a key for bank to shop
+    certs = world["certs"]
+    ports = {"bank": _free_port(), "shop": _free_port(), "mall": _free_port()}
+    fed = Federation.from_dict({"parties": {p: {"gateway": f"127.0.0.1:{port}"} for p, port in ports.items()}})
+    gateway = Gateway("shop", Credentials.from_files(**certs["shop"]), fed,
+                      GatewayPolicy(server.policy.gateway_allow_list()), server.handle)
+    gateway.start()
+    mall = GatewayClient("mall", Credentials.from_files(**certs["mall"]), fed, timeout_s=10)
+    try:
+        with pytest.raises(ProtocolError, match="party 'shop' refused it: .*'mall' \\(by its certificate\\) "
+                                                "announced keys for \\['bank'\\]"):
+            mall.call("shop", "secureboost", "trust_mailboxes", {"bank": key}, True)
+    finally:
+        mall.close()
+        gateway.stop()
 
 
 def test_a_certificate_of_another_ca_is_refused(world):

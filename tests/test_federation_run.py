@@ -2,10 +2,10 @@
 (this test session's) and the shop's, started by the shop's own ``python -m ray_vfl.serve`` process with
 its own RAY_TMPDIR and HOME; the parties joined by gateways over mutual TLS.
 
-One test, in order: PSI aligns 260 of the bank's 300 IDs; SecureBoost across the two clusters grows the
-trees, margins and message bytes of the one-cluster run on the same files; ``jobs/train.py --federation``
-runs end to end; the shop's serve process killed by its PID ends the next call with PartyFailedError
-naming "shop" within seconds."""
+One serve process and one coordinator runtime for the module, several checks in order: PSI aligns 260 of
+the bank's 300 IDs (after ``jobs/train.py --federation`` ran end to end with its own runtime); SecureBoost across
+the two clusters grows the trees, margins and message bytes of the one-cluster run on the same files; last, the shop's serve
+process killed by its PID ends the next call with PartyFailedError naming "shop" within seconds."""
 
 from __future__ import annotations
 
@@ -123,36 +123,72 @@ def two_clusters(request, tmp_path_factory):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_two_organisations_train_as_one_cluster_and_a_killed_party_is_named(two_clusters, runtime):
+def test_the_train_job_runs_across_organisations(two_clusters, reference):
+    """First in the module: the job's own runtime stops the roles it started at the shop when it ends, and the
+    shop keys the roles it runs by their starter's certificate (the same for every runtime of the bank), so the
+    module's runtime starts its roles after this one."""
     c = two_clusters
-    config = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
-    # the one-cluster run on the rows PSI aligns, both parties' actors in this session's Ray
-    local = _aligned_in_memory(c["bank"], c["shop"], c["label"])
-    one = train(runtime, local, config)
     _wait_for_serving(c)
+    bank = c["certs"]["bank"]
+    report = load_job("train").main(["--federation", c["fed"], "--party", "bank", "--cert", bank["cert"],
+                                     "--key", bank["key"], "--ca", bank["ca"],
+                                     "--party-files", f"bank={c['bank']}", "shop=shop.parquet", "--id-column", "ID",
+                                     "--label", c["label"], "--backend", "plain", "--trees", "2", "--depth", "3",
+                                     "--quiet", "--test-size", "0.3"])
+    assert report["psi"]["aligned_rows"] == 260 and report["trees"] == 2 and 0.0 <= report["test_auc"] <= 1.0
 
+
+@pytest.fixture(scope="module")
+def reference(two_clusters, runtime):
+    """The one-cluster run on the rows PSI aligns (both parties' actors in this session's Ray), trained while the
+    shop's serve process starts."""
+    c = two_clusters
+    local = _aligned_in_memory(c["bank"], c["shop"], c["label"])
+    return local, train(runtime, local, _CONFIG)
+
+
+@pytest.fixture(scope="module")
+def federated(two_clusters, reference):
+    """The bank's FederatedRuntime joined to the shop's serve process and the PSI-aligned data, made once for
+    the module, with the one-cluster reference."""
+    c = two_clusters
+    local, one = reference
+    _wait_for_serving(c)
     rt = FederatedRuntime(c["fed"], "bank", c["certs"]["bank"], timeout_s=60)
     try:
         data = VerticalDataset.from_files({"bank": str(c["bank"]), "shop": "shop.parquet"}, id_column="ID",
                                           label=c["label"], align="psi", runtime=rt)
-        assert data.n_rows == local.n_rows == 260 and data.unaligned == {"bank": 40, "shop": 20}
-        model = train(rt, data, config)
-        _same_trees(model.trees(), one.trees())
-        np.testing.assert_array_equal(model.predict_margin(data), one.predict_margin(local))
-        assert model.comm_stats.total_bytes == one.comm_stats.total_bytes > 0
-
-        report = load_job("train").main(["--federation", c["fed"], "--party", "bank", "--cert", c["certs"]["bank"]["cert"],
-                                         "--key", c["certs"]["bank"]["key"], "--ca", c["certs"]["bank"]["ca"],
-                                         "--party-files", f"bank={c['bank']}", "shop=shop.parquet", "--id-column", "ID",
-                                         "--label", c["label"], "--backend", "plain", "--trees", "2", "--depth", "3",
-                                         "--quiet", "--test-size", "0.3"])
-        assert report["psi"]["aligned_rows"] == 260 and report["trees"] == 2 and 0.0 <= report["test_auc"] <= 1.0
-
-        os.kill(c["proc"].pid, signal.SIGKILL)  # the shop's organisation goes away
-        c["proc"].wait(10)
-        start = time.monotonic()
-        with pytest.raises(PartyFailedError) as failed:
-            model.predict_margin(data)
-        assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value
+        yield {"rt": rt, "data": data, "local": local, "one": one, "state": {}}
     finally:
         rt.shutdown()
+
+
+_CONFIG = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
+
+
+def test_psi_aligns_the_common_ids_across_organisations(federated):
+    data, local = federated["data"], federated["local"]
+    assert data.n_rows == local.n_rows == 260 and data.unaligned == {"bank": 40, "shop": 20}
+
+
+def test_secureboost_across_organisations_grows_the_one_cluster_model(federated):
+    f = federated
+    model = train(f["rt"], f["data"], _CONFIG)
+    _same_trees(model.trees(), f["one"].trees())
+    np.testing.assert_array_equal(model.predict_margin(f["data"]), f["one"].predict_margin(f["local"]))
+    assert model.comm_stats.total_bytes == f["one"].comm_stats.total_bytes > 0
+    f["state"]["model"] = model
+
+
+def test_killing_the_serving_partys_process_names_it_within_the_timeout(two_clusters, federated):
+    """Last in the module: the shop's serve process killed by its PID (SIGKILL: no goodbye) ends the
+    coordinator's next call with PartyFailedError naming "shop", in seconds, not the 60 s timeout."""
+    c, f = two_clusters, federated
+    model = f["state"].get("model") or train(f["rt"], f["data"], _CONFIG)
+    assert model.predict_margin(f["data"]).shape == (260,)  # the shop's roles answer until its process is killed
+    os.kill(c["proc"].pid, signal.SIGKILL)  # the shop's organisation goes away
+    c["proc"].wait(10)
+    start = time.monotonic()
+    with pytest.raises(PartyFailedError) as failed:
+        model.predict_margin(f["data"])
+    assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value

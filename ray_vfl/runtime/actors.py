@@ -260,9 +260,10 @@ class Runtime:
 
         Every protocol driver calls it once its actors are spawned, before the first message. Each
         actor made its key pair in its own process; the driver only carries the public keys. (An
-        honest-but-curious driver hands out the real ones; a malicious one could substitute its own,
-        which the cross-organisation mode, still to come, is to rule out by pinning keys with
-        certificates.)
+        honest-but-curious driver hands out the real ones; a malicious one could substitute its own.
+        Across organisations the keys are pinned to certificate names: a party's key reaches the
+        driver under the name its gateway's certificate bears, and a serving party takes from the
+        driver only the driver's key and its own, :mod:`ray_vfl.runtime.federation.gateway`.)
         """
         keys = list(keys)
         named = self.get([(k.split(":")[0], self.actor(k).mailbox_key.remote()) for k in keys], "introduce", timeout_s)

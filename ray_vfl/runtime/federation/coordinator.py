@@ -99,6 +99,27 @@ class FederatedRuntime(Runtime):
         self._classes[key] = cls
         return handle
 
+    def introduce(self, keys: Sequence[str], timeout_s: float | None = None) -> None:
+        """:meth:`Runtime.introduce`, each other organisation's role handed only its own key and this party's:
+        a serving party takes keys from the coordinator under these two names only (its keys are pinned to
+        certificate names, :mod:`.serving`), so another serving party's key never travels through here."""
+        keys = list(keys)
+        named = self.get([(k.split(":")[0], self.actor(k).mailbox_key.remote()) for k in keys], "introduce", timeout_s)
+        directory: dict[str, bytes] = {}
+        for name, public in named:
+            if name in directory:
+                raise VFLError(f"two actors introduced together have a mailbox named {name!r}; introduce "
+                               "each group of talking actors on its own")
+            directory[name] = public
+        self._mailbox_keys.update({name: public for key, (name, public) in zip(keys, named) if ":" not in key})
+        calls = []
+        for k in keys:
+            party = k.split(":")[0]
+            handed = ({n: v for n, v in directory.items() if n in (party, self.party)} if self.is_remote(party)
+                      else directory)
+            calls.append((party, self.actor(k).trust_mailboxes.remote(handed, self._seal_messages)))
+        self.get(calls, "introduce", timeout_s)
+
     def control(self, party: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         """Call ``party``'s control role (``start_role``, ``stop_role``, ``hello``) and wait for the answer."""
         if self._client is None:

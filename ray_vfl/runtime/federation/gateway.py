@@ -46,17 +46,22 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import grpc
 
-from ...errors import PartyFailedError, ProtocolError, VFLError
+from ...errors import (ConfigError, CryptoError, DataError, NotFittedError, OverflowEncodingError, PartyFailedError,
+                       ProtocolError, VFLError)
 from ..codec import decode, encode
 from .federation_file import Federation
 
-__all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES", "Refusal"]
+__all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES", "Refusal", "RAISED_AS_THEMSELVES"]
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20  # requests and replies stream in pieces of at most 1 MiB
 _METHOD = "/ray_vfl.Gateway/Call"
 _KIND = "gateway call"
+# errors a called party's method raises that reach the caller as themselves (type and text), by type name:
+# the user's input or a bound of the library, not a fault of the party
+RAISED_AS_THEMSELVES: dict[str, type] = {c.__name__: c for c in (
+    DataError, ConfigError, CryptoError, OverflowEncodingError, NotFittedError, VFLError)}
 
 
 class Refusal(VFLError):
@@ -180,6 +185,8 @@ class Gateway:
             log.warning("party %r: refused %s.%s from %r: %s", self.party, role, method, sender, exc)
             return encode({"error": "refused", "what": str(exc)})
         except Exception as exc:  # the caller learns the error's type and text, as a Ray actor's caller does
+            if type(exc).__name__ in RAISED_AS_THEMSELVES and type(exc) is RAISED_AS_THEMSELVES[type(exc).__name__]:
+                return encode({"error": "raised", "what": [type(exc).__name__, str(exc)]})
             return encode({"error": "failed", "what": f"{type(exc).__name__}: {exc}"})
 
 
@@ -234,13 +241,27 @@ class GatewayClient:
         if not isinstance(answer, dict) or len(answer) not in (1, 2):
             raise ProtocolError(target, f"reply to {phase}", "a reply is {ok: result} or {error, what}", self.party)
         if "ok" in answer:
+            if method == "mailbox_key":
+                self._check_announced_key(target, phase, answer["ok"])
             return answer["ok"]
-        error, what = answer.get("error"), str(answer.get("what"))
+        error, what = answer.get("error"), answer.get("what")
+        if error == "raised" and isinstance(what, list) and len(what) == 2 and what[0] in RAISED_AS_THEMSELVES:
+            text = str(what[1])
+            raise RAISED_AS_THEMSELVES[what[0]](text if f"{target!r}" in text else f"party {target!r}: {text}")
+        what = str(what)
         if error == "failed":
             raise PartyFailedError(target, phase, what)
         if error in ("malformed", "refused"):
             raise ProtocolError(self.party, phase, f"party {target!r} refused it: {what}", target)
         raise ProtocolError(target, f"reply to {phase}", f"an unknown error kind {error!r}", self.party)
+
+    def _check_announced_key(self, target: str, phase: str, announced: Any) -> None:
+        """A ``mailbox_key`` answer is ``(name, key)`` with ``name`` the party the certificate named."""
+        name = announced[0] if isinstance(announced, (list, tuple)) and len(announced) == 2 else None
+        if name != target:
+            raise ProtocolError(target, f"reply to {phase}", f"a mailbox key announced under the name {name!r}: "
+                                f"the party whose certificate is {self.federation.party(target).certificate_name!r} "
+                                f"announces its own key only (under {target!r})", self.party)
 
     def close(self) -> None:
         with self._lock:

@@ -13,7 +13,10 @@ with a :class:`~.gateway.Refusal` the caller reads as a ProtocolError naming thi
   (``shop.parquet``), never a path or a query another party chooses; the ID column and location are the
   serving party's;
 * a call on a role it does not run for that caller: every role belongs to the party that started it, and
-  answers no one else.
+  answers no one else;
+* a mailbox key (``trust_mailboxes``) under any name but the caller's and its own: the caller's
+  certificate decides whose key a key announcement is, so no party can hand in a key for a third party
+  (and its own must be its own, :meth:`~ray_vfl.runtime.seal.Seal.trust`).
 
 The gateway itself refuses any method off a role's allow-list before this handler runs
 (:data:`~.roles.ROLE_KINDS`).
@@ -66,6 +69,8 @@ class PartyServer:
             if method == "hello" and not args:
                 return {"party": self.party, "kinds": list(self.policy.kinds), "data": sorted(self.policy.data)}
             raise Refusal(f"party {self.party!r}: control.{method} takes other arguments")
+        if method == "trust_mailboxes":
+            self.check_keys(sender, args)
         key = self._roles.get((sender, role))
         if key is None or self.runtime is None:
             raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
@@ -130,6 +135,16 @@ class PartyServer:
                 raise Refusal(f"party {me!r}: continuing a saved model across organisations is not supported "
                               "(init_model must be None)")
         return request.kind, args
+
+    def check_keys(self, sender: str, args: list) -> None:
+        """A ``trust_mailboxes(keys, ...)`` from ``sender`` names keys of ``sender`` and this party only."""
+        keys = args[0] if args else None
+        if not isinstance(keys, dict):
+            raise Refusal(f"party {self.party!r}: trust_mailboxes takes a {{party: public key}} mapping")
+        foreign = sorted(str(name) for name in keys if name not in (sender, self.party))
+        if foreign:
+            raise Refusal(f"party {self.party!r} takes a mailbox key only from the party it belongs to: {sender!r} "
+                          f"(by its certificate) announced keys for {foreign}")
 
     # arguments -------------------------------------------------------------------------------
     def _resolved(self, value: Any, sender: str) -> Any:
