@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ray_vfl.crypto.lattice.arrays import (FRESH_NOISE, PLAIN_NOISE, LatticeArray, LatticeOps, Term, dense_term,
-                                          frac_of, is_dense)
+                                          frac_of)
 from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, flood, load_ct, save_ct, _seal
 from ray_vfl.crypto.lattice.ring import RingParams, uniform_residues
 from ray_vfl.crypto.two_server.server_s import TwoServerConfig
@@ -81,9 +81,12 @@ class LatticeServerS:
         self.view: list[tuple[str, list[int]]] = []
         self.budgets: list[int] = []  # record_view: SEAL's noise budget of every ciphertext opened
 
-    def _open(self, operand: list[tuple[list[list[bytes]], np.ndarray, np.ndarray]], m: int) -> np.ndarray:
-        """``(k, m)`` residues of an operand: the sum of its opened terms."""
+    def _open(self, operand: list[tuple[list[list[bytes]], np.ndarray, np.ndarray]], m: int,
+              cache: dict | None = None) -> np.ndarray:
+        """``(k, m)`` residues of an operand: the sum of its opened terms. ``cache``: the decrypted
+        blocks of this request (C sends one block holding several operands' slots once)."""
         ring, keys = self.keys.ring, self.keys
+        cache = {} if cache is None else cache
         acc = np.zeros((ring.n_primes, m), dtype=np.uint64)
         for blobs, block, slot in operand:
             block, slot = np.asarray(block, dtype=np.int64), np.asarray(slot, dtype=np.int64)
@@ -94,10 +97,12 @@ class LatticeServerS:
                 if len(row) != ring.n_primes:
                     raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
                 for i, blob in enumerate(row):
-                    ct = load_ct(keys.contexts[i], blob)
-                    if self.record_view:
-                        self.budgets.append(keys.noise_budget(i, ct))
-                    vals = keys.decrypt(i, ct)
+                    vals = cache.get(blob)
+                    if vals is None:
+                        ct = load_ct(keys.contexts[i], blob)
+                        if self.record_view:
+                            self.budgets.append(keys.noise_budget(i, ct))
+                        vals = cache[blob] = keys.decrypt(i, ct)
                     acc[i, sel] = (acc[i, sel] + vals[slot[sel]]) % np.uint64(ring.primes[i])
         return acc
 
@@ -111,16 +116,21 @@ class LatticeServerS:
             out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
         return out
 
+    def _packed(self, arrays: list[np.ndarray]) -> list[list[bytes]]:
+        """The arrays' blocks one after another, each array starting a block (element ``j`` at slot
+        ``j mod N``, as a fresh encryption: C's sums of replies stay slot-aligned, one SIMD addition)."""
+        return [row for res in arrays for row in self._dense(res)]
+
     def _record(self, step: str, res: np.ndarray) -> None:
         if self.record_view:
             self.view.append((step, self.keys.ring.from_residues(res)))
 
     def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]],
                   back: list[bool] | None = None) -> tuple[list, list]:
-        """Open each operand ``X``; return (``Enc(X)`` of each operand ``back`` flags, else None;
-        ``Enc(X_i X_j)`` per pair), dense."""
-        ring = self.keys.ring
-        opened = [self._open(op, int(m)) for op, m in zip(operands, lengths)]
+        """Open each operand ``X``; return (``Enc(X)`` of the operands ``back`` flags, packed in shared
+        blocks in operand order; ``Enc(X_i X_j)`` of the pairs, packed in pair order)."""
+        ring, cache = self.keys.ring, {}
+        opened = [self._open(op, int(m), cache) for op, m in zip(operands, lengths)]
         back = [True] * len(opened) if back is None else list(back)
         for res in opened:
             self._record("mult", res)
@@ -128,24 +138,25 @@ class LatticeServerS:
                 type(i) is int and 0 <= i < len(opened) and opened[i].shape[1] == opened[p[0]].shape[1] for i in p)
                 for p in pairs):
             raise CryptoError("mult_step: pairs must index operands of equal length (and back flag each operand)")
-        return ([self._dense(x) if b else None for x, b in zip(opened, back)],
-                [self._dense(ring.mul(opened[i], opened[j])) for i, j in pairs])
+        return (self._packed([x for x, b in zip(opened, back) if b]),
+                self._packed([ring.mul(opened[i], opened[j]) for i, j in pairs]))
 
     def trunc_step(self, operands: list, lengths: list[int], shift: int) -> list:
-        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` dense (refused past ``x``'s range)."""
-        ring, cfg = self.keys.ring, self.config
+        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` of every operand packed in shared blocks
+        (refused past ``x``'s range)."""
+        ring, cfg, cache = self.keys.ring, self.config, {}
         lo, hi = -(1 << cfg.value_bits), (1 << cfg.mask_bits) + (1 << cfg.value_bits)
         if type(shift) is not int or not 0 < shift <= cfg.value_bits:
             raise CryptoError(f"trunc_step: shift must be an int in [1, {cfg.value_bits}], got {shift!r}")
         out = []
         for op, m in zip(operands, lengths):
-            vals = ring.from_residues(self._open(op, int(m)))
+            vals = ring.from_residues(self._open(op, int(m), cache))
             if self.record_view:
                 self.view.append(("trunc", vals))
             if any(not lo < v < hi for v in vals):
                 raise CryptoError(f"Trunc input outside |x| < 2^{cfg.value_bits} (value_bits): refused")
-            out.append(self._dense(ring.to_residues([v >> shift for v in vals])))
-        return out
+            out.append(ring.to_residues([v >> shift for v in vals]))
+        return self._packed(out)
 
     def lgt_step(self, operand: list, length: int) -> list:
         """Open ``v``; return ``Enc([v > 0])`` dense (refused for ``|v| >= 2^(l + kappa + 2)``)."""
@@ -232,15 +243,23 @@ class LatticeServerC:
         cts = [[load_ct(self.pub.contexts[i], b) for i, b in enumerate(row)] for row in blobs]
         return dense_term(cts, m, self.ring.slots, noise)
 
+    def _unpack(self, blobs: list[list[bytes]], lengths: Sequence[int], noise: int) -> list[Term]:
+        """The terms of arrays S packed one after another in shared blocks (:meth:`LatticeServerS._packed`)."""
+        n, out, at = self.ring.slots, [], 0
+        for m in lengths:
+            size = max(-(-int(m) // n), 1)
+            out.append(self._load_dense(blobs[at:at + size], int(m), noise))
+            at += size
+        if at != len(blobs):
+            raise CryptoError(f"server S replied with {len(blobs)} blocks, {at} expected")
+        return out
+
     def _add_plain(self, t: Term, res: np.ndarray) -> Term:
-        """A dense term plus per-element residues (in place of its ciphertexts' copies)."""
-        ev, ring = self.pub.evaluators, self.ring
-        n = ring.slots
+        """A term holding every element plus per-element residues (in place of its ciphertexts' copies)."""
+        ev = self.pub.evaluators
         cts = []
         for b, row in enumerate(t.cts):
-            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
-            chunk = res[:, b * n:(b + 1) * n]
-            part[:, :chunk.shape[1]] = chunk
+            part = self.bcp.slot_values(t, b, res)
             out = []
             for i, u in enumerate(row):
                 w = _seal().Ciphertext()
@@ -260,9 +279,51 @@ class LatticeServerC:
         return self.bcp.add(self.pub, c, self._encrypt_res(np.zeros((self.ring.n_primes, c.length), np.uint64), c.frac))
 
     def _send(self, c: LatticeArray, mask: np.ndarray) -> list:
-        """The terms of ``c`` masked so their opened sum is ``x + mask``: re-randomised and flooded."""
-        c = self._covered(c)
-        ring, ev = self.ring, self.pub.evaluators
+        return self._send_many([c], [mask])[0]
+
+    def _send_many(self, arrays: Sequence[LatticeArray], masks: Sequence[np.ndarray]) -> list:
+        """The terms of each ``c`` masked so their opened sum is ``x + mask``: re-randomised and flooded.
+        Terms of several arrays that sit in one block at disjoint slots are sent as one masked block
+        (each array's shares at its slots, every other slot uniform): one ciphertext per prime for
+        all of them, opened once by S (slots that hold nothing of an operand stay uniform to S)."""
+        shares = [self._shares(self._covered(c), mask) for c, mask in zip(arrays, masks)]
+        ring, ev, n = self.ring, self.pub.evaluators, self.ring.slots
+        sheets: dict[int, list[list]] = {}  # id of a block's ciphertexts -> [[taken slots, values, row], ...]
+        places = []
+        for per_array in shares:
+            for t, share in per_array:
+                for b, row in enumerate(t.cts):
+                    sel = t.block == b
+                    used = t.slot[sel]
+                    group = sheets.setdefault(id(row), [])
+                    sheet = next((sh for sh in group if not sh[0][used].any()), None)
+                    if sheet is None:
+                        sheet = [np.zeros(n, dtype=bool), uniform_residues(ring, n), row, None]
+                        group.append(sheet)
+                    sheet[0][used] = True
+                    sheet[1][:, used] = share[:, sel]
+                    places.append(sheet)
+        for group in sheets.values():
+            for sheet in group:
+                sent = []
+                for i, u in enumerate(sheet[2]):
+                    w = _seal().Ciphertext()
+                    ev[i].add(u, self.pub.encrypt(i, sheet[1][i]), w)
+                    sent.append(flood(save_ct(w), self.pub.moduli, self.pub.flood_bits))
+                sheet[3] = sent
+        out, k = [], 0
+        for per_array in shares:
+            terms = []
+            for t, _ in per_array:
+                terms.append(([places[k + b][3] for b in range(len(t.cts))], t.block, t.slot))
+                k += len(t.cts)
+            out.append(terms)
+        return out
+
+    def _shares(self, c: LatticeArray, mask: np.ndarray) -> list[tuple[Term, np.ndarray]]:
+        """Each term of ``c`` with its share of ``mask`` (every covering term but the last of an element
+        a uniform share, the last the rest); refuses a term too noisy for the flooding."""
+        ring = self.ring
         limit = self.pub.hide_limit
         # per element, every covering term but the last gets a uniform share, the last the rest
         cover = np.stack([t.covered() for t in c.terms])
@@ -276,22 +337,11 @@ class LatticeServerC:
         for n in range(len(c.terms)):
             here = last_term == n
             shares[n][:, here] = rest[:, here]
-        out = []
-        for t, share in zip(c.terms, shares):
+        for t in c.terms:
             if t.noise + 1 > limit:
                 raise CryptoError(f"a ciphertext's noise bound ({t.noise} bits) is past what flooding hides "
                                   f"({limit}): refresh it (regroup) before sending")
-            blobs = []
-            for b, row in enumerate(t.cts):
-                vals = self.bcp.slot_values(t, b, share, fill=uniform_residues(ring, ring.slots))
-                sent = []
-                for i, u in enumerate(row):
-                    w = _seal().Ciphertext()
-                    ev[i].add(u, self.pub.encrypt(i, vals[i]), w)
-                    sent.append(flood(save_ct(w), self.pub.moduli, self.pub.flood_bits))
-                blobs.append(sent)
-            out.append((blobs, t.block, t.slot))
-        return out
+        return list(zip(c.terms, shares))
 
     # -- Regroup --------------------------------------------------------------------------------------
     def regroup(self, c: LatticeArray) -> LatticeArray:
@@ -336,21 +386,23 @@ class LatticeServerC:
         ring = self.ring
         masks = [uniform_residues(ring, len(op)) for op in operands]
         # an operand that is one fresh dense term serves its own cross terms; any other gets Enc(X) back
-        back = [not (len(op.terms) == 1 and is_dense(op.terms[0], len(op), ring.slots)
-                     and op.terms[0].noise <= FRESH_NOISE + 2) for op in operands]
-        opened, products = self.link.ask(LatticeServerS.mult_step, [self._send(op, r) for op, r in zip(operands, masks)],
+        back = [not (len(op.terms) == 1 and op.terms[0].covered().all() and op.terms[0].noise <= FRESH_NOISE + 2)
+                for op in operands]
+        opened, products = self.link.ask(LatticeServerS.mult_step, self._send_many(operands, masks),
                                          [len(op) for op in operands], index, back)
+        came = iter(self._unpack(opened, [len(op) for op, b in zip(operands, back) if b], FRESH_NOISE))
+        made = self._unpack(products, [len(operands[i]) for i, _ in index], FRESH_NOISE)
         xs = []
-        for op, r, blobs in zip(operands, masks, opened):
-            if blobs is None:
+        for op, r, flag in zip(operands, masks, back):
+            if not flag:
                 xs.append((op.terms[0], False))
                 continue
-            big_x = self._load_dense(blobs, len(op), FRESH_NOISE)
+            big_x = next(came)
             xs.append((big_x, True))
             # x = X - r: the operand becomes one dense fresh term (same values, no round)
             op.terms = [self._add_plain(big_x, ring.neg(r))]
         out = []
-        for (i, j), blobs in zip(index, products):
+        for (i, j), product in zip(index, made):
             m = len(operands[i])
             # XY - r_j X_i - r_i X_j + r_i r_j, or with x itself: XY - r_j x_i - r_i x_j - r_i r_j
             (xi, opened_i), (xj, opened_j) = xs[i], xs[j]
@@ -358,7 +410,7 @@ class LatticeServerC:
             for flag in (opened_i, opened_j):
                 if not flag:
                     const = ring.sub(const, ring.mul(masks[i], masks[j]))
-            acc = LatticeArray([self._add_plain(self._load_dense(blobs, m, FRESH_NOISE), const)],
+            acc = LatticeArray([self._add_plain(product, const)],
                                m, operands[i].frac + operands[j].frac, self.key_id)
             cross = [self.bcp.mul_plain(xi, ring.neg(masks[j])), self.bcp.mul_plain(xj, ring.neg(masks[i]))]
             for t in cross:
@@ -377,11 +429,11 @@ class LatticeServerC:
             if not 0 < k <= frac_of(c):
                 raise CryptoError(f"Trunc by {k} bits of an array of scale {c.frac}: shift must be in [1, {c.frac}]")
         rs = [_bits_uniform(bits, len(c)) for c in arrays]
-        reply = self.link.ask(LatticeServerS.trunc_step, [self._send(c, self.ring.to_residues(r)) for c, r in zip(arrays, rs)],
-                              [len(c) for c in arrays], int(k))
+        reply = self.link.ask(LatticeServerS.trunc_step,
+                              self._send_many(arrays, [self.ring.to_residues(r) for r in rs]), [len(c) for c in arrays], int(k))
         out = []
-        for c, r, blobs in zip(arrays, rs, reply):
-            t = self._add_plain(self._load_dense(blobs, len(c), FRESH_NOISE), self.ring.to_residues([-(v >> k) for v in r]))
+        for c, r, got in zip(arrays, rs, self._unpack(reply, [len(c) for c in arrays], FRESH_NOISE)):
+            t = self._add_plain(got, self.ring.to_residues([-(v >> k) for v in r]))
             out.append(LatticeArray([t], len(c), c.frac - k, self.key_id))
         return out
 
