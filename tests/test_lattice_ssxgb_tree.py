@@ -37,9 +37,9 @@ def test_engine_choice():
 def test_lattice_tree_equals_reference():
     rng = np.random.default_rng(3)
     n = 60
-    bins = [rng.integers(0, 4, size=(n, 1)).astype(np.uint8) for _ in range(2)]
-    y = ((bins[0][:, 0] + bins[1][:, 0] + rng.integers(0, 2, n)) > 3).astype(np.int64)
-    config = SSXGBConfig(n_trees=2, max_depth=2, max_bin=4, key_bits=1024, allow_weak_keys=True, frac_bits=16,
+    bins = [rng.integers(0, 3, size=(n, 1)).astype(np.uint8) for _ in range(2)]
+    y = ((bins[0][:, 0] + bins[1][:, 0] + rng.integers(0, 2, n)) > 2).astype(np.int64)
+    config = SSXGBConfig(n_trees=2, max_depth=2, max_bin=3, key_bits=1024, allow_weak_keys=True, frac_bits=16,
                          kappa=40, value_bits=136, engine="lattice")
     ref = fit_ssxgb_reference(bins, 0, y, config)
     plan = FixedPointPlan.of(config, n)
@@ -55,7 +55,7 @@ def test_lattice_tree_equals_reference():
     g_row[rows], h_row[rows] = lat.decrypt_ints(keys, g), lat.decrypt_ints(keys, h)  # the sums' stand-in
     sampled = np.zeros(n, dtype=bool)
     sampled[rows] = True
-    cands = [(p, ft, b) for p in range(2) for ft, b in candidate_list(top_bins(bins[p], 4), np.arange(1))]
+    cands = [(p, ft, b) for p in range(2) for ft, b in candidate_list(top_bins(bins[p], 3), np.arange(1))]
     k = len(cands)
     node_of_row, open_nodes, next_id, splits = np.zeros(n, dtype=np.int64), [0], 1, {}
     for _ in range(config.max_depth):
