@@ -74,7 +74,7 @@ class LatticeServerS:
             out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
         return out
 
-    def _packed(self, arrays: list[np.ndarray]) -> list[list[bytes]]:
+    def _listed(self, arrays: list[np.ndarray]) -> list[list[bytes]]:
         """The arrays' blocks one after another, each array starting a block (element ``j`` at slot
         ``j mod N``, as a fresh encryption: C's sums of replies stay slot-aligned, one SIMD addition)."""
         return [row for res in arrays for row in self._dense(res)]
@@ -85,8 +85,8 @@ class LatticeServerS:
 
     def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]],
                   back: list[bool] | None = None) -> tuple[list, list]:
-        """Open each operand ``X``; return (``Enc(X)`` of the operands ``back`` flags, packed in shared
-        blocks in operand order; ``Enc(X_i X_j)`` of the pairs, packed in pair order)."""
+        """Open each operand ``X``; return (``Enc(X)`` of the operands ``back`` flags, their blocks in one
+        list in operand order; ``Enc(X_i X_j)`` of the pairs, in pair order), each dense."""
         ring, cache = self.keys.ring, {}
         opened = [self._open(op, int(m), cache) for op, m in zip(operands, lengths)]
         back = [True] * len(opened) if back is None else list(back)
@@ -96,11 +96,11 @@ class LatticeServerS:
                 type(i) is int and 0 <= i < len(opened) and opened[i].shape[1] == opened[p[0]].shape[1] for i in p)
                 for p in pairs):
             raise CryptoError("mult_step: pairs must index operands of equal length (and back flag each operand)")
-        return (self._packed([x for x, b in zip(opened, back) if b]),
-                self._packed([ring.mul(opened[i], opened[j]) for i, j in pairs]))
+        return (self._listed([x for x, b in zip(opened, back) if b]),
+                self._listed([ring.mul(opened[i], opened[j]) for i, j in pairs]))
 
     def trunc_step(self, operands: list, lengths: list[int], shift: int) -> list:
-        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` of every operand packed in shared blocks
+        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` of every operand, dense, blocks in one list
         (refused past ``x``'s range)."""
         ring, cfg, cache = self.keys.ring, self.config, {}
         lo, hi = -(1 << cfg.value_bits), (1 << cfg.mask_bits) + (1 << cfg.value_bits)
@@ -114,7 +114,7 @@ class LatticeServerS:
             if any(not lo < v < hi for v in vals):
                 raise CryptoError(f"Trunc input outside |x| < 2^{cfg.value_bits} (value_bits): refused")
             out.append(ring.to_residues([v >> shift for v in vals]))
-        return self._packed(out)
+        return self._listed(out)
 
     def lgt_step(self, operand: list, length: int) -> list:
         """Open ``v``; return ``Enc([v > 0])`` dense (refused for ``|v| >= 2^(l + kappa + 2)``)."""

@@ -14,7 +14,7 @@ Terms of several operands of one request that sit in one block at disjoint slots
 as one block (each operand's shares at its slots, the other slots uniform), which S decrypts once.
 
 * Mult: ``X = x + r`` with ``r`` uniform in ``Z_T`` (exact: ``X`` is uniform, whatever ``x``). S returns
-  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh dense ciphertext,
+  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh term holding every element,
   ``Enc(X_i)``; C computes ``Enc(x y) = Enc(XY) - r_j Enc(X_i) - r_i Enc(X_j) + r_i r_j`` (with ``x_i``'s own
   ciphertext in place of ``X_i`` where it is fresh, and the constant adjusted), mod ``T``, exact while
   ``|x y| < T/2`` (the declared bounds guarantee it). Its output's noise does not depend on the operands'
@@ -117,7 +117,7 @@ class LatticeServerC:
         return dense_term(cts, m, self.ring.slots, noise)
 
     def _unpack(self, blobs: list[list[bytes]], lengths: Sequence[int], noise: int) -> list[Term]:
-        """The terms of arrays S packed one after another in shared blocks (:meth:`LatticeServerS._packed`)."""
+        """The dense terms of arrays whose blocks S listed one array after another (:meth:`LatticeServerS._listed`)."""
         n, out, at = self.ring.slots, [], 0
         for m in lengths:
             size = max(-(-int(m) // n), 1)
@@ -258,7 +258,7 @@ class LatticeServerC:
             index.append(tuple(ends))
         ring = self.ring
         masks = [uniform_residues(ring, len(op)) for op in operands]
-        # an operand that is one fresh dense term serves its own cross terms; any other gets Enc(X) back
+        # an operand that is one fresh term holding every element serves its own cross terms; any other gets Enc(X) back
         back = [not (len(op.terms) == 1 and op.terms[0].covered().all() and op.terms[0].noise <= FRESH_NOISE + 2)
                 for op in operands]
         opened, products = self.link.ask(LatticeServerS.mult_step, self._send_many(operands, masks),
