@@ -9,7 +9,10 @@ from ..crypto.he.key_policy import check_key_bits
 from ..errors import ConfigError
 from .approx import FixedPointPlan
 
-__all__ = ["SSXGBConfig"]
+__all__ = ["ENGINES", "SSXGBConfig", "check_engine_runs"]
+
+#: the two servers' arithmetic engines :class:`SSXGBConfig` accepts
+ENGINES = ("bcp", "lattice")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,12 @@ class SSXGBConfig(ValidatedConfig):
         Exp, mDec), pinned to the server's own nodes; ``None``: one per CPU of those nodes; 1: none.
     timeout_s : float or None
         Longest wait for one phase (default: the runtime's).
+    engine : str
+        The two servers' arithmetic, one of :data:`ENGINES`: ``"bcp"`` (the paper's additive HE, the
+        default) or ``"lattice"`` (BFV with SIMD slots, :mod:`ray_vfl.crypto.lattice`). The federated
+        protocol runs on ``"bcp"`` only so far: ``"lattice"`` is accepted here and refused by
+        :func:`~ray_vfl.ssxgb.protocol.train` (:func:`check_engine_runs`) until its node and left sums
+        (slot sums, which need rotation keys) and its per-participant notes are wired.
 
     Example
     -------
@@ -80,6 +89,7 @@ class SSXGBConfig(ValidatedConfig):
     max_candidates: int = 4096
     workers_per_server: int | None = None
     timeout_s: float | None = None
+    engine: str = "bcp"
 
     def __post_init__(self) -> None:
         check_int("n_trees", self.n_trees, 1, 10_000)
@@ -112,7 +122,18 @@ class SSXGBConfig(ValidatedConfig):
             check_int("workers_per_server", self.workers_per_server, 1, 1024)
         if self.timeout_s is not None:
             check_float("timeout_s", self.timeout_s, 0.0, 1e7, lo_open=True)
+        if not isinstance(self.engine, str) or self.engine not in ENGINES:
+            raise ConfigError(f"engine must be one of {', '.join(repr(e) for e in ENGINES)}, got {self.engine!r}")
 
     def check_key_policy(self) -> None:
         """Warn (:class:`~ray_vfl.errors.SecurityWarning`) about a key below 2048 bits (allowed by opt-in)."""
         check_key_bits(self.key_bits, self.allow_weak_keys, "allow_weak_keys=True", stacklevel=4)
+
+
+def check_engine_runs(config: SSXGBConfig) -> None:
+    """Raise :class:`~ray_vfl.errors.ConfigError` if the federated protocol cannot run ``config.engine``
+    (today: every engine but ``"bcp"``; see :class:`SSXGBConfig`'s ``engine``)."""
+    if config.engine != "bcp":
+        raise ConfigError(f"engine={config.engine!r} is not wired into the federated SSXGB protocol yet (its two-server "
+                          "primitives run in ray_vfl.crypto.lattice, but summing a node's rows needs slot rotations "
+                          "and the winner notes per-participant keys): use engine='bcp'")

@@ -48,7 +48,7 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
                  allow_weak_keys: bool = False, frac_bits: int = 24, value_bits: int = 256, kappa: int = 80,
                  sigmoid_range: float = 4.0, row_subsample: float = 0.8, feature_subsample: float = 0.8,
                  seed: int = 0, max_candidates: int = 4096, workers_per_server: int | None = None,
-                 timeout_s: float | None = None,
+                 timeout_s: float | None = None, engine: str = "bcp",
                  early_stopping_rounds: int | None = None, callbacks: Sequence[TrainingCallback] | None = None,
                  verbose: bool = False, runtime: Runtime | None = None) -> None:
         self.n_estimators = n_estimators
@@ -70,6 +70,7 @@ class SSXGBClassifier(BinaryClassifier, ClassifierMixin, FederatedEstimator):
         self.max_candidates = max_candidates
         self.workers_per_server = workers_per_server
         self.timeout_s = timeout_s
+        self.engine = engine
         self.callbacks = callbacks
         self.verbose = verbose
         self.runtime = runtime

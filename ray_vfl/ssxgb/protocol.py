@@ -123,7 +123,7 @@ from ..runtime.party import load_meta, save_parts, warn_unseen_categories
 from ..trees.callbacks import CallbackList, TrainingCallback
 from ..trees.checkpoint import checkpoint_of, take_up
 from ..trees.kernels import transform_margin
-from .config import SSXGBConfig
+from .config import SSXGBConfig, check_engine_runs
 from .participant import Participant
 from .server_c import ServerCRole
 from .server_s import ServerSRole
@@ -252,6 +252,7 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     >>> model = train(Runtime(), data, SSXGBConfig(n_trees=3, max_depth=3))         # doctest: +SKIP
     >>> model.predict(data)[:3]                                                      # doctest: +SKIP
     """
+    check_engine_runs(config)
     lbp = _check_input(data, config)
     eval_sets = dict(eval_sets or {})
     for key, eval_data in eval_sets.items():

@@ -3,5 +3,5 @@ slots, so Mult, Trunc, LGT and Regroup act on whole arrays at the cost of a few 
 
 :mod:`.ring` (parameters, exact arithmetic modulo the CRT plaintext modulus), :mod:`.keys` (contexts,
 keys, the wire format and noise flooding), :mod:`.arrays` (arrays in slots, local operations),
-:mod:`.two_server` (servers S and C, the security argument). Needs the ``lattice`` extra.
+:mod:`.server_s` (server S), :mod:`.two_server` (server C, the security argument). Needs the ``lattice`` extra.
 """

@@ -10,9 +10,11 @@ per ciphertext of noise independent of C's operations). An operand made of sever
 (:mod:`ray_vfl.crypto.lattice.arrays`) is sent term by term, each with its own share of the mask
 (all shares but one uniform in ``Z_T``), so any proper subset of the opened terms is uniform and S
 learns only their sum. Slots of a block that hold no element of the operand get uniform values.
+Terms of several operands of one request that sit in one block at disjoint slots are masked and sent
+as one block (each operand's shares at its slots, the other slots uniform), which S decrypts once.
 
 * Mult: ``X = x + r`` with ``r`` uniform in ``Z_T`` (exact: ``X`` is uniform, whatever ``x``). S returns
-  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh dense ciphertext,
+  fresh ``Enc(X_i X_j)`` per pair and, for each operand that is not already one fresh term holding every element,
   ``Enc(X_i)``; C computes ``Enc(x y) = Enc(XY) - r_j Enc(X_i) - r_i Enc(X_j) + r_i r_j`` (with ``x_i``'s own
   ciphertext in place of ``X_i`` where it is fresh, and the constant adjusted), mod ``T``, exact while
   ``|x y| < T/2`` (the declared bounds guarantee it). Its output's noise does not depend on the operands'
@@ -42,20 +44,14 @@ from typing import Any
 import numpy as np
 
 from ray_vfl.crypto.lattice.arrays import (FRESH_NOISE, PLAIN_NOISE, LatticeArray, LatticeOps, Term, dense_term,
-                                          frac_of, is_dense)
-from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, flood, load_ct, save_ct, _seal
-from ray_vfl.crypto.lattice.ring import RingParams, uniform_residues
+                                          frac_of)
+from ray_vfl.crypto.lattice.keys import LatticePublic, flood, load_ct, save_ct, _seal
+from ray_vfl.crypto.lattice.ring import uniform_residues
+from ray_vfl.crypto.lattice.server_s import LatticeServerS, decrypt_ints, ring_for
 from ray_vfl.crypto.two_server.server_s import TwoServerConfig
 from ray_vfl.errors import ConfigError, CryptoError
 
-__all__ = ["LatticeServerC", "LatticeServerS", "decrypt_ints", "ring_for"]
-
-
-def ring_for(config: TwoServerConfig) -> RingParams:
-    """The least ring whose ``T`` holds LGT's and Trunc's masked values: ``l + kappa + 3`` signed bits."""
-    if not isinstance(config, TwoServerConfig):
-        raise ConfigError(f"config must be a TwoServerConfig, got {type(config).__name__}")
-    return RingParams.for_bits(config.value_bits + config.kappa + 3)
+__all__ = ["LatticeServerC", "LatticeServerS", "decrypt_ints", "ring_for"]  # S's part re-exported from .server_s
 
 
 def _bits_uniform(bits: int, count: int) -> list[int]:
@@ -65,126 +61,14 @@ def _bits_uniform(bits: int, count: int) -> list[int]:
     return [int.from_bytes(raw[i * w:(i + 1) * w], "little") & mask for i in range(count)]
 
 
-# -- server S ---------------------------------------------------------------------------------------
-class LatticeServerS:
-    """Server S: the secret keys; answers C's steps on masked, flooded ciphertexts.
-    ``record_view=True`` keeps what S opened, ``(step, list of centered ints)``, in :attr:`view`, and
-    the noise budget left in each ciphertext it decrypted in :attr:`budgets` (tests audit both)."""
-
-    def __init__(self, keys: LatticeKeys, config: TwoServerConfig = TwoServerConfig(), record_view: bool = False) -> None:
-        if not isinstance(keys, LatticeKeys):
-            raise CryptoError(f"server S needs LatticeKeys, got {type(keys).__name__}")
-        if keys.ring.plain_bits < config.value_bits + config.kappa + 3:
-            raise ConfigError("the ring's plaintext modulus is too small for value_bits + kappa: use ring_for(config)")
-        self.keys, self.config = keys, config
-        self.record_view = record_view
-        self.view: list[tuple[str, list[int]]] = []
-        self.budgets: list[int] = []  # record_view: SEAL's noise budget of every ciphertext opened
-
-    def _open(self, operand: list[tuple[list[list[bytes]], np.ndarray, np.ndarray]], m: int) -> np.ndarray:
-        """``(k, m)`` residues of an operand: the sum of its opened terms."""
-        ring, keys = self.keys.ring, self.keys
-        acc = np.zeros((ring.n_primes, m), dtype=np.uint64)
-        for blobs, block, slot in operand:
-            block, slot = np.asarray(block, dtype=np.int64), np.asarray(slot, dtype=np.int64)
-            if block.shape != (m,) or slot.shape != (m,) or slot.min(initial=0) < 0 or slot.max(initial=0) >= ring.slots:
-                raise CryptoError("a term's slot map does not fit the operand")
-            for b, row in enumerate(blobs):
-                sel = block == b
-                if len(row) != ring.n_primes:
-                    raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
-                for i, blob in enumerate(row):
-                    ct = load_ct(keys.contexts[i], blob)
-                    if self.record_view:
-                        self.budgets.append(keys.noise_budget(i, ct))
-                    vals = keys.decrypt(i, ct)
-                    acc[i, sel] = (acc[i, sel] + vals[slot[sel]]) % np.uint64(ring.primes[i])
-        return acc
-
-    def _dense(self, res: np.ndarray) -> list[list[bytes]]:
-        ring, n = self.keys.ring, self.keys.ring.slots
-        m = res.shape[1]
-        out = []
-        for start in range(0, max(m, 1), n):
-            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
-            part[:, :min(n, m - start)] = res[:, start:start + n]
-            out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
-        return out
-
-    def _record(self, step: str, res: np.ndarray) -> None:
-        if self.record_view:
-            self.view.append((step, self.keys.ring.from_residues(res)))
-
-    def mult_step(self, operands: list, lengths: list[int], pairs: list[tuple[int, int]],
-                  back: list[bool] | None = None) -> tuple[list, list]:
-        """Open each operand ``X``; return (``Enc(X)`` of each operand ``back`` flags, else None;
-        ``Enc(X_i X_j)`` per pair), dense."""
-        ring = self.keys.ring
-        opened = [self._open(op, int(m)) for op, m in zip(operands, lengths)]
-        back = [True] * len(opened) if back is None else list(back)
-        for res in opened:
-            self._record("mult", res)
-        if len(back) != len(opened) or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(
-                type(i) is int and 0 <= i < len(opened) and opened[i].shape[1] == opened[p[0]].shape[1] for i in p)
-                for p in pairs):
-            raise CryptoError("mult_step: pairs must index operands of equal length (and back flag each operand)")
-        return ([self._dense(x) if b else None for x, b in zip(opened, back)],
-                [self._dense(ring.mul(opened[i], opened[j])) for i, j in pairs])
-
-    def trunc_step(self, operands: list, lengths: list[int], shift: int) -> list:
-        """Open ``X = x + r``; return ``Enc(floor(X / 2^k))`` dense (refused past ``x``'s range)."""
-        ring, cfg = self.keys.ring, self.config
-        lo, hi = -(1 << cfg.value_bits), (1 << cfg.mask_bits) + (1 << cfg.value_bits)
-        if type(shift) is not int or not 0 < shift <= cfg.value_bits:
-            raise CryptoError(f"trunc_step: shift must be an int in [1, {cfg.value_bits}], got {shift!r}")
-        out = []
-        for op, m in zip(operands, lengths):
-            vals = ring.from_residues(self._open(op, int(m)))
-            if self.record_view:
-                self.view.append(("trunc", vals))
-            if any(not lo < v < hi for v in vals):
-                raise CryptoError(f"Trunc input outside |x| < 2^{cfg.value_bits} (value_bits): refused")
-            out.append(self._dense(ring.to_residues([v >> shift for v in vals])))
-        return out
-
-    def lgt_step(self, operand: list, length: int) -> list:
-        """Open ``v``; return ``Enc([v > 0])`` dense (refused for ``|v| >= 2^(l + kappa + 2)``)."""
-        ring = self.keys.ring
-        vals = ring.from_residues(self._open(operand, int(length)))
-        if self.record_view:
-            self.view.append(("lgt", vals))
-        if any(abs(v) >= self.config.lgt_bound for v in vals):
-            raise CryptoError(f"LGT input outside |x|, |y| < 2^{self.config.value_bits} (value_bits): refused")
-        return self._dense(ring.to_residues([int(v > 0) for v in vals]))
-
-    def regroup_step(self, operand: list, length: int) -> list:
-        """Open ``X = x + r`` (uniform) and return ``Enc(X)`` dense."""
-        res = self._open(operand, int(length))
-        self._record("regroup", res)
-        return self._dense(res)
-
-
-def decrypt_ints(keys: LatticeKeys, c: LatticeArray) -> list[int]:
-    """The centered integers of ``c`` (S's keys; for tests and examples, not a protocol step)."""
-    ring = keys.ring
-    acc = np.zeros((ring.n_primes, c.length), dtype=np.uint64)
-    for t in c.terms:
-        for b, row in enumerate(t.cts):
-            sel = t.block == b
-            for i, ct in enumerate(row):
-                vals = keys.decrypt(i, ct)
-                acc[i, sel] = (acc[i, sel] + vals[t.slot[sel]]) % np.uint64(ring.primes[i])
-    return ring.from_residues(acc)
-
-
 # -- server C ---------------------------------------------------------------------------------------
 class LatticeServerC:
     """Server C on the lattice engine: the interface of
     :class:`~ray_vfl.crypto.two_server.server_c.ServerC` that SSXGB's array algorithms use
     (``bcp``, ``key_of``, ``encrypt_ints``, ``exp``, ``mult_many``, ``trunc``, ``trunc_many``, ``lgt``,
     ``config``, ``pool``), so :func:`~ray_vfl.ssxgb.secure_math.clamped_gradients`,
-    :func:`~ray_vfl.ssxgb.splits.gain_fractions` and :func:`~ray_vfl.ssxgb.splits.best_candidates`
-    run on it unchanged.
+    :func:`~ray_vfl.ssxgb.splits.gain_fractions`, :func:`~ray_vfl.ssxgb.splits.best_candidates` and
+    :func:`~ray_vfl.ssxgb.secure_math.leaf_weights` (the reciprocal) run on it unchanged.
 
     Parameters
     ----------
@@ -232,15 +116,23 @@ class LatticeServerC:
         cts = [[load_ct(self.pub.contexts[i], b) for i, b in enumerate(row)] for row in blobs]
         return dense_term(cts, m, self.ring.slots, noise)
 
+    def _unpack(self, blobs: list[list[bytes]], lengths: Sequence[int], noise: int) -> list[Term]:
+        """The dense terms of arrays whose blocks S listed one array after another (:meth:`LatticeServerS._listed`)."""
+        n, out, at = self.ring.slots, [], 0
+        for m in lengths:
+            size = max(-(-int(m) // n), 1)
+            out.append(self._load_dense(blobs[at:at + size], int(m), noise))
+            at += size
+        if at != len(blobs):
+            raise CryptoError(f"server S replied with {len(blobs)} blocks, {at} expected")
+        return out
+
     def _add_plain(self, t: Term, res: np.ndarray) -> Term:
-        """A dense term plus per-element residues (in place of its ciphertexts' copies)."""
-        ev, ring = self.pub.evaluators, self.ring
-        n = ring.slots
+        """A term holding every element plus per-element residues (in place of its ciphertexts' copies)."""
+        ev = self.pub.evaluators
         cts = []
         for b, row in enumerate(t.cts):
-            part = np.zeros((ring.n_primes, n), dtype=np.uint64)
-            chunk = res[:, b * n:(b + 1) * n]
-            part[:, :chunk.shape[1]] = chunk
+            part = self.bcp.slot_values(t, b, res)
             out = []
             for i, u in enumerate(row):
                 w = _seal().Ciphertext()
@@ -260,9 +152,51 @@ class LatticeServerC:
         return self.bcp.add(self.pub, c, self._encrypt_res(np.zeros((self.ring.n_primes, c.length), np.uint64), c.frac))
 
     def _send(self, c: LatticeArray, mask: np.ndarray) -> list:
-        """The terms of ``c`` masked so their opened sum is ``x + mask``: re-randomised and flooded."""
-        c = self._covered(c)
-        ring, ev = self.ring, self.pub.evaluators
+        return self._send_many([c], [mask])[0]
+
+    def _send_many(self, arrays: Sequence[LatticeArray], masks: Sequence[np.ndarray]) -> list:
+        """The terms of each ``c`` masked so their opened sum is ``x + mask``: re-randomised and flooded.
+        Terms of several arrays that sit in one block at disjoint slots are sent as one masked block
+        (each array's shares at its slots, every other slot uniform): one ciphertext per prime for
+        all of them, opened once by S (slots that hold nothing of an operand stay uniform to S)."""
+        shares = [self._shares(self._covered(c), mask) for c, mask in zip(arrays, masks)]
+        ring, ev, n = self.ring, self.pub.evaluators, self.ring.slots
+        sheets: dict[int, list[list]] = {}  # id of a block's ciphertexts -> [[taken slots, values, row], ...]
+        places = []
+        for per_array in shares:
+            for t, share in per_array:
+                for b, row in enumerate(t.cts):
+                    sel = t.block == b
+                    used = t.slot[sel]
+                    group = sheets.setdefault(id(row), [])
+                    sheet = next((sh for sh in group if not sh[0][used].any()), None)
+                    if sheet is None:
+                        sheet = [np.zeros(n, dtype=bool), uniform_residues(ring, n), row, None]
+                        group.append(sheet)
+                    sheet[0][used] = True
+                    sheet[1][:, used] = share[:, sel]
+                    places.append(sheet)
+        for group in sheets.values():
+            for sheet in group:
+                sent = []
+                for i, u in enumerate(sheet[2]):
+                    w = _seal().Ciphertext()
+                    ev[i].add(u, self.pub.encrypt(i, sheet[1][i]), w)
+                    sent.append(flood(save_ct(w), self.pub.moduli, self.pub.flood_bits))
+                sheet[3] = sent
+        out, k = [], 0
+        for per_array in shares:
+            terms = []
+            for t, _ in per_array:
+                terms.append(([places[k + b][3] for b in range(len(t.cts))], t.block, t.slot))
+                k += len(t.cts)
+            out.append(terms)
+        return out
+
+    def _shares(self, c: LatticeArray, mask: np.ndarray) -> list[tuple[Term, np.ndarray]]:
+        """Each term of ``c`` with its share of ``mask`` (every covering term but the last of an element
+        a uniform share, the last the rest); refuses a term too noisy for the flooding."""
+        ring = self.ring
         limit = self.pub.hide_limit
         # per element, every covering term but the last gets a uniform share, the last the rest
         cover = np.stack([t.covered() for t in c.terms])
@@ -276,22 +210,11 @@ class LatticeServerC:
         for n in range(len(c.terms)):
             here = last_term == n
             shares[n][:, here] = rest[:, here]
-        out = []
-        for t, share in zip(c.terms, shares):
+        for t in c.terms:
             if t.noise + 1 > limit:
                 raise CryptoError(f"a ciphertext's noise bound ({t.noise} bits) is past what flooding hides "
                                   f"({limit}): refresh it (regroup) before sending")
-            blobs = []
-            for b, row in enumerate(t.cts):
-                vals = self.bcp.slot_values(t, b, share, fill=uniform_residues(ring, ring.slots))
-                sent = []
-                for i, u in enumerate(row):
-                    w = _seal().Ciphertext()
-                    ev[i].add(u, self.pub.encrypt(i, vals[i]), w)
-                    sent.append(flood(save_ct(w), self.pub.moduli, self.pub.flood_bits))
-                blobs.append(sent)
-            out.append((blobs, t.block, t.slot))
-        return out
+        return list(zip(c.terms, shares))
 
     # -- Regroup --------------------------------------------------------------------------------------
     def regroup(self, c: LatticeArray) -> LatticeArray:
@@ -335,22 +258,24 @@ class LatticeServerC:
             index.append(tuple(ends))
         ring = self.ring
         masks = [uniform_residues(ring, len(op)) for op in operands]
-        # an operand that is one fresh dense term serves its own cross terms; any other gets Enc(X) back
-        back = [not (len(op.terms) == 1 and is_dense(op.terms[0], len(op), ring.slots)
-                     and op.terms[0].noise <= FRESH_NOISE + 2) for op in operands]
-        opened, products = self.link.ask(LatticeServerS.mult_step, [self._send(op, r) for op, r in zip(operands, masks)],
+        # an operand that is one fresh term holding every element serves its own cross terms; any other gets Enc(X) back
+        back = [not (len(op.terms) == 1 and op.terms[0].covered().all() and op.terms[0].noise <= FRESH_NOISE + 2)
+                for op in operands]
+        opened, products = self.link.ask(LatticeServerS.mult_step, self._send_many(operands, masks),
                                          [len(op) for op in operands], index, back)
+        came = iter(self._unpack(opened, [len(op) for op, b in zip(operands, back) if b], FRESH_NOISE))
+        made = self._unpack(products, [len(operands[i]) for i, _ in index], FRESH_NOISE)
         xs = []
-        for op, r, blobs in zip(operands, masks, opened):
-            if blobs is None:
+        for op, r, flag in zip(operands, masks, back):
+            if not flag:
                 xs.append((op.terms[0], False))
                 continue
-            big_x = self._load_dense(blobs, len(op), FRESH_NOISE)
+            big_x = next(came)
             xs.append((big_x, True))
             # x = X - r: the operand becomes one dense fresh term (same values, no round)
             op.terms = [self._add_plain(big_x, ring.neg(r))]
         out = []
-        for (i, j), blobs in zip(index, products):
+        for (i, j), product in zip(index, made):
             m = len(operands[i])
             # XY - r_j X_i - r_i X_j + r_i r_j, or with x itself: XY - r_j x_i - r_i x_j - r_i r_j
             (xi, opened_i), (xj, opened_j) = xs[i], xs[j]
@@ -358,7 +283,7 @@ class LatticeServerC:
             for flag in (opened_i, opened_j):
                 if not flag:
                     const = ring.sub(const, ring.mul(masks[i], masks[j]))
-            acc = LatticeArray([self._add_plain(self._load_dense(blobs, m, FRESH_NOISE), const)],
+            acc = LatticeArray([self._add_plain(product, const)],
                                m, operands[i].frac + operands[j].frac, self.key_id)
             cross = [self.bcp.mul_plain(xi, ring.neg(masks[j])), self.bcp.mul_plain(xj, ring.neg(masks[i]))]
             for t in cross:
@@ -377,11 +302,11 @@ class LatticeServerC:
             if not 0 < k <= frac_of(c):
                 raise CryptoError(f"Trunc by {k} bits of an array of scale {c.frac}: shift must be in [1, {c.frac}]")
         rs = [_bits_uniform(bits, len(c)) for c in arrays]
-        reply = self.link.ask(LatticeServerS.trunc_step, [self._send(c, self.ring.to_residues(r)) for c, r in zip(arrays, rs)],
-                              [len(c) for c in arrays], int(k))
+        reply = self.link.ask(LatticeServerS.trunc_step,
+                              self._send_many(arrays, [self.ring.to_residues(r) for r in rs]), [len(c) for c in arrays], int(k))
         out = []
-        for c, r, blobs in zip(arrays, rs, reply):
-            t = self._add_plain(self._load_dense(blobs, len(c), FRESH_NOISE), self.ring.to_residues([-(v >> k) for v in r]))
+        for c, r, got in zip(arrays, rs, self._unpack(reply, [len(c) for c in arrays], FRESH_NOISE)):
+            t = self._add_plain(got, self.ring.to_residues([-(v >> k) for v in r]))
             out.append(LatticeArray([t], len(c), c.frac - k, self.key_id))
         return out
 

@@ -133,9 +133,11 @@ def reciprocal(c, d: CipherArray, newton: Newton, lo: Sequence[int], hi: Sequenc
     """``Enc(Y)``, ``|Y d / 2^J - 1| <= newton.error`` (``J`` = ``newton.scale_bits``), for the encrypted
     integers ``d`` (any tag: read as integers) with ``lo[i] <= d[i] <= hi[i]``, by ``newton.rounds``
     rounds with S (module docstring); the result is tagged ``out_frac`` (default ``J``).
-    ``c`` is a :class:`~ray_vfl.crypto.two_server.server_c.ServerC`."""
-    pk = c.key_of(d)
-    check(pk, d)
+    ``c`` is a :class:`~ray_vfl.crypto.two_server.server_c.ServerC` or a
+    :class:`~ray_vfl.crypto.lattice.two_server.LatticeServerC` (same calls)."""
+    pk = c.key_of(d)  # checks d is an array under a key server C knows (BCP or lattice engine)
+    if isinstance(d, CipherArray):
+        check(pk, d)
     m, big_j = len(d), newton.scale_bits
     if len(lo) != m or len(hi) != m:
         raise CryptoError(f"{m} divisors with {len(lo)} lower and {len(hi)} upper bounds")
