@@ -175,20 +175,23 @@ class LatticeOps:
                 terms.append(tb)
         return LatticeArray(terms, a.length, fa, a.key_id)
 
+    @staticmethod
+    def _map_cts(t: Term, op: Any) -> list[list[Any]]:
+        """A new ciphertext ``op(b, i, u, out)`` for each ciphertext ``u`` of ``t`` (block ``b``, prime ``i``)."""
+        cts = []
+        for b, blk in enumerate(t.cts):
+            row = []
+            for i, u in enumerate(blk):
+                w = _seal().Ciphertext()
+                op(b, i, u, w)
+                row.append(w)
+            cts.append(row)
+        return cts
+
     def neg(self, pk: Any, c: LatticeArray) -> LatticeArray:
         frac_of(c)
         ev = self.pub.evaluators
-        terms = []
-        for t in c.terms:
-            cts = []
-            for blk in t.cts:
-                row = []
-                for i, u in enumerate(blk):
-                    w = _seal().Ciphertext()
-                    ev[i].negate(u, w)
-                    row.append(w)
-                cts.append(row)
-            terms.append(Term(cts, t.block, t.slot, t.noise))
+        terms = [Term(self._map_cts(t, lambda b, i, u, w: ev[i].negate(u, w)), t.block, t.slot, t.noise) for t in c.terms]
         return LatticeArray(terms, c.length, c.frac, c.key_id)
 
     def sub(self, pk: Any, a: LatticeArray, b: LatticeArray) -> LatticeArray:
@@ -205,15 +208,9 @@ class LatticeOps:
 
     def mul_plain(self, t: Term, res: np.ndarray, fill: np.ndarray | None = None) -> Term:
         """The term times per-element residues ``res`` (``(k, m)``), slot-wise."""
-        ev, cts = self.pub.evaluators, []
-        for b, blk in enumerate(t.cts):
-            vals = self.slot_values(t, b, res, fill)
-            row = []
-            for i, u in enumerate(blk):
-                w = _seal().Ciphertext()
-                ev[i].multiply_plain(u, self.pub.plaintext(i, vals[i]), w)
-                row.append(w)
-            cts.append(row)
+        ev = self.pub.evaluators
+        vals = [self.slot_values(t, b, res, fill) for b in range(len(t.cts))]
+        cts = self._map_cts(t, lambda b, i, u, w: ev[i].multiply_plain(u, self.pub.plaintext(i, vals[b][i]), w))
         return Term(cts, t.block, t.slot, t.noise + PLAIN_NOISE)
 
     def mul_const(self, pk: Any, c: LatticeArray, k: np.ndarray | Sequence[int], frac_bits: int = 0,
@@ -238,18 +235,14 @@ class LatticeOps:
         if same and ks:
             kk = ks[0]
             consts = ring.to_residues([abs(kk)])
-            for t in c.terms:
-                cts = []
-                for blk in t.cts:
-                    row = []
-                    for i, u in enumerate(blk):
-                        w = _seal().Ciphertext()
-                        ev[i].multiply_plain(u, self.pub.plaintext(i, np.full(ring.slots, consts[i, 0], np.uint64)), w)
-                        if kk < 0:
-                            ev[i].negate_inplace(w)
-                        row.append(w)
-                    cts.append(row)
-                terms.append(Term(cts, t.block, t.slot, t.noise + cost))
+            plains = [self.pub.plaintext(i, np.full(ring.slots, consts[i, 0], np.uint64)) for i in range(ring.n_primes)]
+
+            def times_k(b: int, i: int, u: Any, w: Any) -> None:
+                ev[i].multiply_plain(u, plains[i], w)
+                if kk < 0:
+                    ev[i].negate_inplace(w)
+
+            terms = [Term(self._map_cts(t, times_k), t.block, t.slot, t.noise + cost) for t in c.terms]
         else:
             res = ring.to_residues(ks)
             terms = [self.mul_plain(t, res) for t in c.terms]
