@@ -176,7 +176,7 @@ class LatticeOps:
         return LatticeArray(terms, a.length, fa, a.key_id)
 
     @staticmethod
-    def _map_cts(t: Term, op: Any) -> list[list[Any]]:
+    def map_cts(t: Term, op: Any) -> list[list[Any]]:
         """A new ciphertext ``op(b, i, u, out)`` for each ciphertext ``u`` of ``t`` (block ``b``, prime ``i``)."""
         cts = []
         for b, blk in enumerate(t.cts):
@@ -191,7 +191,7 @@ class LatticeOps:
     def neg(self, pk: Any, c: LatticeArray) -> LatticeArray:
         frac_of(c)
         ev = self.pub.evaluators
-        terms = [Term(self._map_cts(t, lambda b, i, u, w: ev[i].negate(u, w)), t.block, t.slot, t.noise) for t in c.terms]
+        terms = [Term(self.map_cts(t, lambda b, i, u, w: ev[i].negate(u, w)), t.block, t.slot, t.noise) for t in c.terms]
         return LatticeArray(terms, c.length, c.frac, c.key_id)
 
     def sub(self, pk: Any, a: LatticeArray, b: LatticeArray) -> LatticeArray:
@@ -210,7 +210,7 @@ class LatticeOps:
         """The term times per-element residues ``res`` (``(k, m)``), slot-wise."""
         ev = self.pub.evaluators
         vals = [self.slot_values(t, b, res, fill) for b in range(len(t.cts))]
-        cts = self._map_cts(t, lambda b, i, u, w: ev[i].multiply_plain(u, self.pub.plaintext(i, vals[b][i]), w))
+        cts = self.map_cts(t, lambda b, i, u, w: ev[i].multiply_plain(u, self.pub.plaintext(i, vals[b][i]), w))
         return Term(cts, t.block, t.slot, t.noise + PLAIN_NOISE)
 
     def mul_const(self, pk: Any, c: LatticeArray, k: np.ndarray | Sequence[int], frac_bits: int = 0,
@@ -242,7 +242,7 @@ class LatticeOps:
                 if kk < 0:
                     ev[i].negate_inplace(w)
 
-            terms = [Term(self._map_cts(t, times_k), t.block, t.slot, t.noise + cost) for t in c.terms]
+            terms = [Term(self.map_cts(t, times_k), t.block, t.slot, t.noise + cost) for t in c.terms]
         else:
             res = ring.to_residues(ks)
             terms = [self.mul_plain(t, res) for t in c.terms]

@@ -130,15 +130,8 @@ class LatticeServerC:
     def _add_plain(self, t: Term, res: np.ndarray) -> Term:
         """A term holding every element plus per-element residues (in place of its ciphertexts' copies)."""
         ev = self.pub.evaluators
-        cts = []
-        for b, row in enumerate(t.cts):
-            part = self.bcp.slot_values(t, b, res)
-            out = []
-            for i, u in enumerate(row):
-                w = _seal().Ciphertext()
-                ev[i].add_plain(u, self.pub.plaintext(i, part[i]), w)
-                out.append(w)
-            cts.append(out)
+        parts = [self.bcp.slot_values(t, b, res) for b in range(len(t.cts))]
+        cts = self.bcp.map_cts(t, lambda b, i, u, w: ev[i].add_plain(u, self.pub.plaintext(i, parts[b][i]), w))
         return Term(cts, t.block, t.slot, t.noise + 1)
 
     # -- sending to S -------------------------------------------------------------------------------
