@@ -20,74 +20,25 @@ Example
 Or, scikit-learn style: ``SplitNNClassifier(defense=GaussianDP(epsilon=1.0)).fit(data.train)``.
 With the label party's unaligned rows (Diffu-AT, needs ``diffusers``):
 ``SplitNNClassifier(unaligned="diffu-at").fit(data.train, data.label_only)``.
+
+Its public names load on first use: a party's process imports the modules it runs (``.network.parties``,
+``.unaligned.label_party``), not the driver's data loaders, estimator and scikit-learn.
 """
 
-from .privacy.attacks import (
-    NonLabelView,
-    cluster_attack,
-    d_leak_auc,
-    direction_attack,
-    leak_auc,
-    leak_aucs,
-    norm_attack,
-    two_sided_chance,
-)
-from .network.baselines import InProcessSplitNet
-from .network.config import SplitNNConfig
-from .data import (
-    SplitNNData,
-    load_credit_vfl,
-    load_fedads,
-    load_ipinyou,
-    load_open_bandit,
-    make_fedads_like,
-)
-from .privacy.defenses import (
-    Defense,
-    GaussianDP,
-    Marvell,
-    MixPro,
-    NoDefense,
-    analytic_gaussian_sigma,
-)
-from .unaligned.diffusion import ConditionalDiffusion, DiffusionConfig
-from .estimator import SplitNNClassifier
-from .network.parties import LabelParty, NonLabelParty
-from .protocol import SplitNNModel, train
-from .unaligned.synthesis import UnalignedOptions
-from .unaligned_protocol import split_aligned, train_unaligned
+from .. import _lazy_exports
 
-__all__ = [
-    "ConditionalDiffusion",
-    "Defense",
-    "DiffusionConfig",
-    "GaussianDP",
-    "InProcessSplitNet",
-    "LabelParty",
-    "Marvell",
-    "MixPro",
-    "NoDefense",
-    "NonLabelParty",
-    "NonLabelView",
-    "SplitNNClassifier",
-    "SplitNNConfig",
-    "SplitNNData",
-    "SplitNNModel",
-    "UnalignedOptions",
-    "analytic_gaussian_sigma",
-    "cluster_attack",
-    "d_leak_auc",
-    "direction_attack",
-    "leak_auc",
-    "leak_aucs",
-    "load_credit_vfl",
-    "load_fedads",
-    "load_ipinyou",
-    "load_open_bandit",
-    "make_fedads_like",
-    "norm_attack",
-    "split_aligned",
-    "train",
-    "train_unaligned",
-    "two_sided_chance",
-]
+_EXPORTS = {
+    "SplitNNData": ".data", "load_credit_vfl": ".data", "load_fedads": ".data", "load_ipinyou": ".data", "load_open_bandit": ".data", "make_fedads_like": ".data",
+    "SplitNNClassifier": ".estimator",
+    "InProcessSplitNet": ".network.baselines",
+    "SplitNNConfig": ".network.config",
+    "LabelParty": ".network.parties", "NonLabelParty": ".network.parties",
+    "NonLabelView": ".privacy.attacks", "cluster_attack": ".privacy.attacks", "d_leak_auc": ".privacy.attacks", "direction_attack": ".privacy.attacks", "leak_auc": ".privacy.attacks", "leak_aucs": ".privacy.attacks", "norm_attack": ".privacy.attacks", "two_sided_chance": ".privacy.attacks",
+    "Defense": ".privacy.defenses", "GaussianDP": ".privacy.defenses", "Marvell": ".privacy.defenses", "MixPro": ".privacy.defenses", "NoDefense": ".privacy.defenses", "analytic_gaussian_sigma": ".privacy.defenses",
+    "SplitNNModel": ".protocol", "train": ".protocol",
+    "ConditionalDiffusion": ".unaligned.diffusion", "DiffusionConfig": ".unaligned.diffusion",
+    "UnalignedOptions": ".unaligned.synthesis",
+    "split_aligned": ".unaligned_protocol", "train_unaligned": ".unaligned_protocol",
+}
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -29,11 +29,15 @@ import math
 import secrets
 
 import numpy as np
-from scipy.stats import norm
 
 from ...errors import ConfigError
 
 __all__ = ["analytic_gaussian_sigma", "noise_multiplier", "accounted_epsilon", "GaussianNoise", "check_budget"]
+
+
+def _phi(x: float) -> float:
+    """The standard normal CDF, by ``erfc`` (accurate in both tails; no scipy import in a party's process)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
 def check_budget(epsilon: object, delta: object) -> None:
@@ -66,7 +70,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
 
     def excess(s: float) -> float:
         a, b = sensitivity / (2 * s), epsilon * s / sensitivity
-        return norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b) - delta
+        return _phi(a - b) - math.exp(epsilon) * _phi(-a - b) - delta
 
     lo, hi = 1e-12 * sensitivity, sensitivity
     while excess(hi) > 0:
