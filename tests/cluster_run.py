@@ -38,7 +38,7 @@ from ray_vfl.pivodl import PIVODLConfig, train
 from ray_vfl.runtime.local_ray import RESOURCE_UNITS, party_resource
 from ray_vfl.trees.callbacks import TrainingCallback
 
-CLIENTS = ("bank", "shop", "party0")
+CLIENTS = ("bank", "shop")
 
 
 def _node_of_task(_chunk) -> str:
@@ -64,9 +64,8 @@ def party_held(runtime: Runtime, folder: Path) -> dict:
 def placement_and_failure(runtime: Runtime, cluster: Cluster, nodes: dict) -> dict:
     """Checks 2 and 3: PIVODL's actors and crypto tasks on their parties' nodes; a node removed mid-training."""
     frame, label, _, _ = load_named("credit")
-    data = vertical_split(frame.iloc[:1500], {"bank": list(frame.columns[:8]), "shop": list(frame.columns[8:16]),
-                                              "party0": list(frame.columns[16:23])},
-                          label=label, label_owners={"bank": 0.5, "shop": 0.3, "party0": 0.2})
+    data = vertical_split(frame.iloc[:600], {"bank": list(frame.columns[:12]), "shop": list(frame.columns[12:23])},
+                          label=label, label_owners={"bank": 0.6, "shop": 0.4})
     config = PIVODLConfig(n_trees=2, max_depth=2, max_bin=8, backend="paillier", key_bits=1024,
                           allow_weak_keys=True, workers_per_party=2)
     model = train(runtime, data, config)
