@@ -22,7 +22,11 @@ def test_a_silent_passive_party_is_blamed_not_the_label_party_waiting_for_it(ray
     """SIGSTOP a passive party's actor during training: the label party, blocked waiting for it,
     still answers probes; the stopped party does not, and the error names it within the timeout."""
     train_data, _ = credit
-    runtime = Runtime(timeout_s=12)  # set-up of fresh actors on a loaded 2-core machine takes seconds
+    runtime = Runtime(timeout_s=120)
+    # Fresh actors take seconds to start on a loaded 2-core machine: a one-tree fit starts them, then the
+    # 500-tree fit below reuses them under a short timeout (each phase of a tree takes well under a second).
+    SecureBoostClassifier(n_estimators=1, max_depth=4, backend="plain", runtime=runtime).fit(train_data)
+    runtime.timeout_s = 6
     first_tree_done = threading.Event()
     stopped = []
 
@@ -54,7 +58,7 @@ def test_a_silent_passive_party_is_blamed_not_the_label_party_waiting_for_it(ray
     assert stopped, "the first tree never finished"
     assert info.value.party == "party1" and info.value.reason == "silent", info.value
     assert info.value.phase.startswith("tree ") and info.value.phase != "tree 0"  # counted from 1
-    assert time.monotonic() - start < 12 + 30
+    assert time.monotonic() - start < 6 + 30
     assert runtime._actors == {}
 
 
