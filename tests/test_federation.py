@@ -326,3 +326,45 @@ def test_refusals_reach_the_caller_as_protocol_errors_naming_the_party(world):
     spec = ClientSpec("bank", certs["bank"], {"parties": {p: {"gateway": f"127.0.0.1:{port}"} for p, port in ports.items()}})
     with pytest.raises(VFLError, match="cannot be handed to party 'shop'"):
         wire_arg([RemoteHandle(spec, "mall", "data")], "shop")
+
+
+def test_each_coordinator_runtime_runs_and_stops_its_own_roles(world, runtime):
+    """Two runtimes of one coordinating party (two jobs of the bank) start the same role kind at the shop:
+    each gets its own instance (``data@<its session>``), and one shutting down leaves the other's roles
+    running. The session names a role, never grants it: another party's certificate reaching the instance
+    by name is refused, and a request without a session is too."""
+    from ray_vfl.data.sources import PartySource
+    from ray_vfl.data.store import PartyStore, TableRef
+    from ray_vfl.runtime.federation.coordinator import FederatedRuntime
+    from ray_vfl.runtime.federation.roles import SESSION, ServePolicy, StartRole
+    from ray_vfl.runtime.federation.serving import PartyServer
+    from ray_vfl.runtime.federation.stubs import RemoteHandle
+
+    certs = world["certs"]
+    fed = Federation.from_dict({"parties": {p: {"gateway": f"127.0.0.1:{_free_port()}"} for p in ("bank", "shop", "mall")}})
+    server = PartyServer(ServePolicy("shop", {"shop.parquet": PartySource("/srv/shop.parquet")}, ("store",)),
+                         runtime, timeout_s=10, make_table=TableRef)
+    gateway = Gateway("shop", Credentials.from_files(**certs["shop"]), fed,
+                      GatewayPolicy(server.policy.gateway_allow_list()), server.handle)
+    gateway.start()
+    first, second = (FederatedRuntime(fed, "bank", certs["bank"], timeout_s=10) for _ in range(2))
+    mall = GatewayClient("mall", Credentials.from_files(**certs["mall"]), fed, timeout_s=10)
+    try:
+        assert SESSION.match(first.session) and SESSION.match(second.session) and first.session != second.session
+        stores = [rt.spawn_helper("shop", "data", PartyStore, "shop") for rt in (first, second)]
+        assert [s.role for s in stores] == [f"data@{first.session}", f"data@{second.session}"]
+        assert [r[0] for r in second.get([("shop", s.alive.remote()) for s in stores], "alive")] == ["shop", "shop"]
+        first.shutdown()  # stops the first runtime's store at the shop, and only it
+        assert second.get([("shop", stores[1].alive.remote())], "alive")[0][0] == "shop"
+        gone = RemoteHandle(second.spec, "shop", stores[0].role, second._client)  # the first's role, by name
+        with pytest.raises(ProtocolError, match=f"runs no role 'data@{first.session}' for party 'bank'"):
+            second.get([("shop", gone.alive.remote())], "alive")
+        with pytest.raises(ProtocolError, match=f"runs no role 'data@{second.session}' for party 'mall'"):
+            mall.call("shop", stores[1].role, "alive")
+        with pytest.raises(ProtocolError, match="names its coordinator runtime's session"):
+            mall.call("shop", "control", "start_role", StartRole("store", ["shop"]))
+    finally:
+        mall.close()
+        first.shutdown()
+        second.shutdown()
+        gateway.stop()

@@ -124,9 +124,8 @@ def two_clusters(request, tmp_path_factory):
 
 
 def test_the_train_job_runs_across_organisations(two_clusters, reference):
-    """First in the module: the job's own runtime stops the roles it started at the shop when it ends, and the
-    shop keys the roles it runs by their starter's certificate (the same for every runtime of the bank), so the
-    module's runtime starts its roles after this one."""
+    """The job's own runtime (a session of its own at the shop, beside the module's runtime) stops the roles it
+    started at the shop when it ends; the module's runtime's roles are its own and keep running."""
     c = two_clusters
     _wait_for_serving(c)
     bank = c["certs"]["bank"]

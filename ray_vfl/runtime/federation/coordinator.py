@@ -31,7 +31,7 @@ from ..actors import Runtime
 from ..task_pool import TaskPool
 from .federation_file import Federation
 from .gateway import Credentials
-from .roles import CONTROL_ROLE, StartRole, kind_of_class
+from .roles import CONTROL_ROLE, StartRole, kind_of_class, new_session
 from .stubs import ClientSpec, GatewayClientActor, RemoteHandle, wire_arg
 
 __all__ = ["FederatedRuntime"]
@@ -59,6 +59,9 @@ class FederatedRuntime(Runtime):
                                for p in self.federation.parties}}
         self.spec = ClientSpec(party, dict(credential_paths), content, timeout_s, dict(addresses or {}))
         self._client = None
+        # this runtime's roles at the other parties are its own: another runtime of this party (another job,
+        # a benchmark's second run) starts and stops its own (a session names roles, it grants nothing)
+        self.session = new_session()
 
     # connection ------------------------------------------------------------------------------
     def is_remote(self, party: str) -> bool:
@@ -91,7 +94,7 @@ class FederatedRuntime(Runtime):
         kind = kind_of_class(cls, party)
         if self._classes.get(key) is not cls:  # the same kind is re-initialised at the party (its policy checks again)
             self.kill(key)
-        request = StartRole(kind, list(wire_arg(list(args), party)))
+        request = StartRole(kind, list(wire_arg(list(args), party)), self.session)
         self.connect([party])
         started = self.control(party, "start_role", request)
         handle = RemoteHandle(self.spec, party, started["role"], self._client)

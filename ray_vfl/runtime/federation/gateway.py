@@ -9,7 +9,8 @@ arguments; the gateway answers with the method's result. What it guarantees:
   A caller checks it reached the party it meant: the gateway's certificate must bear that party's
   name, whatever address answered.
 * **An allow-list per role.** The gateway runs a method only if its :class:`GatewayPolicy` lets peers
-  call it on that role; anything else is refused before the request's arguments are used.
+  call it on that role (on any instance ``"<role>@<session>"`` of it, :func:`~.roles.role_instance`);
+  anything else is refused before the request's arguments are used.
 * **The typed wire.** Requests and replies are :mod:`ray_vfl.runtime.codec` bytes, checked before any
   object is built, never pickle; they stream in chunks of :data:`CHUNK_BYTES` (no gRPC message-size
   limit applies to an array).
@@ -50,6 +51,7 @@ from ...errors import (ConfigError, CryptoError, DataError, NotFittedError, Over
                        ProtocolError, VFLError)
 from ..codec import decode, encode
 from .federation_file import Federation
+from .roles import base_role
 
 __all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES", "Refusal", "RAISED_AS_THEMSELVES"]
 
@@ -91,19 +93,22 @@ class Credentials:
 
 
 class GatewayPolicy:
-    """Which methods of each of this party's roles a peer may call; every other call is refused.
+    """Which methods of each of this party's roles a peer may call; every other call is refused. An
+    instance of a role (``"party@<session>"``) has its role's list.
 
-    >>> GatewayPolicy({"party": ["route", "begin_tree"]}).allows("party", "route"), GatewayPolicy({}).allows("party", "x")
-    (True, False)
+    >>> policy = GatewayPolicy({"party": ["route", "begin_tree"]})
+    >>> policy.allows("party", "route"), policy.allows("party@" + "0" * 32, "route"), GatewayPolicy({}).allows("party", "x")
+    (True, True, False)
     """
 
     def __init__(self, allowed: Mapping[str, Iterable[str]]) -> None:
         self.allowed = {str(role): frozenset(map(str, methods)) for role, methods in allowed.items()}
 
     def allows(self, role: str, method: str) -> bool:
-        return method in self.allowed.get(role, ())
+        return method in self.allowed.get(base_role(role), ())
 
     def refusal(self, role: str, method: str) -> str:
+        role = base_role(role)
         if role not in self.allowed:
             return f"it has no role {role!r} open to peers (roles: {sorted(self.allowed)})"
         return f"its role {role!r} does not let peers call {method!r} (allowed: {sorted(self.allowed[role])})"
