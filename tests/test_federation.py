@@ -46,11 +46,16 @@ def world(tmp_path_factory):
             raise DataError("column 'age' is missing from bank.csv")
         if method == "bad_config":
             raise ConfigError("max_bin must be in [2, 256], got 1")
+        if method == "bad_message":  # bank's role refusing a message of shop's that breaks its kind
+            raise ProtocolError("shop", "level_step", "orders.bin[3] = 40 is outside [0, 33)", "bank")
+        if method == "peer_failed":  # one of bank's own actors failed under the call
+            raise PartyFailedError("bank", "histograms", "ValueError: boom", reason="died")
         if method == "mailbox_key":  # bank announcing a key under shop's name
             return ["shop", bytes(32)]
         return {"sender": sender, "sum": float(np.sum(args[0])), "back": args[0]}
 
-    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail", "bad_data", "bad_config", "mailbox_key"]}),
+    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail", "bad_data", "bad_config", "mailbox_key",
+                                                                                   "bad_message", "peer_failed"]}),
                    handler)
     bank.start()
     clients = []
@@ -113,6 +118,20 @@ def test_a_remote_data_or_config_error_arrives_as_itself_naming_the_party(world)
     with pytest.raises(ConfigError, match="party 'bank': max_bin must be") as caught:
         shop.call("bank", "party", "bad_config")
     assert type(caught.value) is ConfigError
+
+
+def test_a_protocol_error_or_failure_at_the_called_party_arrives_as_itself_naming_it(world):
+    """A message the called party refused (ProtocolError) and a failure under the call (PartyFailedError)
+    come back with their fields, not as a PartyFailedError of the text (as they did)."""
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    with pytest.raises(ProtocolError, match=r"party 'shop' sent a malformed 'level_step' to 'bank': orders.bin\[3\] = 40 "
+                                            r"is outside \[0, 33\)$") as caught:
+        shop.call("bank", "party", "bad_message")
+    assert type(caught.value) is ProtocolError and caught.value.receiver == "bank"
+    with pytest.raises(PartyFailedError, match="party 'bank' failed during phase 'party.peer_failed/histograms': "
+                                               "ValueError: boom$") as failed:
+        shop.call("bank", "party", "peer_failed")
+    assert failed.value.reason == "died"
 
 
 def test_mailbox_keys_are_pinned_to_certificate_names(world):
@@ -223,13 +242,16 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         def secret(self):
             return "never"
 
+        def check(self, entry):
+            raise ProtocolError("shop", "ledger_entry", f"{entry!r} is not a finite number", "bank")
+
     certs, ports = world["certs"], world["ports"]
     port = _free_port()
     fed = Federation.from_dict({"parties": {"bank": {"gateway": f"127.0.0.1:{port}"},
                                             "shop": {"gateway": f"127.0.0.1:{ports['shop']}"}}})
     ledger = Ledger.remote()
-    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total"]}),
-                      dispatcher({"party": ledger}, timeout_s=10))
+    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "check"]}),
+                      dispatcher({"party": ledger}, timeout_s=10, party="bank"))
     gateway.start()
     try:
         spec = ClientSpec("shop", certs["shop"], {"parties": {p.name: {"gateway": p.address} for p in fed.parties}},
@@ -239,6 +261,12 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         assert isinstance(ref, ray.ObjectRef) and ray.get(ref, timeout=30) == 90.0
         with pytest.raises(ProtocolError, match="does not let peers call 'secret'"):
             ray.get(bank.secret.remote(), timeout=30)
+        # the bank's actor refusing a message: a ProtocolError naming it at the caller, through Ray on both sides
+        from ray_vfl.runtime.waiting import gather
+
+        with pytest.raises(ProtocolError, match="malformed 'ledger_entry' to 'bank': 'nan' is not a finite") as caught:
+            gather([("bank", bank.check.remote("nan"))], "check", 30)
+        assert type(caught.value) is ProtocolError
         # a sealed protocol message crosses as it is: the receiver's mailbox checks the seal, not the gateway
         from ray_vfl.runtime.codec import decode, encode
         from ray_vfl.runtime.comm import Mailbox

@@ -159,13 +159,16 @@ class RemoteHandle:
         return f"RemoteHandle({self.target}.{self.role} via {self.spec.party}'s gateway client)"
 
 
-def dispatcher(actors: Mapping[str, Any], timeout_s: float = 600.0) -> Callable[[str, str, str, list], Any]:
-    """A gateway handler running each allowed call on this party's actor of the role: ``actors`` maps a
-    role to its actor handle on this party's cluster. The caller's name is the gateway's (from its
-    certificate); a role this party does not run is said so."""
+def dispatcher(actors: Mapping[str, Any], timeout_s: float = 600.0, party: str = "?") -> Callable[[str, str, str, list], Any]:
+    """A gateway handler running each allowed call on this party's (``party``'s) actor of the role: ``actors``
+    maps a role to its actor handle on this party's cluster. The caller's name is the gateway's (from its
+    certificate); a role this party does not run is said so; an actor's error is the library's
+    (:func:`~ray_vfl.runtime.waiting.gather`: a ProtocolError stays one, any fault a PartyFailedError)."""
+    from ..waiting import gather
+
     def handle(sender: str, role: str, method: str, args: list) -> Any:
         actor = actors.get(role)
         if actor is None:
             raise VFLError(f"this party runs no role {role!r} (it runs {sorted(actors)})")
-        return ray.get(getattr(actor, method).remote(*args), timeout=timeout_s)
+        return gather([(party, getattr(actor, method).remote(*args))], f"{role}.{method}", timeout_s)[0]
     return handle
