@@ -10,6 +10,7 @@ process killed by its PID ends the next call with PartyFailedError naming "shop"
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import signal
@@ -40,20 +41,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _files(folder: Path) -> tuple[Path, Path, str]:
-    """The bank's 300 credit rows (IDs, 11 features, label) and the shop's other 12 features for 260 of those
-    IDs plus 20 IDs the bank does not have, shuffled."""
+def _files(folder: Path) -> dict:
+    """Two parties: the bank's 300 credit rows (IDs, 11 features, label) and the shop's other 12 features for 260
+    of those IDs plus 20 IDs the bank does not have, shuffled. Three parties: the bank's IDs, 8 features and the
+    label (``bank3.csv``), the shop's next 8 features for its same IDs (``shop3.parquet``), the mall's last 7 for
+    250 of the bank's IDs (20 to 269) plus 15 of its own (``mall.parquet``): 240 IDs common to all three."""
     frame = load_credit().iloc[:300].reset_index(drop=True)
     label = frame.columns[-1]
     features = [c for c in frame.columns if c not in ("ID", label)]
-    bank = frame[["ID"] + features[:11] + [label]]
-    shop = frame[["ID"] + features[11:]].iloc[:260]
-    extra = shop.iloc[:20].assign(ID=shop["ID"].iloc[:20] + 10**6)
-    shop = pd.concat([shop, extra]).sample(frac=1.0, random_state=0)
-    bank_path, shop_path = folder / "bank.csv", folder / "shop.parquet"
-    bank.to_csv(bank_path, index=False)
-    shop.to_parquet(shop_path, index=False)
-    return bank_path, shop_path, label
+
+    def shuffled_with_extra(rows: pd.DataFrame, extra: int, seed: int) -> pd.DataFrame:
+        more = rows.iloc[:extra].assign(ID=rows["ID"].iloc[:extra] + 10**6 * (seed + 1))
+        return pd.concat([rows, more]).sample(frac=1.0, random_state=seed)
+
+    shop_rows = shuffled_with_extra(frame.iloc[:260], 20, 0)
+    mall_rows = shuffled_with_extra(frame.iloc[20:270], 15, 1)
+    paths = {name: folder / name for name in ("bank.csv", "shop.parquet", "bank3.csv", "shop3.parquet", "mall.parquet")}
+    frame[["ID"] + features[:11] + [label]].to_csv(paths["bank.csv"], index=False)
+    shop_rows[["ID"] + features[11:]].to_parquet(paths["shop.parquet"], index=False)
+    frame[["ID"] + features[:8] + [label]].to_csv(paths["bank3.csv"], index=False)
+    shop_rows[["ID"] + features[8:16]].to_parquet(paths["shop3.parquet"], index=False)
+    mall_rows[["ID"] + features[16:]].to_parquet(paths["mall.parquet"], index=False)
+    return {"paths": paths, "label": label}
 
 
 def _same_trees(ours, theirs) -> None:
@@ -63,101 +72,130 @@ def _same_trees(ours, theirs) -> None:
             np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
 
 
-def _aligned_in_memory(bank_path: Path, shop_path: Path, label: str) -> VerticalDataset:
-    """The rows PSI aligns (common IDs, ascending), held in memory: the one-cluster reference."""
-    bank, shop = pd.read_csv(bank_path), pd.read_parquet(shop_path)
-    common = np.sort(np.intersect1d(bank["ID"], shop["ID"]))
-    bank = bank.set_index("ID").loc[common].reset_index()
-    shop = shop.set_index("ID").loc[common].reset_index()
-    return VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="ID", label=label)
+def _aligned_in_memory(paths: dict[str, Path], label: str) -> VerticalDataset:
+    """The rows PSI aligns (IDs common to every party, ascending), held in memory: the one-cluster reference."""
+    frames = {p: pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path) for p, path in paths.items()}
+    common = np.sort(functools.reduce(np.intersect1d, [f["ID"] for f in frames.values()]))
+    frames = {p: f.set_index("ID").loc[common].reset_index() for p, f in frames.items()}
+    return VerticalDataset.from_frames(frames, id_column="ID", label=label)
 
 
-def _wait_for_serving(c: dict) -> None:
+def _wait_for_serving(c: dict, party: str = "shop") -> None:
     deadline = time.monotonic() + _START_S
-    while b"serving party 'shop'" not in c["log"].read_bytes():
-        if c["proc"].poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"the shop's serve process did not start:\n{c['log'].read_text()[-3000:]}")
+    served = c["served"][party]
+    while f"serving party '{party}'".encode() not in served["log"].read_bytes():
+        if served["proc"].poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{party}'s serve process did not start:\n{served['log'].read_text()[-3000:]}")
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def two_clusters(request, tmp_path_factory):
-    """The shop's serve process, started before this session's Ray (they start side by side)."""
-    folder = tmp_path_factory.mktemp("federation")
-    certs = write_test_certificates(str(folder / "certs"), ["bank", "shop"])
-    bank_path, shop_path, label = _files(folder)
-    fed_path = folder / "federation.yaml"
-    fed_path.write_text(f"parties:\n  bank: {{gateway: '127.0.0.1:{_free_port()}'}}\n"
-                        f"  shop: {{gateway: '127.0.0.1:{_free_port()}'}}\n")
+def _start_serving(party: str, data: list[Path], c: dict) -> dict:
+    """``python -m ray_vfl.serve`` for ``party`` in its own session, with its own RAY_TMPDIR and HOME."""
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay under 107 characters
-    home = tempfile.mkdtemp(prefix="vflshop")
+    home = tempfile.mkdtemp(prefix=f"vfl{party}")
     Path(home, "ray_bootstrap_config.yaml").write_text("provider: {type: local}\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_TMPDIR=ray_tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
                PYTHONPATH=str(REPO))
-    shop = certs["shop"]
-    log_path = folder / "serve.log"
+    cert = c["certs"][party]
+    log_path = c["folder"] / f"serve-{party}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ray_vfl.serve", "--federation", str(fed_path), "--party", "shop",
-             "--data", str(shop_path), "--id-column", "ID", "--cert", shop["cert"], "--key", shop["key"],
-             "--ca", shop["ca"], "--num-cpus", "1", "--timeout", "60"],
-            cwd=str(folder), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [sys.executable, "-m", "ray_vfl.serve", "--federation", c["fed"], "--party", party,
+             "--data", *map(str, data), "--id-column", "ID", "--cert", cert["cert"], "--key", cert["key"],
+             "--ca", cert["ca"], "--num-cpus", "1", "--timeout", "60"],
+            cwd=str(c["folder"]), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return {"proc": proc, "log": log_path, "ray_tmp": ray_tmp, "home": home}
+
+
+def _stop_serving(served: dict) -> None:
+    proc = served["proc"]
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    try:  # whatever the serve process left in its own session (its Ray's processes after a SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+    shutil.rmtree(served["ray_tmp"], ignore_errors=True)
+    shutil.rmtree(served["home"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, tmp_path_factory):
+    """The shop's and the mall's serve processes, started before this session's Ray (they start side by side)."""
+    folder = tmp_path_factory.mktemp("federation")
+    certs = write_test_certificates(str(folder / "certs"), ["bank", "shop", "mall"])
+    files = _files(folder)
+    fed_path = folder / "federation.yaml"
+    fed_path.write_text("parties:\n" + "".join(f"  {p}: {{gateway: '127.0.0.1:{_free_port()}'}}\n"
+                                                for p in ("bank", "shop", "mall")))
+    c = {"fed": str(fed_path), "certs": certs, "folder": folder, "label": files["label"], "paths": files["paths"],
+         "served": {}}
+    paths = files["paths"]
     try:
-        request.getfixturevalue("ray_session")  # the bank's cluster, while the shop's starts
-        yield {"fed": str(fed_path), "certs": certs, "bank": bank_path, "shop": shop_path, "label": label,
-               "proc": proc, "folder": folder, "log": log_path}
+        c["served"]["shop"] = _start_serving("shop", [paths["shop.parquet"], paths["shop3.parquet"]], c)
+        c["served"]["mall"] = _start_serving("mall", [paths["mall.parquet"]], c)
+        request.getfixturevalue("ray_session")  # the bank's cluster, while the others start
+        yield c
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        try:  # whatever the serve process left in its own session (its Ray's processes after a SIGKILL)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
+        for served in c["served"].values():
+            _stop_serving(served)
 
 
-def test_the_train_job_runs_across_organisations(two_clusters, reference):
+def test_the_train_job_runs_across_organisations(clusters, reference):
     """The job's own runtime (a session of its own at the shop, beside the module's runtime) stops the roles it
     started at the shop when it ends; the module's runtime's roles are its own and keep running."""
-    c = two_clusters
+    c = clusters
     _wait_for_serving(c)
     bank = c["certs"]["bank"]
     report = load_job("train").main(["--federation", c["fed"], "--party", "bank", "--cert", bank["cert"],
                                      "--key", bank["key"], "--ca", bank["ca"],
-                                     "--party-files", f"bank={c['bank']}", "shop=shop.parquet", "--id-column", "ID",
-                                     "--label", c["label"], "--backend", "plain", "--trees", "2", "--depth", "3",
-                                     "--quiet", "--test-size", "0.3"])
+                                     "--party-files", f"bank={c['paths']['bank.csv']}", "shop=shop.parquet",
+                                     "--id-column", "ID", "--label", c["label"], "--backend", "plain", "--trees", "2",
+                                     "--depth", "3", "--quiet", "--test-size", "0.3"])
     assert report["psi"]["aligned_rows"] == 260 and report["trees"] == 2 and 0.0 <= report["test_auc"] <= 1.0
 
 
 @pytest.fixture(scope="module")
-def reference(two_clusters, runtime):
-    """The one-cluster run on the rows PSI aligns (both parties' actors in this session's Ray), trained while the
-    shop's serve process starts."""
-    c = two_clusters
-    local = _aligned_in_memory(c["bank"], c["shop"], c["label"])
-    return local, train(runtime, local, _CONFIG)
+def reference(clusters, runtime):
+    """The one-cluster runs on the rows PSI aligns (every party's actors in this session's Ray), two parties and
+    three, trained while the serve processes start."""
+    c = clusters
+    paths = c["paths"]
+    local = _aligned_in_memory({"bank": paths["bank.csv"], "shop": paths["shop.parquet"]}, c["label"])
+    local3 = _aligned_in_memory({"bank": paths["bank3.csv"], "shop": paths["shop3.parquet"],
+                                 "mall": paths["mall.parquet"]}, c["label"])
+    # each model's trees, margins and bytes taken before the next fit on the same runtime re-initialises its actors
+    return {"local": local, "one": _outcome(train(runtime, local, _CONFIG), local),
+            "local3": local3, "one3": _outcome(train(runtime, local3, _CONFIG), local3)}
+
+
+def _outcome(model, data) -> dict:
+    return {"trees": model.trees(), "margins": model.predict_margin(data), "bytes": model.comm_stats.total_bytes}
+
+
+def _same_model(model, data, outcome: dict) -> None:
+    _same_trees(model.trees(), outcome["trees"])
+    np.testing.assert_array_equal(model.predict_margin(data), outcome["margins"])
+    assert model.comm_stats.total_bytes == outcome["bytes"] > 0
 
 
 @pytest.fixture(scope="module")
-def federated(two_clusters, reference):
+def federated(clusters, reference):
     """The bank's FederatedRuntime joined to the shop's serve process and the PSI-aligned data, made once for
     the module, with the one-cluster reference."""
-    c = two_clusters
-    local, one = reference
+    c = clusters
     _wait_for_serving(c)
     rt = FederatedRuntime(c["fed"], "bank", c["certs"]["bank"], timeout_s=60)
     try:
-        data = VerticalDataset.from_files({"bank": str(c["bank"]), "shop": "shop.parquet"}, id_column="ID",
+        data = VerticalDataset.from_files({"bank": str(c["paths"]["bank.csv"]), "shop": "shop.parquet"}, id_column="ID",
                                           label=c["label"], align="psi", runtime=rt)
-        yield {"rt": rt, "data": data, "local": local, "one": one, "state": {}}
+        yield {"rt": rt, "data": data, "state": {}, **reference}
     finally:
         rt.shutdown()
 
@@ -173,21 +211,36 @@ def test_psi_aligns_the_common_ids_across_organisations(federated):
 def test_secureboost_across_organisations_grows_the_one_cluster_model(federated):
     f = federated
     model = train(f["rt"], f["data"], _CONFIG)
-    _same_trees(model.trees(), f["one"].trees())
-    np.testing.assert_array_equal(model.predict_margin(f["data"]), f["one"].predict_margin(f["local"]))
-    assert model.comm_stats.total_bytes == f["one"].comm_stats.total_bytes > 0
-    f["state"]["model"] = model
+    _same_model(model, f["data"], f["one"])
+    f["state"].update(model=model, data=f["data"], rows=260)
 
 
-def test_killing_the_serving_partys_process_names_it_within_the_timeout(two_clusters, federated):
+def test_three_organisations_align_and_grow_the_one_cluster_model(clusters, federated):
+    """The bank coordinating, the shop and the mall each serving on its own Ray: PSI over the three, then
+    SecureBoost with two passive parties grows the one-cluster trees split for split."""
+    f = federated
+    _wait_for_serving(clusters, "mall")
+    data = VerticalDataset.from_files({"bank": str(clusters["paths"]["bank3.csv"]), "shop": "shop3.parquet",
+                                       "mall": "mall.parquet"}, id_column="ID", label=clusters["label"], align="psi",
+                                      runtime=f["rt"])
+    assert data.n_rows == f["local3"].n_rows == 240 and data.unaligned == {"bank": 60, "shop": 40, "mall": 25}
+    model = train(f["rt"], data, _CONFIG)
+    _same_model(model, data, f["one3"])
+    assert set(np.concatenate([t.owner for t in model.trees()])) >= {1, 2}  # both serving parties' splits
+    f["state"].update(model=model, data=data, rows=240)
+
+
+def test_killing_the_serving_partys_process_names_it_within_the_timeout(clusters, federated):
     """Last in the module: the shop's serve process killed by its PID (SIGKILL: no goodbye) ends the
     coordinator's next call with PartyFailedError naming "shop", in seconds, not the 60 s timeout."""
-    c, f = two_clusters, federated
-    model = f["state"].get("model") or train(f["rt"], f["data"], _CONFIG)
-    assert model.predict_margin(f["data"]).shape == (260,)  # the shop's roles answer until its process is killed
-    os.kill(c["proc"].pid, signal.SIGKILL)  # the shop's organisation goes away
-    c["proc"].wait(10)
+    f, proc = federated, clusters["served"]["shop"]["proc"]
+    state = f["state"] if "model" in f["state"] else {"model": train(f["rt"], f["data"], _CONFIG), "data": f["data"],
+                                                      "rows": 260}
+    model, data = state["model"], state["data"]  # the last model trained (the three parties' when all ran)
+    assert model.predict_margin(data).shape == (state["rows"],)  # the shop's roles answer until its process is killed
+    os.kill(proc.pid, signal.SIGKILL)  # the shop's organisation goes away
+    proc.wait(10)
     start = time.monotonic()
     with pytest.raises(PartyFailedError) as failed:
-        model.predict_margin(f["data"])
+        model.predict_margin(data)
     assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value
