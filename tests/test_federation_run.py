@@ -1,11 +1,13 @@
-"""Across organisations, end to end on one machine (issue 39): two Ray clusters on loopback, the bank's
-(this test session's) and the shop's, started by the shop's own ``python -m ray_vfl.serve`` process with
-its own RAY_TMPDIR and HOME; the parties joined by gateways over mutual TLS.
+"""Across organisations, end to end on one machine (issue 39): three Ray clusters on loopback, the bank's
+(this test session's), the shop's and the mall's, each of the last two started by its own
+``python -m ray_vfl.serve`` process with its own RAY_TMPDIR and HOME; the parties joined by gateways over
+mutual TLS.
 
-One serve process and one coordinator runtime for the module, several checks in order: PSI aligns 260 of
-the bank's 300 IDs (after ``jobs/train.py --federation`` ran end to end with its own runtime); SecureBoost across
-the two clusters grows the trees, margins and message bytes of the one-cluster run on the same files; last, the shop's serve
-process killed by its PID ends the next call with PartyFailedError naming "shop" within seconds."""
+Two serve processes and one coordinator runtime for the module, several checks in order: ``jobs/train.py
+--federation`` runs end to end with the bank and the shop (two clusters, its own runtime); PSI over the three
+aligns the 240 IDs they share; SecureBoost with two passive parties grows the trees, margins and message bytes
+of the one-cluster run on the same files; last, the shop's serve process killed by its PID ends the next call
+with PartyFailedError naming "shop" within seconds."""
 
 from __future__ import annotations
 
@@ -109,14 +111,10 @@ def _start_serving(party: str, data: list[Path], c: dict) -> dict:
 
 
 def _stop_serving(served: dict) -> None:
+    """The serve process and its Ray, killed as one process group (its own session): what it started goes
+    with it, in well under the seconds its graceful stop (SIGTERM, its Ray's shutdown) takes."""
     proc = served["proc"]
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    try:  # whatever the serve process left in its own session (its Ray's processes after a SIGKILL)
+    try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
@@ -163,39 +161,30 @@ def test_the_train_job_runs_across_organisations(clusters, reference):
 
 @pytest.fixture(scope="module")
 def reference(clusters, runtime):
-    """The one-cluster runs on the rows PSI aligns (every party's actors in this session's Ray), two parties and
-    three, trained while the serve processes start."""
+    """The one-cluster run of the three parties on the rows PSI aligns (their actors in this session's Ray),
+    trained while the serve processes start: its trees, margins and bytes."""
     c = clusters
     paths = c["paths"]
-    local = _aligned_in_memory({"bank": paths["bank.csv"], "shop": paths["shop.parquet"]}, c["label"])
-    local3 = _aligned_in_memory({"bank": paths["bank3.csv"], "shop": paths["shop3.parquet"],
-                                 "mall": paths["mall.parquet"]}, c["label"])
-    # each model's trees, margins and bytes taken before the next fit on the same runtime re-initialises its actors
-    return {"local": local, "one": _outcome(train(runtime, local, _CONFIG), local),
-            "local3": local3, "one3": _outcome(train(runtime, local3, _CONFIG), local3)}
-
-
-def _outcome(model, data) -> dict:
-    return {"trees": model.trees(), "margins": model.predict_margin(data), "bytes": model.comm_stats.total_bytes}
-
-
-def _same_model(model, data, outcome: dict) -> None:
-    _same_trees(model.trees(), outcome["trees"])
-    np.testing.assert_array_equal(model.predict_margin(data), outcome["margins"])
-    assert model.comm_stats.total_bytes == outcome["bytes"] > 0
+    local = _aligned_in_memory({"bank": paths["bank3.csv"], "shop": paths["shop3.parquet"],
+                                "mall": paths["mall.parquet"]}, c["label"])
+    model = train(runtime, local, _CONFIG)
+    return {"local": local, "trees": model.trees(), "margins": model.predict_margin(local),
+            "bytes": model.comm_stats.total_bytes}
 
 
 @pytest.fixture(scope="module")
 def federated(clusters, reference):
-    """The bank's FederatedRuntime joined to the shop's serve process and the PSI-aligned data, made once for
-    the module, with the one-cluster reference."""
+    """The bank's FederatedRuntime joined to the shop's and the mall's serve processes and the data PSI aligns
+    over the three, made once for the module, with the one-cluster reference."""
     c = clusters
-    _wait_for_serving(c)
+    _wait_for_serving(c, "shop")
+    _wait_for_serving(c, "mall")
     rt = FederatedRuntime(c["fed"], "bank", c["certs"]["bank"], timeout_s=60)
     try:
-        data = VerticalDataset.from_files({"bank": str(c["paths"]["bank.csv"]), "shop": "shop.parquet"}, id_column="ID",
-                                          label=c["label"], align="psi", runtime=rt)
-        yield {"rt": rt, "data": data, "state": {}, **reference}
+        data = VerticalDataset.from_files({"bank": str(c["paths"]["bank3.csv"]), "shop": "shop3.parquet",
+                                           "mall": "mall.parquet"}, id_column="ID", label=c["label"], align="psi",
+                                          runtime=rt)
+        yield {"rt": rt, "data": data, "state": {}, "one": reference}
     finally:
         rt.shutdown()
 
@@ -203,44 +192,32 @@ def federated(clusters, reference):
 _CONFIG = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
 
 
-def test_psi_aligns_the_common_ids_across_organisations(federated):
-    data, local = federated["data"], federated["local"]
-    assert data.n_rows == local.n_rows == 260 and data.unaligned == {"bank": 40, "shop": 20}
+def test_psi_aligns_the_ids_common_to_three_organisations(federated):
+    data, local = federated["data"], federated["one"]["local"]
+    assert data.n_rows == local.n_rows == 240 and data.unaligned == {"bank": 60, "shop": 40, "mall": 25}
 
 
-def test_secureboost_across_organisations_grows_the_one_cluster_model(federated):
-    f = federated
+def test_secureboost_across_three_organisations_grows_the_one_cluster_model(federated):
+    """SecureBoost with the bank active and two passive parties, each on its own Ray: the one-cluster trees
+    split for split, the same margins and message bytes."""
+    f, one = federated, federated["one"]
     model = train(f["rt"], f["data"], _CONFIG)
-    _same_model(model, f["data"], f["one"])
-    f["state"].update(model=model, data=f["data"], rows=260)
-
-
-def test_three_organisations_align_and_grow_the_one_cluster_model(clusters, federated):
-    """The bank coordinating, the shop and the mall each serving on its own Ray: PSI over the three, then
-    SecureBoost with two passive parties grows the one-cluster trees split for split."""
-    f = federated
-    _wait_for_serving(clusters, "mall")
-    data = VerticalDataset.from_files({"bank": str(clusters["paths"]["bank3.csv"]), "shop": "shop3.parquet",
-                                       "mall": "mall.parquet"}, id_column="ID", label=clusters["label"], align="psi",
-                                      runtime=f["rt"])
-    assert data.n_rows == f["local3"].n_rows == 240 and data.unaligned == {"bank": 60, "shop": 40, "mall": 25}
-    model = train(f["rt"], data, _CONFIG)
-    _same_model(model, data, f["one3"])
+    _same_trees(model.trees(), one["trees"])
+    np.testing.assert_array_equal(model.predict_margin(f["data"]), one["margins"])
+    assert model.comm_stats.total_bytes == one["bytes"] > 0
     assert set(np.concatenate([t.owner for t in model.trees()])) >= {1, 2}  # both serving parties' splits
-    f["state"].update(model=model, data=data, rows=240)
+    f["state"]["model"] = model
 
 
 def test_killing_the_serving_partys_process_names_it_within_the_timeout(clusters, federated):
     """Last in the module: the shop's serve process killed by its PID (SIGKILL: no goodbye) ends the
     coordinator's next call with PartyFailedError naming "shop", in seconds, not the 60 s timeout."""
     f, proc = federated, clusters["served"]["shop"]["proc"]
-    state = f["state"] if "model" in f["state"] else {"model": train(f["rt"], f["data"], _CONFIG), "data": f["data"],
-                                                      "rows": 260}
-    model, data = state["model"], state["data"]  # the last model trained (the three parties' when all ran)
-    assert model.predict_margin(data).shape == (state["rows"],)  # the shop's roles answer until its process is killed
+    model = f["state"].get("model") or train(f["rt"], f["data"], _CONFIG)
+    assert model.predict_margin(f["data"]).shape == (240,)  # the shop's roles answer until its process is killed
     os.kill(proc.pid, signal.SIGKILL)  # the shop's organisation goes away
     proc.wait(10)
     start = time.monotonic()
     with pytest.raises(PartyFailedError) as failed:
-        model.predict_margin(data)
+        model.predict_margin(f["data"])
     assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value
