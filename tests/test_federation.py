@@ -299,6 +299,8 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     from ray_vfl.runtime.federation.gateway import Refusal
     from ray_vfl.runtime.federation.roles import PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
     from ray_vfl.secureboost.active import ActiveParty
+    from ray_vfl.splitnn import SplitNNConfig
+    from ray_vfl.splitnn.network.parties import NonLabelParty
     from ray_vfl.trees.config import BoostConfig
 
     server, table = _server(kinds=("store", "psi", "secureboost-passive")), TableKey("data", "source-1")
@@ -313,6 +315,10 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
         (server, StartRole("secureboost-passive", ["shop", table, [], config, PoolSpec(), "/home/shop/model.json"]),
          "continuing a saved model"),
         (server, StartRole("ssxgb", ["shop"]), "does not serve role kind 'ssxgb'"),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", table, [], SplitNNConfig(), "mall", 0], "0" * 32),
+         "sends its embeddings to the party that starts its role only \\('bank'\\), not to 'mall'"),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", np.zeros((2, 3)), [], SplitNNConfig(), "bank", 0], "0" * 32),
+         "trains on its own table only"),
     ]
     for srv, request, message in refused:
         with pytest.raises(Refusal, match=message):
@@ -329,6 +335,9 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     with pytest.raises(ConfigError, match="unknown role kind"):
         ServePolicy("shop", {}, ("store", "splitnn"))
     assert "rows" not in server.policy.gateway_allow_list()["data"]  # a store's raw rows never leave it
+    assert kind_of_class(NonLabelParty, "shop") == "splitnn-nonlabel"
+    assert not {"state", "param_grads", "recorded_view", "save_part", "load_part"} & set(
+        _server().policy.gateway_allow_list()["splitnn"])  # a feature party's weights and view never leave it
 
 
 def test_refusals_reach_the_caller_as_protocol_errors_naming_the_party(world):

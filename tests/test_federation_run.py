@@ -6,7 +6,7 @@ mutual TLS.
 Two serve processes and one coordinator runtime for the module, several checks in order: ``jobs/train.py
 --federation`` runs end to end with the bank and the shop (two clusters, its own runtime); PSI over the three
 aligns the 240 IDs they share; SecureBoost with two passive parties grows the trees, margins and message bytes
-of the one-cluster run on the same files; last, the shop's serve process killed by its PID ends the next call
+of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; last, the shop's serve process killed by its PID ends the next call
 with PartyFailedError naming "shop" within seconds."""
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from ray_vfl.data.bundled import load_credit
 from ray_vfl.runtime.federation.certs import write_test_certificates
 from ray_vfl.runtime.federation.coordinator import FederatedRuntime
 from ray_vfl.secureboost.protocol import train
+from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig
+from ray_vfl.splitnn.protocol import train as train_network
 
 _START_S = 90.0  # the shop's serve process: Python, imports and its own Ray
 
@@ -206,18 +208,52 @@ def test_secureboost_across_three_organisations_grows_the_one_cluster_model(fede
     np.testing.assert_array_equal(model.predict_margin(f["data"]), one["margins"])
     assert model.comm_stats.total_bytes == one["bytes"] > 0
     assert set(np.concatenate([t.owner for t in model.trees()])) >= {1, 2}  # both serving parties' splits
-    f["state"]["model"] = model
+    f["state"]["predict"] = lambda: model.predict_margin(f["data"])
+
+
+_NET = SplitNNConfig(nonlabel_hidden=(8, 4), label_hidden=(8,), embedding_dim=2, n_bins=8, batch_size=64, epochs=1,
+                     pipeline_depth=2, seed=3)
+
+
+def test_split_nn_across_three_organisations_learns_the_one_cluster_weights(federated):
+    """Split NN with the bank holding the labels and the top model, the shop and the mall each a feature party
+    on its own Ray (a ``step`` per batch through the gateways: its embedding out, its gradient in): with equal
+    seeds, the losses, label-party weights and predictions of the network trained in one process on the same
+    rows (which the one-cluster Ray run equals, tests/test_splitnn.py), bit for bit."""
+    import torch
+
+    f, one = federated, federated["one"]
+    threads = torch.get_num_threads()  # process-wide: one thread, as in a party actor; restored after
+    try:
+        twin = InProcessSplitNet(_NET, num_threads=1).fit(one["local"])
+        expected = twin.predict_proba(one["local"])
+    finally:
+        torch.set_num_threads(threads)
+    model = train_network(f["rt"], f["data"], _NET)
+    assert model.losses == twin.losses_ and len(model.losses) == 4
+    label = model.label_party
+    weights = f["rt"].get([(label, f["rt"].actor(label).state.remote())], "weights")[0]
+    reference = twin.net_.state_dict()
+    assert {"top.linear.weight", "label_bottom.embedding.weight"} <= set(weights) <= set(reference)
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, reference[name].numpy(), err_msg=name)
+    np.testing.assert_array_equal(model.predict_proba(f["data"]), expected)
+    assert model.comm_stats.total_bytes > 0
+    f["state"]["predict"] = lambda: model.predict_proba(f["data"])
 
 
 def test_killing_the_serving_partys_process_names_it_within_the_timeout(clusters, federated):
     """Last in the module: the shop's serve process killed by its PID (SIGKILL: no goodbye) ends the
     coordinator's next call with PartyFailedError naming "shop", in seconds, not the 60 s timeout."""
     f, proc = federated, clusters["served"]["shop"]["proc"]
-    model = f["state"].get("model") or train(f["rt"], f["data"], _CONFIG)
-    assert model.predict_margin(f["data"]).shape == (240,)  # the shop's roles answer until its process is killed
+    predict = f["state"].get("predict")
+    if predict is None:  # this test alone
+        model = train(f["rt"], f["data"], _CONFIG)
+        predict = lambda: model.predict_margin(f["data"])  # noqa: E731
+    assert np.shape(predict()) == (240,)  # the last model's roles at the shop answer until its process is killed
     os.kill(proc.pid, signal.SIGKILL)  # the shop's organisation goes away
     proc.wait(10)
     start = time.monotonic()
     with pytest.raises(PartyFailedError) as failed:
-        model.predict_margin(f["data"])
+        predict()
     assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value

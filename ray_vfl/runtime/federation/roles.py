@@ -20,8 +20,8 @@ random per :class:`~.coordinator.FederatedRuntime`), and the role it starts is c
 roles, never each other's. A session grants nothing by itself: the called party runs an instance only for the
 party whose certificate started it, and the gateway's allow-list is its role's (:func:`base_role`).
 
-:data:`ROLE_KINDS` is what a party can serve at all: its data store, a PSI follower and a SecureBoost passive
-party, each with the methods a peer may call on it. Nothing else: a method off the list (a store's ``rows``,
+:data:`ROLE_KINDS` is what a party can serve at all: its data store, a PSI follower, a SecureBoost passive
+party and a split-NN feature party, each with the methods a peer may call on it. Nothing else: a method off the list (a store's ``rows``,
 which would hand over the raw table; a PSI party's ``received``, an audit log) is refused by the gateway
 before any argument is used. :class:`ServePolicy` narrows that per party (``python -m ray_vfl.serve``).
 
@@ -137,6 +137,10 @@ ROLE_KINDS: dict[str, RoleKind] = {
     "secureboost-passive": RoleKind("ray_vfl.secureboost.passive:PassiveParty", "secureboost", (
         "set_public_key", "histogram_layout", "begin_tree", "next_level", "route", "load_rows", "drop_rows",
         "unseen_categories", "comm_records", "op_counts", "feature_names", "n_features")),
+    # a split-NN feature party: per-batch steps (its embedding out, its gradient in) and prediction embeddings;
+    # never its weights, gradients, recorded view or a saved part (state, param_grads, recorded_view, *_part)
+    "splitnn-nonlabel": RoleKind("ray_vfl.splitnn.network.parties:NonLabelParty", "splitnn", (
+        "step", "embed", "load_rows", "drop_rows", "unseen_categories", "ping", "comm_records")),
 }
 
 

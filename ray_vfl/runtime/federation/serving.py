@@ -5,8 +5,9 @@
 party's :class:`~.roles.ServePolicy` agrees, and runs the allowed methods of those roles. What it refuses,
 with a :class:`~.gateway.Refusal` the caller reads as a ProtocolError naming this party:
 
-* a role kind the policy does not list (the policy lists the data store, a PSI follower and a SecureBoost
-  passive party at most);
+* a role kind the policy does not list (the policy lists the data store, a PSI follower, a SecureBoost
+  passive party and a split-NN feature party at most);
+* a split-NN feature party sending its embeddings to any party but the one starting it;
 * a role under another party's name, a PSI party reading IDs it is sent instead of its own table, a PSI
   audit log, a saved model part to continue from (a path on this party's machine chosen by another);
 * data other than what it serves: a store opens only a file the party serves, named by its file name
@@ -141,6 +142,12 @@ class PartyServer:
             if len(args) > 5 and args[5] is not None:
                 raise Refusal(f"party {me!r}: continuing a saved model across organisations is not supported "
                               "(init_model must be None)")
+        if request.kind == "splitnn-nonlabel":
+            if len(args) < 5 or not isinstance(args[1], TableKey):
+                raise Refusal(f"party {me!r} trains on its own table only (a TableKey)")
+            if args[4] != sender:
+                raise Refusal(f"party {me!r} sends its embeddings to the party that starts its role only ({sender!r}), "
+                              f"not to {args[4]!r}")
         if not isinstance(request.session, str) or not SESSION.match(request.session):
             raise Refusal(f"party {me!r}: a StartRole names its coordinator runtime's session (32 hex digits, "
                           f"roles.new_session()), got {request.session!r}")
