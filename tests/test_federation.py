@@ -297,10 +297,8 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     continue, data it does not serve, a role it does not run for the caller, a class no party serves."""
     from ray_vfl.data.sources import PartySource
     from ray_vfl.runtime.federation.gateway import Refusal
-    from ray_vfl.runtime.federation.roles import PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
+    from ray_vfl.runtime.federation.roles import ROLE_KINDS, PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
     from ray_vfl.secureboost.active import ActiveParty
-    from ray_vfl.splitnn import SplitNNConfig
-    from ray_vfl.splitnn.network.parties import NonLabelParty
     from ray_vfl.trees.config import BoostConfig
 
     server, table = _server(kinds=("store", "psi", "secureboost-passive")), TableKey("data", "source-1")
@@ -315,9 +313,9 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
         (server, StartRole("secureboost-passive", ["shop", table, [], config, PoolSpec(), "/home/shop/model.json"]),
          "continuing a saved model"),
         (server, StartRole("ssxgb", ["shop"]), "does not serve role kind 'ssxgb'"),
-        (_server(), StartRole("splitnn-nonlabel", ["shop", table, [], SplitNNConfig(), "mall", 0], "0" * 32),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", table, [], None, "mall", 0], "0" * 32),
          "sends its embeddings to the party that starts its role only \\('bank'\\), not to 'mall'"),
-        (_server(), StartRole("splitnn-nonlabel", ["shop", np.zeros((2, 3)), [], SplitNNConfig(), "bank", 0], "0" * 32),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", np.zeros((2, 3)), [], None, "bank", 0], "0" * 32),
          "trains on its own table only"),
     ]
     for srv, request, message in refused:
@@ -335,7 +333,7 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     with pytest.raises(ConfigError, match="unknown role kind"):
         ServePolicy("shop", {}, ("store", "splitnn"))
     assert "rows" not in server.policy.gateway_allow_list()["data"]  # a store's raw rows never leave it
-    assert kind_of_class(NonLabelParty, "shop") == "splitnn-nonlabel"
+    assert ROLE_KINDS["splitnn-nonlabel"].cls == "ray_vfl.splitnn.network.parties:NonLabelParty"  # torch not imported here
     assert not {"state", "param_grads", "recorded_view", "save_part", "load_part"} & set(
         _server().policy.gateway_allow_list()["splitnn"])  # a feature party's weights and view never leave it
 
@@ -369,7 +367,8 @@ def test_each_coordinator_runtime_runs_and_stops_its_own_roles(world, runtime):
     """Two runtimes of one coordinating party (two jobs of the bank) start the same role kind at the shop:
     each gets its own instance (``data@<its session>``), and one shutting down leaves the other's roles
     running. The session names a role, never grants it: another party's certificate reaching the instance
-    by name is refused, and a request without a session is too."""
+    by name is refused, and a request without a session is too. A start the shop refuses fails the role's
+    first call, naming the shop."""
     from ray_vfl.data.sources import PartySource
     from ray_vfl.data.store import PartyStore, TableRef
     from ray_vfl.runtime.federation.coordinator import FederatedRuntime
@@ -400,6 +399,12 @@ def test_each_coordinator_runtime_runs_and_stops_its_own_roles(world, runtime):
             mall.call("shop", stores[1].role, "alive")
         with pytest.raises(ProtocolError, match="names its coordinator runtime's session"):
             mall.call("shop", "control", "start_role", StartRole("store", ["shop"]))
+        # a start is not waited for (parties start their roles side by side): a refused one fails the role's first call
+        from ray_vfl.psi.party import PsiParty
+
+        refused = second.spawn("shop", PsiParty, "shop", np.arange(3), "int")
+        with pytest.raises(ProtocolError, match="party 'shop' refused it: party 'shop' does not serve role kind 'psi'"):
+            second.get([("shop", refused.alive.remote())], "alive")
     finally:
         mall.close()
         first.shutdown()
