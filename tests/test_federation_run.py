@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,9 +41,16 @@ _START_S = 90.0  # the shop's serve process: Python, imports and its own Ray
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral ones (32768 up), which
+    the Ray processes starting beside the serve processes take at random: the gateway's stays free until bound."""
+    rng = random.SystemRandom()
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", rng.randrange(20_000, 32_000)))
+            except OSError:
+                continue
+            return s.getsockname()[1]
 
 
 def _files(folder: Path) -> dict:

@@ -236,20 +236,27 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
     served = served_data(data, id_column, categorical)
     runtime = Runtime(address="auto" if os.environ.get("RAY_ADDRESS") else "local", num_cpus=num_cpus,
                       timeout_s=timeout_s)
-    runtime.connect([party])
+    policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS))
+    server = PartyServer(policy, runtime, timeout_s, make_table)
+    ready = threading.Event()
+
+    def handle(sender: str, role: str, method: str, args: list) -> Any:
+        if not ready.wait(timeout_s):
+            raise Refusal(f"party {party!r} has not finished starting its Ray")
+        return server.handle(sender, role, method, args)
+
+    # the port first: the Ray started next opens many ports of its own, and could take the gateway's
+    gateway = Gateway(party, credentials, federation, GatewayPolicy(policy.gateway_allow_list()), handle, workers=16)
+    port = gateway.start(listen)
     try:
-        policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS), max_workers=runtime.party_cpus(party))
-        server = PartyServer(policy, runtime, timeout_s, make_table)
-        gateway = Gateway(party, credentials, federation, GatewayPolicy(policy.gateway_allow_list()), server.handle,
-                          workers=16)
-        port = gateway.start(listen)
+        runtime.connect([party])
+        server.policy = dataclasses.replace(policy, max_workers=runtime.party_cpus(party))
+        ready.set()
         announce(f"serving party {party!r} on port {port}: roles {list(policy.kinds)}, data {sorted(served)} "
                  f"(pid {os.getpid()})", flush=True)
         stop = stop or threading.Event()
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            gateway.stop(1.0)
+        while not stop.wait(0.5):
+            pass
     finally:
+        gateway.stop(1.0)
         runtime.shutdown()
