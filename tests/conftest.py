@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop", "server_c", "server_s"]
+TEST_PARTIES = ["party0", "party1", "party2", "party3", "party4", "bank", "shop", "mall", "server_c", "server_s"]
 
 _SCRATCH = tempfile.mkdtemp(prefix="vflh")
 _RAY_TMP = tempfile.mkdtemp(prefix="rt", dir="/tmp")

@@ -46,11 +46,16 @@ def world(tmp_path_factory):
             raise DataError("column 'age' is missing from bank.csv")
         if method == "bad_config":
             raise ConfigError("max_bin must be in [2, 256], got 1")
+        if method == "bad_message":  # bank's role refusing a message of shop's that breaks its kind
+            raise ProtocolError("shop", "level_step", "orders.bin[3] = 40 is outside [0, 33)", "bank")
+        if method == "peer_failed":  # one of bank's own actors failed under the call
+            raise PartyFailedError("bank", "histograms", "ValueError: boom", reason="died")
         if method == "mailbox_key":  # bank announcing a key under shop's name
             return ["shop", bytes(32)]
         return {"sender": sender, "sum": float(np.sum(args[0])), "back": args[0]}
 
-    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail", "bad_data", "bad_config", "mailbox_key"]}),
+    bank = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "fail", "bad_data", "bad_config", "mailbox_key",
+                                                                                   "bad_message", "peer_failed"]}),
                    handler)
     bank.start()
     clients = []
@@ -113,6 +118,20 @@ def test_a_remote_data_or_config_error_arrives_as_itself_naming_the_party(world)
     with pytest.raises(ConfigError, match="party 'bank': max_bin must be") as caught:
         shop.call("bank", "party", "bad_config")
     assert type(caught.value) is ConfigError
+
+
+def test_a_protocol_error_or_failure_at_the_called_party_arrives_as_itself_naming_it(world):
+    """A message the called party refused (ProtocolError) and a failure under the call (PartyFailedError)
+    come back with their fields, not as a PartyFailedError of the text (as they did)."""
+    shop = world["client"](Credentials.from_files(**world["certs"]["shop"]))
+    with pytest.raises(ProtocolError, match=r"party 'shop' sent a malformed 'level_step' to 'bank': orders.bin\[3\] = 40 "
+                                            r"is outside \[0, 33\)$") as caught:
+        shop.call("bank", "party", "bad_message")
+    assert type(caught.value) is ProtocolError and caught.value.receiver == "bank"
+    with pytest.raises(PartyFailedError, match="party 'bank' failed during phase 'party.peer_failed/histograms': "
+                                               "ValueError: boom$") as failed:
+        shop.call("bank", "party", "peer_failed")
+    assert failed.value.reason == "died"
 
 
 def test_mailbox_keys_are_pinned_to_certificate_names(world):
@@ -223,13 +242,16 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         def secret(self):
             return "never"
 
+        def check(self, entry):
+            raise ProtocolError("shop", "ledger_entry", f"{entry!r} is not a finite number", "bank")
+
     certs, ports = world["certs"], world["ports"]
     port = _free_port()
     fed = Federation.from_dict({"parties": {"bank": {"gateway": f"127.0.0.1:{port}"},
                                             "shop": {"gateway": f"127.0.0.1:{ports['shop']}"}}})
     ledger = Ledger.remote()
-    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total"]}),
-                      dispatcher({"party": ledger}, timeout_s=10))
+    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "check"]}),
+                      dispatcher({"party": ledger}, timeout_s=10, party="bank"))
     gateway.start()
     try:
         spec = ClientSpec("shop", certs["shop"], {"parties": {p.name: {"gateway": p.address} for p in fed.parties}},
@@ -239,6 +261,12 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         assert isinstance(ref, ray.ObjectRef) and ray.get(ref, timeout=30) == 90.0
         with pytest.raises(ProtocolError, match="does not let peers call 'secret'"):
             ray.get(bank.secret.remote(), timeout=30)
+        # the bank's actor refusing a message: a ProtocolError naming it at the caller, through Ray on both sides
+        from ray_vfl.runtime.waiting import gather
+
+        with pytest.raises(ProtocolError, match="malformed 'ledger_entry' to 'bank': 'nan' is not a finite") as caught:
+            gather([("bank", bank.check.remote("nan"))], "check", 30)
+        assert type(caught.value) is ProtocolError
         # a sealed protocol message crosses as it is: the receiver's mailbox checks the seal, not the gateway
         from ray_vfl.runtime.codec import decode, encode
         from ray_vfl.runtime.comm import Mailbox
@@ -269,7 +297,7 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     continue, data it does not serve, a role it does not run for the caller, a class no party serves."""
     from ray_vfl.data.sources import PartySource
     from ray_vfl.runtime.federation.gateway import Refusal
-    from ray_vfl.runtime.federation.roles import PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
+    from ray_vfl.runtime.federation.roles import ROLE_KINDS, PoolSpec, ServePolicy, StartRole, TableKey, kind_of_class
     from ray_vfl.secureboost.active import ActiveParty
     from ray_vfl.trees.config import BoostConfig
 
@@ -285,6 +313,10 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
         (server, StartRole("secureboost-passive", ["shop", table, [], config, PoolSpec(), "/home/shop/model.json"]),
          "continuing a saved model"),
         (server, StartRole("ssxgb", ["shop"]), "does not serve role kind 'ssxgb'"),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", table, [], None, "mall", 0], "0" * 32),
+         "sends its embeddings to the party that starts its role only \\('bank'\\), not to 'mall'"),
+        (_server(), StartRole("splitnn-nonlabel", ["shop", np.zeros((2, 3)), [], None, "bank", 0], "0" * 32),
+         "trains on its own table only"),
     ]
     for srv, request, message in refused:
         with pytest.raises(Refusal, match=message):
@@ -301,6 +333,9 @@ def test_a_serving_party_refuses_what_its_policy_does_not_allow():
     with pytest.raises(ConfigError, match="unknown role kind"):
         ServePolicy("shop", {}, ("store", "splitnn"))
     assert "rows" not in server.policy.gateway_allow_list()["data"]  # a store's raw rows never leave it
+    assert ROLE_KINDS["splitnn-nonlabel"].cls == "ray_vfl.splitnn.network.parties:NonLabelParty"  # torch not imported here
+    assert not {"state", "param_grads", "recorded_view", "save_part", "load_part"} & set(
+        _server().policy.gateway_allow_list()["splitnn"])  # a feature party's weights and view never leave it
 
 
 def test_refusals_reach_the_caller_as_protocol_errors_naming_the_party(world):
@@ -326,3 +361,52 @@ def test_refusals_reach_the_caller_as_protocol_errors_naming_the_party(world):
     spec = ClientSpec("bank", certs["bank"], {"parties": {p: {"gateway": f"127.0.0.1:{port}"} for p, port in ports.items()}})
     with pytest.raises(VFLError, match="cannot be handed to party 'shop'"):
         wire_arg([RemoteHandle(spec, "mall", "data")], "shop")
+
+
+def test_each_coordinator_runtime_runs_and_stops_its_own_roles(world, runtime):
+    """Two runtimes of one coordinating party (two jobs of the bank) start the same role kind at the shop:
+    each gets its own instance (``data@<its session>``), and one shutting down leaves the other's roles
+    running. The session names a role, never grants it: another party's certificate reaching the instance
+    by name is refused, and a request without a session is too. A start the shop refuses fails the role's
+    first call, naming the shop."""
+    from ray_vfl.data.sources import PartySource
+    from ray_vfl.data.store import PartyStore, TableRef
+    from ray_vfl.runtime.federation.coordinator import FederatedRuntime
+    from ray_vfl.runtime.federation.roles import SESSION, ServePolicy, StartRole
+    from ray_vfl.runtime.federation.serving import PartyServer
+    from ray_vfl.runtime.federation.stubs import RemoteHandle
+
+    certs = world["certs"]
+    fed = Federation.from_dict({"parties": {p: {"gateway": f"127.0.0.1:{_free_port()}"} for p in ("bank", "shop", "mall")}})
+    server = PartyServer(ServePolicy("shop", {"shop.parquet": PartySource("/srv/shop.parquet")}, ("store",)),
+                         runtime, timeout_s=10, make_table=TableRef)
+    gateway = Gateway("shop", Credentials.from_files(**certs["shop"]), fed,
+                      GatewayPolicy(server.policy.gateway_allow_list()), server.handle)
+    gateway.start()
+    first, second = (FederatedRuntime(fed, "bank", certs["bank"], timeout_s=10) for _ in range(2))
+    mall = GatewayClient("mall", Credentials.from_files(**certs["mall"]), fed, timeout_s=10)
+    try:
+        assert SESSION.match(first.session) and SESSION.match(second.session) and first.session != second.session
+        stores = [rt.spawn_helper("shop", "data", PartyStore, "shop") for rt in (first, second)]
+        assert [s.role for s in stores] == [f"data@{first.session}", f"data@{second.session}"]
+        assert [r[0] for r in second.get([("shop", s.alive.remote()) for s in stores], "alive")] == ["shop", "shop"]
+        first.shutdown()  # stops the first runtime's store at the shop, and only it
+        assert second.get([("shop", stores[1].alive.remote())], "alive")[0][0] == "shop"
+        gone = RemoteHandle(second.spec, "shop", stores[0].role, second._client)  # the first's role, by name
+        with pytest.raises(ProtocolError, match=f"runs no role 'data@{first.session}' for party 'bank'"):
+            second.get([("shop", gone.alive.remote())], "alive")
+        with pytest.raises(ProtocolError, match=f"runs no role 'data@{second.session}' for party 'mall'"):
+            mall.call("shop", stores[1].role, "alive")
+        with pytest.raises(ProtocolError, match="names its coordinator runtime's session"):
+            mall.call("shop", "control", "start_role", StartRole("store", ["shop"]))
+        # a start is not waited for (parties start their roles side by side): a refused one fails the role's first call
+        from ray_vfl.psi.party import PsiParty
+
+        refused = second.spawn("shop", PsiParty, "shop", np.arange(3), "int")
+        with pytest.raises(ProtocolError, match="party 'shop' refused it: party 'shop' does not serve role kind 'psi'"):
+            second.get([("shop", refused.alive.remote())], "alive")
+    finally:
+        mall.close()
+        first.shutdown()
+        second.shutdown()
+        gateway.stop()

@@ -1,16 +1,20 @@
-"""Across organisations, end to end on one machine (issue 39): two Ray clusters on loopback, the bank's
-(this test session's) and the shop's, started by the shop's own ``python -m ray_vfl.serve`` process with
-its own RAY_TMPDIR and HOME; the parties joined by gateways over mutual TLS.
+"""Across organisations, end to end on one machine (issue 39): three Ray clusters on loopback, the bank's
+(this test session's), the shop's and the mall's, each of the last two started by its own
+``python -m ray_vfl.serve`` process with its own RAY_TMPDIR and HOME; the parties joined by gateways over
+mutual TLS.
 
-One serve process and one coordinator runtime for the module, several checks in order: PSI aligns 260 of
-the bank's 300 IDs (after ``jobs/train.py --federation`` ran end to end with its own runtime); SecureBoost across
-the two clusters grows the trees, margins and message bytes of the one-cluster run on the same files; last, the shop's serve
-process killed by its PID ends the next call with PartyFailedError naming "shop" within seconds."""
+Two serve processes and one coordinator runtime for the module, several checks in order: ``jobs/train.py
+--federation`` runs end to end with the bank and the shop (two clusters, its own runtime); PSI over the three
+aligns the 240 IDs they share; SecureBoost with two passive parties grows the trees, margins and message bytes
+of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; last, the shop's serve process killed by its PID ends the next call
+with PartyFailedError naming "shop" within seconds."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,30 +34,47 @@ from ray_vfl.data.bundled import load_credit
 from ray_vfl.runtime.federation.certs import write_test_certificates
 from ray_vfl.runtime.federation.coordinator import FederatedRuntime
 from ray_vfl.secureboost.protocol import train
+from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig
+from ray_vfl.splitnn.protocol import train as train_network
 
 _START_S = 90.0  # the shop's serve process: Python, imports and its own Ray
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral ones (32768 up), which
+    the Ray processes starting beside the serve processes take at random: the gateway's stays free until bound."""
+    rng = random.SystemRandom()
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", rng.randrange(20_000, 32_000)))
+            except OSError:
+                continue
+            return s.getsockname()[1]
 
 
-def _files(folder: Path) -> tuple[Path, Path, str]:
-    """The bank's 300 credit rows (IDs, 11 features, label) and the shop's other 12 features for 260 of those
-    IDs plus 20 IDs the bank does not have, shuffled."""
+def _files(folder: Path) -> dict:
+    """Two parties: the bank's 300 credit rows (IDs, 11 features, label) and the shop's other 12 features for 260
+    of those IDs plus 20 IDs the bank does not have, shuffled. Three parties: the bank's IDs, 8 features and the
+    label (``bank3.csv``), the shop's next 8 features for its same IDs (``shop3.parquet``), the mall's last 7 for
+    250 of the bank's IDs (20 to 269) plus 15 of its own (``mall.parquet``): 240 IDs common to all three."""
     frame = load_credit().iloc[:300].reset_index(drop=True)
     label = frame.columns[-1]
     features = [c for c in frame.columns if c not in ("ID", label)]
-    bank = frame[["ID"] + features[:11] + [label]]
-    shop = frame[["ID"] + features[11:]].iloc[:260]
-    extra = shop.iloc[:20].assign(ID=shop["ID"].iloc[:20] + 10**6)
-    shop = pd.concat([shop, extra]).sample(frac=1.0, random_state=0)
-    bank_path, shop_path = folder / "bank.csv", folder / "shop.parquet"
-    bank.to_csv(bank_path, index=False)
-    shop.to_parquet(shop_path, index=False)
-    return bank_path, shop_path, label
+
+    def shuffled_with_extra(rows: pd.DataFrame, extra: int, seed: int) -> pd.DataFrame:
+        more = rows.iloc[:extra].assign(ID=rows["ID"].iloc[:extra] + 10**6 * (seed + 1))
+        return pd.concat([rows, more]).sample(frac=1.0, random_state=seed)
+
+    shop_rows = shuffled_with_extra(frame.iloc[:260], 20, 0)
+    mall_rows = shuffled_with_extra(frame.iloc[20:270], 15, 1)
+    paths = {name: folder / name for name in ("bank.csv", "shop.parquet", "bank3.csv", "shop3.parquet", "mall.parquet")}
+    frame[["ID"] + features[:11] + [label]].to_csv(paths["bank.csv"], index=False)
+    shop_rows[["ID"] + features[11:]].to_parquet(paths["shop.parquet"], index=False)
+    frame[["ID"] + features[:8] + [label]].to_csv(paths["bank3.csv"], index=False)
+    shop_rows[["ID"] + features[8:16]].to_parquet(paths["shop3.parquet"], index=False)
+    mall_rows[["ID"] + features[16:]].to_parquet(paths["mall.parquet"], index=False)
+    return {"paths": paths, "label": label}
 
 
 def _same_trees(ours, theirs) -> None:
@@ -63,102 +84,117 @@ def _same_trees(ours, theirs) -> None:
             np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
 
 
-def _aligned_in_memory(bank_path: Path, shop_path: Path, label: str) -> VerticalDataset:
-    """The rows PSI aligns (common IDs, ascending), held in memory: the one-cluster reference."""
-    bank, shop = pd.read_csv(bank_path), pd.read_parquet(shop_path)
-    common = np.sort(np.intersect1d(bank["ID"], shop["ID"]))
-    bank = bank.set_index("ID").loc[common].reset_index()
-    shop = shop.set_index("ID").loc[common].reset_index()
-    return VerticalDataset.from_frames({"bank": bank, "shop": shop}, id_column="ID", label=label)
+def _aligned_in_memory(paths: dict[str, Path], label: str) -> VerticalDataset:
+    """The rows PSI aligns (IDs common to every party, ascending), held in memory: the one-cluster reference."""
+    frames = {p: pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path) for p, path in paths.items()}
+    common = np.sort(functools.reduce(np.intersect1d, [f["ID"] for f in frames.values()]))
+    frames = {p: f.set_index("ID").loc[common].reset_index() for p, f in frames.items()}
+    return VerticalDataset.from_frames(frames, id_column="ID", label=label)
 
 
-def _wait_for_serving(c: dict) -> None:
+def _wait_for_serving(c: dict, party: str = "shop") -> None:
     deadline = time.monotonic() + _START_S
-    while b"serving party 'shop'" not in c["log"].read_bytes():
-        if c["proc"].poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"the shop's serve process did not start:\n{c['log'].read_text()[-3000:]}")
+    served = c["served"][party]
+    while f"serving party '{party}'".encode() not in served["log"].read_bytes():
+        if served["proc"].poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{party}'s serve process did not start:\n{served['log'].read_text()[-3000:]}")
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def two_clusters(request, tmp_path_factory):
-    """The shop's serve process, started before this session's Ray (they start side by side)."""
-    folder = tmp_path_factory.mktemp("federation")
-    certs = write_test_certificates(str(folder / "certs"), ["bank", "shop"])
-    bank_path, shop_path, label = _files(folder)
-    fed_path = folder / "federation.yaml"
-    fed_path.write_text(f"parties:\n  bank: {{gateway: '127.0.0.1:{_free_port()}'}}\n"
-                        f"  shop: {{gateway: '127.0.0.1:{_free_port()}'}}\n")
+def _start_serving(party: str, data: list[Path], c: dict) -> dict:
+    """``python -m ray_vfl.serve`` for ``party`` in its own session, with its own RAY_TMPDIR and HOME."""
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths must stay under 107 characters
-    home = tempfile.mkdtemp(prefix="vflshop")
+    home = tempfile.mkdtemp(prefix=f"vfl{party}")
     Path(home, "ray_bootstrap_config.yaml").write_text("provider: {type: local}\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_TMPDIR=ray_tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
                PYTHONPATH=str(REPO))
-    shop = certs["shop"]
-    log_path = folder / "serve.log"
+    cert = c["certs"][party]
+    log_path = c["folder"] / f"serve-{party}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ray_vfl.serve", "--federation", str(fed_path), "--party", "shop",
-             "--data", str(shop_path), "--id-column", "ID", "--cert", shop["cert"], "--key", shop["key"],
-             "--ca", shop["ca"], "--num-cpus", "1", "--timeout", "60"],
-            cwd=str(folder), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [sys.executable, "-m", "ray_vfl.serve", "--federation", c["fed"], "--party", party,
+             "--data", *map(str, data), "--id-column", "ID", "--cert", cert["cert"], "--key", cert["key"],
+             "--ca", cert["ca"], "--num-cpus", "1", "--timeout", "60"],
+            cwd=str(c["folder"]), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return {"proc": proc, "log": log_path, "ray_tmp": ray_tmp, "home": home}
+
+
+def _stop_serving(served: dict) -> None:
+    """The serve process and its Ray, killed as one process group (its own session): what it started goes
+    with it, in well under the seconds its graceful stop (SIGTERM, its Ray's shutdown) takes."""
+    proc = served["proc"]
     try:
-        request.getfixturevalue("ray_session")  # the bank's cluster, while the shop's starts
-        yield {"fed": str(fed_path), "certs": certs, "bank": bank_path, "shop": shop_path, "label": label,
-               "proc": proc, "folder": folder, "log": log_path}
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+    shutil.rmtree(served["ray_tmp"], ignore_errors=True)
+    shutil.rmtree(served["home"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, tmp_path_factory):
+    """The shop's and the mall's serve processes, started before this session's Ray (they start side by side)."""
+    folder = tmp_path_factory.mktemp("federation")
+    certs = write_test_certificates(str(folder / "certs"), ["bank", "shop", "mall"])
+    files = _files(folder)
+    fed_path = folder / "federation.yaml"
+    fed_path.write_text("parties:\n" + "".join(f"  {p}: {{gateway: '127.0.0.1:{_free_port()}'}}\n"
+                                                for p in ("bank", "shop", "mall")))
+    c = {"fed": str(fed_path), "certs": certs, "folder": folder, "label": files["label"], "paths": files["paths"],
+         "served": {}}
+    paths = files["paths"]
+    try:
+        c["served"]["shop"] = _start_serving("shop", [paths["shop.parquet"], paths["shop3.parquet"]], c)
+        c["served"]["mall"] = _start_serving("mall", [paths["mall.parquet"]], c)
+        request.getfixturevalue("ray_session")  # the bank's cluster, while the others start
+        yield c
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        try:  # whatever the serve process left in its own session (its Ray's processes after a SIGKILL)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
+        for served in c["served"].values():
+            _stop_serving(served)
 
 
-def test_the_train_job_runs_across_organisations(two_clusters, reference):
-    """First in the module: the job's own runtime stops the roles it started at the shop when it ends, and the
-    shop keys the roles it runs by their starter's certificate (the same for every runtime of the bank), so the
-    module's runtime starts its roles after this one."""
-    c = two_clusters
+def test_the_train_job_runs_across_organisations(clusters, reference):
+    """The job's own runtime (a session of its own at the shop, beside the module's runtime) stops the roles it
+    started at the shop when it ends; the module's runtime's roles are its own and keep running."""
+    c = clusters
     _wait_for_serving(c)
     bank = c["certs"]["bank"]
     report = load_job("train").main(["--federation", c["fed"], "--party", "bank", "--cert", bank["cert"],
                                      "--key", bank["key"], "--ca", bank["ca"],
-                                     "--party-files", f"bank={c['bank']}", "shop=shop.parquet", "--id-column", "ID",
-                                     "--label", c["label"], "--backend", "plain", "--trees", "2", "--depth", "3",
-                                     "--quiet", "--test-size", "0.3"])
+                                     "--party-files", f"bank={c['paths']['bank.csv']}", "shop=shop.parquet",
+                                     "--id-column", "ID", "--label", c["label"], "--backend", "plain", "--trees", "2",
+                                     "--depth", "3", "--quiet", "--test-size", "0.3"])
     assert report["psi"]["aligned_rows"] == 260 and report["trees"] == 2 and 0.0 <= report["test_auc"] <= 1.0
 
 
 @pytest.fixture(scope="module")
-def reference(two_clusters, runtime):
-    """The one-cluster run on the rows PSI aligns (both parties' actors in this session's Ray), trained while the
-    shop's serve process starts."""
-    c = two_clusters
-    local = _aligned_in_memory(c["bank"], c["shop"], c["label"])
-    return local, train(runtime, local, _CONFIG)
+def reference(clusters, runtime):
+    """The one-cluster run of the three parties on the rows PSI aligns (their actors in this session's Ray),
+    trained while the serve processes start: its trees, margins and bytes."""
+    c = clusters
+    paths = c["paths"]
+    local = _aligned_in_memory({"bank": paths["bank3.csv"], "shop": paths["shop3.parquet"],
+                                "mall": paths["mall.parquet"]}, c["label"])
+    model = train(runtime, local, _CONFIG)
+    return {"local": local, "trees": model.trees(), "margins": model.predict_margin(local),
+            "bytes": model.comm_stats.total_bytes}
 
 
 @pytest.fixture(scope="module")
-def federated(two_clusters, reference):
-    """The bank's FederatedRuntime joined to the shop's serve process and the PSI-aligned data, made once for
-    the module, with the one-cluster reference."""
-    c = two_clusters
-    local, one = reference
-    _wait_for_serving(c)
+def federated(clusters, reference):
+    """The bank's FederatedRuntime joined to the shop's and the mall's serve processes and the data PSI aligns
+    over the three, made once for the module, with the one-cluster reference."""
+    c = clusters
+    _wait_for_serving(c, "shop")
+    _wait_for_serving(c, "mall")
     rt = FederatedRuntime(c["fed"], "bank", c["certs"]["bank"], timeout_s=60)
     try:
-        data = VerticalDataset.from_files({"bank": str(c["bank"]), "shop": "shop.parquet"}, id_column="ID",
-                                          label=c["label"], align="psi", runtime=rt)
-        yield {"rt": rt, "data": data, "local": local, "one": one, "state": {}}
+        data = VerticalDataset.from_files({"bank": str(c["paths"]["bank3.csv"]), "shop": "shop3.parquet",
+                                           "mall": "mall.parquet"}, id_column="ID", label=c["label"], align="psi",
+                                          runtime=rt)
+        yield {"rt": rt, "data": data, "state": {}, "one": reference}
     finally:
         rt.shutdown()
 
@@ -166,29 +202,66 @@ def federated(two_clusters, reference):
 _CONFIG = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
 
 
-def test_psi_aligns_the_common_ids_across_organisations(federated):
-    data, local = federated["data"], federated["local"]
-    assert data.n_rows == local.n_rows == 260 and data.unaligned == {"bank": 40, "shop": 20}
+def test_psi_aligns_the_ids_common_to_three_organisations(federated):
+    data, local = federated["data"], federated["one"]["local"]
+    assert data.n_rows == local.n_rows == 240 and data.unaligned == {"bank": 60, "shop": 40, "mall": 25}
 
 
-def test_secureboost_across_organisations_grows_the_one_cluster_model(federated):
-    f = federated
+def test_secureboost_across_three_organisations_grows_the_one_cluster_model(federated):
+    """SecureBoost with the bank active and two passive parties, each on its own Ray: the one-cluster trees
+    split for split, the same margins and message bytes."""
+    f, one = federated, federated["one"]
     model = train(f["rt"], f["data"], _CONFIG)
-    _same_trees(model.trees(), f["one"].trees())
-    np.testing.assert_array_equal(model.predict_margin(f["data"]), f["one"].predict_margin(f["local"]))
-    assert model.comm_stats.total_bytes == f["one"].comm_stats.total_bytes > 0
-    f["state"]["model"] = model
+    _same_trees(model.trees(), one["trees"])
+    np.testing.assert_array_equal(model.predict_margin(f["data"]), one["margins"])
+    assert model.comm_stats.total_bytes == one["bytes"] > 0
+    assert set(np.concatenate([t.owner for t in model.trees()])) >= {1, 2}  # both serving parties' splits
+    f["state"]["predict"] = lambda: model.predict_margin(f["data"])
 
 
-def test_killing_the_serving_partys_process_names_it_within_the_timeout(two_clusters, federated):
+_NET = SplitNNConfig(nonlabel_hidden=(8, 4), label_hidden=(8,), embedding_dim=2, n_bins=8, batch_size=64, epochs=1,
+                     pipeline_depth=2, seed=3)
+
+
+def test_split_nn_across_three_organisations_learns_the_one_cluster_weights(federated):
+    """Split NN with the bank holding the labels and the top model, the shop and the mall each a feature party
+    on its own Ray (a ``step`` per batch through the gateways: its embedding out, its gradient in): with equal
+    seeds, the losses, label-party weights and predictions of the network trained in one process on the same
+    rows (which the one-cluster Ray run equals, tests/test_splitnn.py), bit for bit."""
+    import torch
+
+    f, one = federated, federated["one"]
+    threads = torch.get_num_threads()  # process-wide: one thread, as in a party actor; restored after
+    try:
+        twin = InProcessSplitNet(_NET, num_threads=1).fit(one["local"])
+        expected = twin.predict_proba(one["local"])
+    finally:
+        torch.set_num_threads(threads)
+    model = train_network(f["rt"], f["data"], _NET)
+    assert model.losses == twin.losses_ and len(model.losses) == 4
+    label = model.label_party
+    weights = f["rt"].get([(label, f["rt"].actor(label).state.remote())], "weights")[0]
+    reference = twin.net_.state_dict()
+    assert {"top.linear.weight", "label_bottom.embedding.weight"} <= set(weights) <= set(reference)
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, reference[name].numpy(), err_msg=name)
+    np.testing.assert_array_equal(model.predict_proba(f["data"]), expected)
+    assert model.comm_stats.total_bytes > 0
+    f["state"]["predict"] = lambda: model.predict_proba(f["data"])
+
+
+def test_killing_the_serving_partys_process_names_it_within_the_timeout(clusters, federated):
     """Last in the module: the shop's serve process killed by its PID (SIGKILL: no goodbye) ends the
     coordinator's next call with PartyFailedError naming "shop", in seconds, not the 60 s timeout."""
-    c, f = two_clusters, federated
-    model = f["state"].get("model") or train(f["rt"], f["data"], _CONFIG)
-    assert model.predict_margin(f["data"]).shape == (260,)  # the shop's roles answer until its process is killed
-    os.kill(c["proc"].pid, signal.SIGKILL)  # the shop's organisation goes away
-    c["proc"].wait(10)
+    f, proc = federated, clusters["served"]["shop"]["proc"]
+    predict = f["state"].get("predict")
+    if predict is None:  # this test alone
+        model = train(f["rt"], f["data"], _CONFIG)
+        predict = lambda: model.predict_margin(f["data"])  # noqa: E731
+    assert np.shape(predict()) == (240,)  # the last model's roles at the shop answer until its process is killed
+    os.kill(proc.pid, signal.SIGKILL)  # the shop's organisation goes away
+    proc.wait(10)
     start = time.monotonic()
     with pytest.raises(PartyFailedError) as failed:
-        model.predict_margin(f["data"])
+        predict()
     assert failed.value.party == "shop" and time.monotonic() - start < 15, failed.value

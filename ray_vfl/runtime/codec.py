@@ -76,6 +76,7 @@ WIRE_TYPES: dict[str, str] = {
     # across organisations (ray_vfl.runtime.federation.roles): a role's start and what it may be handed
     "Record": "ray_vfl.runtime.comm:Record",  # a party's statistics of what it sent
     "BoostConfig": "ray_vfl.trees.config:BoostConfig",
+    "SplitNNConfig": "ray_vfl.splitnn.network.config:SplitNNConfig",
     "PartySource": "ray_vfl.data.sources:PartySource",
     "StartRole": "ray_vfl.runtime.federation.roles:StartRole",
     "TableKey": "ray_vfl.runtime.federation.roles:TableKey",

@@ -5,8 +5,9 @@ gateways.
 :class:`FederatedRuntime` has the surface of :class:`~ray_vfl.runtime.actors.Runtime`, so the protocols
 (SecureBoost's rounds, PSI, the party-held data's stores), ``Runtime.get``, ``Calls`` and the view audit
 run unchanged: ``spawn`` / ``spawn_helper`` of another party sends a :class:`~.roles.StartRole` request to
-that party's gateway (its :class:`~.roles.ServePolicy` decides), ``handle.method.remote(...)`` returns an
-``ObjectRef`` of this cluster, and a failed or unreachable party surfaces as
+that party's gateway (its :class:`~.roles.ServePolicy` decides) and returns without waiting, so the parties
+start their roles side by side (each call of the handle goes after the start, and fails with its error if
+the party refused it), ``handle.method.remote(...)`` returns an ``ObjectRef`` of this cluster, and a failed or unreachable party surfaces as
 :class:`~ray_vfl.errors.PartyFailedError` naming it. The calls go through one
 :class:`~.stubs.GatewayClientActor` of this cluster (its TLS channels made once).
 
@@ -31,8 +32,8 @@ from ..actors import Runtime
 from ..task_pool import TaskPool
 from .federation_file import Federation
 from .gateway import Credentials
-from .roles import CONTROL_ROLE, StartRole, kind_of_class
-from .stubs import ClientSpec, GatewayClientActor, RemoteHandle, wire_arg
+from .roles import CONTROL_ROLE, ROLE_KINDS, StartRole, kind_of_class, new_session, role_instance
+from .stubs import ClientSpec, GatewayClientActor, RemoteHandle, readiness, wire_arg
 
 __all__ = ["FederatedRuntime"]
 
@@ -59,6 +60,9 @@ class FederatedRuntime(Runtime):
                                for p in self.federation.parties}}
         self.spec = ClientSpec(party, dict(credential_paths), content, timeout_s, dict(addresses or {}))
         self._client = None
+        # this runtime's roles at the other parties are its own: another runtime of this party (another job,
+        # a benchmark's second run) starts and stops its own (a session names roles, it grants nothing)
+        self.session = new_session()
 
     # connection ------------------------------------------------------------------------------
     def is_remote(self, party: str) -> bool:
@@ -89,12 +93,19 @@ class FederatedRuntime(Runtime):
         if kwargs:
             raise VFLError(f"roles at another organisation take positional arguments only, got {sorted(kwargs)}")
         kind = kind_of_class(cls, party)
+        previous = self._actors.get(key)
         if self._classes.get(key) is not cls:  # the same kind is re-initialised at the party (its policy checks again)
             self.kill(key)
-        request = StartRole(kind, list(wire_arg(list(args), party)))
+        elif isinstance(previous, RemoteHandle) and previous.ready is not None:  # its last start first, whatever came of it
+            ray.wait([previous.ready], timeout=self.timeout_s)
+        request = StartRole(kind, list(wire_arg(list(args), party)), self.session)
         self.connect([party])
-        started = self.control(party, "start_role", request)
-        handle = RemoteHandle(self.spec, party, started["role"], self._client)
+        # not waited for: the parties start their roles side by side; every call of the handle goes after the start
+        # (the roles and tables it names too) and fails with the start's error, naming the party, if it failed
+        needed = readiness(list(args))
+        started = self._client.call_after.remote(len(needed), *needed, party, CONTROL_ROLE, "start_role", request)
+        handle = RemoteHandle(self.spec, party, role_instance(ROLE_KINDS[kind].role, self.session), self._client,
+                              ready=started)
         self._actors[key] = handle
         self._classes[key] = cls
         return handle
@@ -133,8 +144,10 @@ class FederatedRuntime(Runtime):
             return super().kill(party)
         self._actors.pop(party, None)
         self._classes.pop(party, None)
-        try:  # best effort: a party that stopped has nothing left to stop
-            ray.get(self._client.call.remote(handle.target, CONTROL_ROLE, "stop_role", handle.role), timeout=_STOP_S)
+        try:  # best effort: a party that stopped (or a role that never started) has nothing left to stop
+            ready = readiness(handle)
+            ray.get(self._client.call_after.remote(len(ready), *ready, handle.target, CONTROL_ROLE, "stop_role",
+                                                   handle.role), timeout=_STOP_S)
         except Exception:  # noqa: BLE001 - unreachable or gone
             log.debug("could not stop %s.%s", handle.target, handle.role)
 

@@ -9,7 +9,8 @@ arguments; the gateway answers with the method's result. What it guarantees:
   A caller checks it reached the party it meant: the gateway's certificate must bear that party's
   name, whatever address answered.
 * **An allow-list per role.** The gateway runs a method only if its :class:`GatewayPolicy` lets peers
-  call it on that role; anything else is refused before the request's arguments are used.
+  call it on that role (on any instance ``"<role>@<session>"`` of it, :func:`~.roles.role_instance`);
+  anything else is refused before the request's arguments are used.
 * **The typed wire.** Requests and replies are :mod:`ray_vfl.runtime.codec` bytes, checked before any
   object is built, never pickle; they stream in chunks of :data:`CHUNK_BYTES` (no gRPC message-size
   limit applies to an array).
@@ -17,8 +18,11 @@ arguments; the gateway answers with the method's result. What it guarantees:
 Errors reach the caller as the library's: an unreachable gateway, a handshake that fails (a
 certificate of another CA, or one naming another party) or no answer within the timeout raise
 :class:`~ray_vfl.errors.PartyFailedError` naming the party called; a request the gateway refuses (a
-method off its list, bytes that do not decode) raise :class:`~ray_vfl.errors.ProtocolError`; a method
-that raises comes back as :class:`~ray_vfl.errors.PartyFailedError` with its error.
+method off its list, bytes that do not decode) raise :class:`~ray_vfl.errors.ProtocolError`. A method
+that raises a :class:`~ray_vfl.errors.ProtocolError` (its party refused a message that does not decode
+or breaks its kind's schema) or a :class:`~ray_vfl.errors.PartyFailedError` (a peer of it failed) comes
+back as that error with its fields, naming the party that reported it; the user's input refused
+(:data:`RAISED_AS_THEMSELVES`) as itself; any other error as a PartyFailedError of the party called.
 
 Example
 -------
@@ -50,6 +54,7 @@ from ...errors import (ConfigError, CryptoError, DataError, NotFittedError, Over
                        ProtocolError, VFLError)
 from ..codec import decode, encode
 from .federation_file import Federation
+from .roles import base_role
 
 __all__ = ["Credentials", "GatewayPolicy", "Gateway", "GatewayClient", "CHUNK_BYTES", "Refusal", "RAISED_AS_THEMSELVES"]
 
@@ -91,19 +96,22 @@ class Credentials:
 
 
 class GatewayPolicy:
-    """Which methods of each of this party's roles a peer may call; every other call is refused.
+    """Which methods of each of this party's roles a peer may call; every other call is refused. An
+    instance of a role (``"party@<session>"``) has its role's list.
 
-    >>> GatewayPolicy({"party": ["route", "begin_tree"]}).allows("party", "route"), GatewayPolicy({}).allows("party", "x")
-    (True, False)
+    >>> policy = GatewayPolicy({"party": ["route", "begin_tree"]})
+    >>> policy.allows("party", "route"), policy.allows("party@" + "0" * 32, "route"), GatewayPolicy({}).allows("party", "x")
+    (True, True, False)
     """
 
     def __init__(self, allowed: Mapping[str, Iterable[str]]) -> None:
         self.allowed = {str(role): frozenset(map(str, methods)) for role, methods in allowed.items()}
 
     def allows(self, role: str, method: str) -> bool:
-        return method in self.allowed.get(role, ())
+        return method in self.allowed.get(base_role(role), ())
 
     def refusal(self, role: str, method: str) -> str:
+        role = base_role(role)
         if role not in self.allowed:
             return f"it has no role {role!r} open to peers (roles: {sorted(self.allowed)})"
         return f"its role {role!r} does not let peers call {method!r} (allowed: {sorted(self.allowed[role])})"
@@ -184,6 +192,12 @@ class Gateway:
         except Refusal as exc:
             log.warning("party %r: refused %s.%s from %r: %s", self.party, role, method, sender, exc)
             return encode({"error": "refused", "what": str(exc)})
+        except ProtocolError as exc:  # this party refused a message: the caller learns who sent what
+            return encode({"error": "protocol", "what": [str(exc.sender), str(exc.kind), str(exc.what),
+                                                         str(exc.receiver or self.party)]})
+        except PartyFailedError as exc:  # a peer of this party failed (or this party's own actor)
+            return encode({"error": "party_failed", "what": [str(exc.party), str(exc.phase), str(exc.cause),
+                                                             str(exc.reason)]})
         except Exception as exc:  # the caller learns the error's type and text, as a Ray actor's caller does
             if type(exc).__name__ in RAISED_AS_THEMSELVES and type(exc) is RAISED_AS_THEMSELVES[type(exc).__name__]:
                 return encode({"error": "raised", "what": [type(exc).__name__, str(exc)]})
@@ -248,12 +262,31 @@ class GatewayClient:
         if error == "raised" and isinstance(what, list) and len(what) == 2 and what[0] in RAISED_AS_THEMSELVES:
             text = str(what[1])
             raise RAISED_AS_THEMSELVES[what[0]](text if f"{target!r}" in text else f"party {target!r}: {text}")
+        if error in ("protocol", "party_failed"):
+            raise self._reported(target, phase, error, what)
         what = str(what)
         if error == "failed":
             raise PartyFailedError(target, phase, what)
         if error in ("malformed", "refused"):
             raise ProtocolError(self.party, phase, f"party {target!r} refused it: {what}", target)
         raise ProtocolError(target, f"reply to {phase}", f"an unknown error kind {error!r}", self.party)
+
+    def _reported(self, target: str, phase: str, error: str, what: Any) -> VFLError:
+        """The ProtocolError or PartyFailedError ``target`` reported, rebuilt from its fields; a party it names
+        other than itself is said to be named by ``target`` (its word, not a certificate's)."""
+        if not (isinstance(what, list) and len(what) == 4 and all(isinstance(w, str) for w in what)):
+            return ProtocolError(target, f"reply to {phase}", f"a {error!r} error is four strings", self.party)
+        names = set(self.federation.names)
+        if error == "protocol":
+            sender, kind, text, receiver = what
+            if receiver != target:
+                text = f"{text} (reported by party {target!r})"
+            return ProtocolError(sender, kind, text, receiver if receiver in names else target)
+        party, their_phase, cause, reason = what
+        if party != target:
+            cause = f"{cause} (reported by party {target!r})"
+        reason = reason if reason in ("died", "silent", "timeout", "error") else "error"
+        return PartyFailedError(party if party in names else target, f"{phase}/{their_phase}", cause, reason)
 
     def _check_announced_key(self, target: str, phase: str, announced: Any) -> None:
         """A ``mailbox_key`` answer is ``(name, key)`` with ``name`` the party the certificate named."""

@@ -14,8 +14,14 @@ module, which stand for what only the called party can make on its own cluster:
 * :class:`RoleRef`: another role the called party runs for the same coordinator (its PSI actor handed to
   its store, say).
 
-:data:`ROLE_KINDS` is what a party can serve at all: its data store, a PSI follower and a SecureBoost passive
-party, each with the methods a peer may call on it. Nothing else: a method off the list (a store's ``rows``,
+Every :class:`StartRole` carries the session of the coordinator's runtime that sends it (:func:`new_session`,
+random per :class:`~.coordinator.FederatedRuntime`), and the role it starts is called by its *instance* name
+``"<role>@<session>"`` (:func:`role_instance`): two runtimes of one coordinating party run and stop their own
+roles, never each other's. A session grants nothing by itself: the called party runs an instance only for the
+party whose certificate started it, and the gateway's allow-list is its role's (:func:`base_role`).
+
+:data:`ROLE_KINDS` is what a party can serve at all: its data store, a PSI follower, a SecureBoost passive
+party and a split-NN feature party, each with the methods a peer may call on it. Nothing else: a method off the list (a store's ``rows``,
 which would hand over the raw table; a PSI party's ``received``, an audit log) is refused by the gateway
 before any argument is used. :class:`ServePolicy` narrows that per party (``python -m ray_vfl.serve``).
 
@@ -32,16 +38,20 @@ False
 from __future__ import annotations
 
 import importlib
+import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...errors import ConfigError
 
 __all__ = ["TableKey", "PoolSpec", "RoleRef", "StartRole", "RoleKind", "ROLE_KINDS", "COMMON_METHODS",
-           "CONTROL_ROLE", "CONTROL_METHODS", "kind_of_class", "ServePolicy"]
+           "CONTROL_ROLE", "CONTROL_METHODS", "kind_of_class", "ServePolicy", "new_session", "role_instance",
+           "base_role", "SESSION"]
 
 CONTROL_ROLE = "control"
 CONTROL_METHODS = ("start_role", "stop_role", "hello")
+SESSION = re.compile(r"^[0-9a-f]{32}$")  # a runtime's session: 128 random bits, in hex
 # what every party actor answers (ray_vfl.runtime.actors): probes, the mailbox key exchange, timelines
 COMMON_METHODS = ("alive", "mailbox_key", "trust_mailboxes", "drain_timeline")
 
@@ -72,10 +82,31 @@ class RoleRef:
 
 @dataclass(frozen=True)
 class StartRole:
-    """A request to start a role of kind ``kind`` (one of :data:`ROLE_KINDS`) with constructor ``args``."""
+    """A request to start a role of kind ``kind`` (one of :data:`ROLE_KINDS`) with constructor ``args``, for
+    the coordinator runtime of session ``session`` (:func:`new_session`)."""
 
     kind: str
     args: list = field(default_factory=list)
+    session: str = ""
+
+
+def new_session() -> str:
+    """A coordinator runtime's session: 128 bits of the OS's entropy, in hex (:data:`SESSION`)."""
+    return secrets.token_hex(16)
+
+
+def role_instance(role: str, session: str) -> str:
+    """The name a started role is called by: ``"<role>@<session>"``.
+
+    >>> role_instance("data", "0" * 32) == "data@" + "0" * 32, base_role("data@" + "0" * 32), base_role("data")
+    (True, 'data', 'data')
+    """
+    return f"{role}@{session}"
+
+
+def base_role(name: str) -> str:
+    """The role of an instance name (the name itself if it names no session): its allow-list is the role's."""
+    return name.split("@", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -106,6 +137,10 @@ ROLE_KINDS: dict[str, RoleKind] = {
     "secureboost-passive": RoleKind("ray_vfl.secureboost.passive:PassiveParty", "secureboost", (
         "set_public_key", "histogram_layout", "begin_tree", "next_level", "route", "load_rows", "drop_rows",
         "unseen_categories", "comm_records", "op_counts", "feature_names", "n_features")),
+    # a split-NN feature party: per-batch steps (its embedding out, its gradient in) and prediction embeddings;
+    # never its weights, gradients, recorded view or a saved part (state, param_grads, recorded_view, *_part)
+    "splitnn-nonlabel": RoleKind("ray_vfl.splitnn.network.parties:NonLabelParty", "splitnn", (
+        "step", "embed", "load_rows", "drop_rows", "unseen_categories", "ping", "comm_records")),
 }
 
 

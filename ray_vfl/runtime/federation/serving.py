@@ -5,8 +5,9 @@
 party's :class:`~.roles.ServePolicy` agrees, and runs the allowed methods of those roles. What it refuses,
 with a :class:`~.gateway.Refusal` the caller reads as a ProtocolError naming this party:
 
-* a role kind the policy does not list (the policy lists the data store, a PSI follower and a SecureBoost
-  passive party at most);
+* a role kind the policy does not list (the policy lists the data store, a PSI follower, a SecureBoost
+  passive party and a split-NN feature party at most);
+* a split-NN feature party sending its embeddings to any party but the one starting it;
 * a role under another party's name, a PSI party reading IDs it is sent instead of its own table, a PSI
   audit log, a saved model part to continue from (a path on this party's machine chosen by another);
 * data other than what it serves: a store opens only a file the party serves, named by its file name
@@ -14,6 +15,9 @@ with a :class:`~.gateway.Refusal` the caller reads as a ProtocolError naming thi
   serving party's;
 * a call on a role it does not run for that caller: every role belongs to the party that started it, and
   answers no one else;
+* a request without its coordinator runtime's session (:class:`~.roles.StartRole`): each role is run per
+  (starter, session), as ``"<role>@<session>"``, so two runtimes of one coordinating party each run and stop
+  their own roles; a session names a role, it never grants access (the starter's certificate does);
 * a mailbox key (``trust_mailboxes``) under any name but the caller's and its own: the caller's
   certificate decides whose key a key announcement is, so no party can hand in a key for a third party
   (and its own must be its own, :meth:`~ray_vfl.runtime.seal.Seal.trust`).
@@ -37,7 +41,8 @@ from ..codec import wire_type
 from ..task_pool import TaskPool
 from ..waiting import gather
 from .gateway import Refusal
-from .roles import CONTROL_ROLE, ROLE_KINDS, PoolSpec, RoleRef, ServePolicy, StartRole, TableKey
+from .roles import (CONTROL_ROLE, ROLE_KINDS, SESSION, PoolSpec, RoleRef, ServePolicy, StartRole, TableKey, base_role,
+                    role_instance)
 
 __all__ = ["PartyServer", "served_data", "serve"]
 
@@ -57,7 +62,7 @@ class PartyServer:
         self.policy, self.runtime, self.timeout_s, self.make_table = policy, runtime, timeout_s, make_table
         self.party = policy.party
         self._lock = threading.Lock()
-        self._roles: dict[tuple[str, str], str] = {}  # (starter, role) -> the runtime's key of its actor
+        self._roles: dict[tuple[str, str], str] = {}  # (starter, "<role>@<session>") -> the runtime's key of its actor
 
     # the gateway's handler -------------------------------------------------------------------
     def handle(self, sender: str, role: str, method: str, args: list) -> Any:
@@ -74,8 +79,8 @@ class PartyServer:
         key = self._roles.get((sender, role))
         if key is None or self.runtime is None:
             raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
-        args = [self._resolved(a, sender) for a in args]
-        if role == ROLE_KINDS["store"].role and method == "open":
+        args = [self._resolved(a, sender, role) for a in args]
+        if base_role(role) == ROLE_KINDS["store"].role and method == "open":
             args = self._served_open(args)
         handle = self.runtime.actor(key)
         return gather([(self.party, getattr(handle, method).remote(*args))], f"{role}.{method}", self.timeout_s,
@@ -83,24 +88,27 @@ class PartyServer:
 
     # the control plane -----------------------------------------------------------------------
     def start_role(self, sender: str, request: Any) -> dict:
-        """Start the role ``request`` asks for, for ``sender``; returns ``{"role": its name}``."""
+        """Start the role ``request`` asks for, for ``sender``'s runtime of the request's session; returns
+        ``{"role": its instance name}`` (``"<role>@<session>"``)."""
         kind_name, args = self.check_start(sender, request)
         kind = ROLE_KINDS[kind_name]
         if self.runtime is None:
             raise Refusal(f"party {self.party!r} runs no cluster here (a policy check only)")
-        resolved = [self._resolved(a, sender) for a in args]
-        key = f"{self.party}:{sender}-{kind.role}"
+        instance = role_instance(kind.role, request.session)
+        resolved = [self._resolved(a, sender, instance) for a in args]
+        helper = f"{sender}-{kind.role}-{request.session}"
+        key = f"{self.party}:{helper}"
         with self._lock:  # a live actor of the kind is re-initialised (its ``reset``), as Runtime.spawn does
-            handle = self.runtime.spawn_helper(self.party, f"{sender}-{kind.role}", kind.load(), *resolved)
+            handle = self.runtime.spawn_helper(self.party, helper, kind.load(), *resolved)
             try:  # a constructor that refuses its input says so now, naming this party
                 gather([(self.party, handle.alive.remote())], f"start {kind_name}", self.timeout_s,
                        self.runtime._party_of_actor)
             except VFLError:
                 self.runtime.kill(key)
                 raise
-            self._roles[(sender, kind.role)] = key
-        log.info("party %r: started %s (role %r) for %r", self.party, kind_name, kind.role, sender)
-        return {"role": kind.role}
+            self._roles[(sender, instance)] = key
+        log.info("party %r: started %s (role %r) for %r", self.party, kind_name, instance, sender)
+        return {"role": instance}
 
     def stop_role(self, sender: str, role: str) -> None:
         with self._lock:
@@ -134,6 +142,15 @@ class PartyServer:
             if len(args) > 5 and args[5] is not None:
                 raise Refusal(f"party {me!r}: continuing a saved model across organisations is not supported "
                               "(init_model must be None)")
+        if request.kind == "splitnn-nonlabel":
+            if len(args) < 5 or not isinstance(args[1], TableKey):
+                raise Refusal(f"party {me!r} trains on its own table only (a TableKey)")
+            if args[4] != sender:
+                raise Refusal(f"party {me!r} sends its embeddings to the party that starts its role only ({sender!r}), "
+                              f"not to {args[4]!r}")
+        if not isinstance(request.session, str) or not SESSION.match(request.session):
+            raise Refusal(f"party {me!r}: a StartRole names its coordinator runtime's session (32 hex digits, "
+                          f"roles.new_session()), got {request.session!r}")
         return request.kind, args
 
     def check_keys(self, sender: str, args: list) -> None:
@@ -147,15 +164,16 @@ class PartyServer:
                           f"(by its certificate) announced keys for {foreign}")
 
     # arguments -------------------------------------------------------------------------------
-    def _resolved(self, value: Any, sender: str) -> Any:
-        """A record that stands for something of this party's own cluster, made here (roles of ``sender`` only)."""
+    def _resolved(self, value: Any, sender: str, instance: str) -> Any:
+        """A record that stands for something of this party's own cluster, made here: roles of ``sender``'s
+        runtime session only, the session of ``instance`` (the role being started or called)."""
         t = type(value)
         if t is RoleRef:
-            return self.runtime.actor(self._key(sender, value.role))
+            return self.runtime.actor(self._key(sender, value.role, instance))
         if t is TableKey:
             if self.make_table is None:
                 raise Refusal(f"party {self.party!r} serves no tables here")
-            return self.make_table(self.party, self.runtime.actor(self._key(sender, value.role)), value.key,
+            return self.make_table(self.party, self.runtime.actor(self._key(sender, value.role, instance)), value.key,
                                    value.timeout_s)
         if t is PoolSpec:
             cpus = self.policy.max_workers
@@ -164,15 +182,15 @@ class PartyServer:
 
             return TaskPool(party_resource(self.party), max(1, workers), self.timeout_s)
         if t in (list, tuple):
-            return t(self._resolved(v, sender) for v in value)
+            return t(self._resolved(v, sender, instance) for v in value)
         if t is dict:
-            return {k: self._resolved(v, sender) for k, v in value.items()}
+            return {k: self._resolved(v, sender, instance) for k, v in value.items()}
         return value
 
-    def _key(self, sender: str, role: str) -> str:
+    def _key(self, sender: str, role: str, instance: str) -> str:
         key = self._roles.get((sender, role))
-        if key is None:
-            raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}")
+        if key is None or role.partition("@")[2] != instance.partition("@")[2]:
+            raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r} in this session")
         return key
 
     def _served_open(self, args: list) -> list:
@@ -218,20 +236,27 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
     served = served_data(data, id_column, categorical)
     runtime = Runtime(address="auto" if os.environ.get("RAY_ADDRESS") else "local", num_cpus=num_cpus,
                       timeout_s=timeout_s)
-    runtime.connect([party])
+    policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS))
+    server = PartyServer(policy, runtime, timeout_s, make_table)
+    ready = threading.Event()
+
+    def handle(sender: str, role: str, method: str, args: list) -> Any:
+        if not ready.wait(timeout_s):
+            raise Refusal(f"party {party!r} has not finished starting its Ray")
+        return server.handle(sender, role, method, args)
+
+    # the port first: the Ray started next opens many ports of its own, and could take the gateway's
+    gateway = Gateway(party, credentials, federation, GatewayPolicy(policy.gateway_allow_list()), handle, workers=16)
+    port = gateway.start(listen)
     try:
-        policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS), max_workers=runtime.party_cpus(party))
-        server = PartyServer(policy, runtime, timeout_s, make_table)
-        gateway = Gateway(party, credentials, federation, GatewayPolicy(policy.gateway_allow_list()), server.handle,
-                          workers=16)
-        port = gateway.start(listen)
+        runtime.connect([party])
+        server.policy = dataclasses.replace(policy, max_workers=runtime.party_cpus(party))
+        ready.set()
         announce(f"serving party {party!r} on port {port}: roles {list(policy.kinds)}, data {sorted(served)} "
                  f"(pid {os.getpid()})", flush=True)
         stop = stop or threading.Event()
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            gateway.stop(1.0)
+        while not stop.wait(0.5):
+            pass
     finally:
+        gateway.stop(1.0)
         runtime.shutdown()

@@ -91,10 +91,31 @@ class GatewayClientActor:
     def call(self, target: str, role: str, method: str, *args: Any) -> Any:
         return _client(self.spec).call(target, role, method, *args)
 
+    def call_after(self, n_ready: int, *rest: Any) -> Any:
+        """:meth:`call` with ``rest[n_ready:]``, once ``rest[:n_ready]`` (the starts of the roles the call
+        names, as references: Ray resolves them first, and a failed start fails this call with its error)
+        are done."""
+        return _client(self.spec).call(*rest[n_ready:])
+
     def close(self) -> None:
         client = _CLIENTS.pop(self.spec.key(), None)
         if client is not None:
             client.close()
+
+
+def readiness(value: Any) -> list:
+    """The pending starts (``ObjectRef``) of the remote roles ``value`` names: its handles and its tables'
+    stores, however nested; a call naming them goes once they are done."""
+    t = type(value)
+    if t is RemoteHandle:
+        return [] if value.ready is None else [value.ready]
+    if t.__name__ == "TableRef" and type(getattr(value, "store", None)) is RemoteHandle:
+        return readiness(value.store)
+    if t in (list, tuple):
+        return [r for v in value for r in readiness(v)]
+    if t is dict:
+        return [r for v in value.values() for r in readiness(v)]
+    return []
 
 
 def wire_arg(value: Any, target: str) -> Any:
@@ -132,10 +153,13 @@ class _RemoteMethod:
 
     def remote(self, *args: Any) -> ray.ObjectRef:
         h = self._handle
+        ready = readiness(h) + readiness(list(args))
         args = tuple(a if isinstance(a, ray.ObjectRef) else wire_arg(a, h.target) for a in args)
         for i, arg in enumerate(args):
             if not isinstance(arg, ray.ObjectRef):
                 _no_nested_refs(arg, f"argument {i} of {h.target}.{h.role}.{self._method}")
+        if h.client is not None and ready:
+            return h.client.call_after.remote(len(ready), *ready, h.target, h.role, self._method, *args)
         if h.client is not None:
             return h.client.call.remote(h.target, h.role, self._method, *args)
         return _gateway_call.remote(h.spec, h.target, h.role, self._method, *args)
@@ -143,12 +167,18 @@ class _RemoteMethod:
 
 class RemoteHandle:
     """Role ``role`` of party ``target`` on another cluster, called like a Ray actor handle (through
-    ``client``, a :class:`GatewayClientActor`, if given; else through a Ray task per call)."""
+    ``client``, a :class:`GatewayClientActor`, if given; else through a Ray task per call). ``ready``: the
+    role's start, still under way (an ``ObjectRef`` of the client's ``start_role`` call): every call waits
+    for it (in Ray, not here) and fails with its error if it failed, as a call of an actor whose constructor
+    raised does."""
 
-    def __init__(self, spec: ClientSpec, target: str, role: str, client: Any = None) -> None:
+    def __init__(self, spec: ClientSpec, target: str, role: str, client: Any = None,
+                 ready: ray.ObjectRef | None = None) -> None:
         if target == spec.party:
             raise VFLError(f"party {spec.party!r} holds its own roles as actors of its cluster, not remote handles")
-        self.spec, self.target, self.role, self.client = spec, target, role, client
+        if ready is not None and client is None:
+            raise VFLError("a role still starting is called through a gateway client actor")
+        self.spec, self.target, self.role, self.client, self.ready = spec, target, role, client, ready
 
     def __getattr__(self, method: str) -> _RemoteMethod:
         if method.startswith("_"):
@@ -159,13 +189,16 @@ class RemoteHandle:
         return f"RemoteHandle({self.target}.{self.role} via {self.spec.party}'s gateway client)"
 
 
-def dispatcher(actors: Mapping[str, Any], timeout_s: float = 600.0) -> Callable[[str, str, str, list], Any]:
-    """A gateway handler running each allowed call on this party's actor of the role: ``actors`` maps a
-    role to its actor handle on this party's cluster. The caller's name is the gateway's (from its
-    certificate); a role this party does not run is said so."""
+def dispatcher(actors: Mapping[str, Any], timeout_s: float = 600.0, party: str = "?") -> Callable[[str, str, str, list], Any]:
+    """A gateway handler running each allowed call on this party's (``party``'s) actor of the role: ``actors``
+    maps a role to its actor handle on this party's cluster. The caller's name is the gateway's (from its
+    certificate); a role this party does not run is said so; an actor's error is the library's
+    (:func:`~ray_vfl.runtime.waiting.gather`: a ProtocolError stays one, any fault a PartyFailedError)."""
+    from ..waiting import gather
+
     def handle(sender: str, role: str, method: str, args: list) -> Any:
         actor = actors.get(role)
         if actor is None:
             raise VFLError(f"this party runs no role {role!r} (it runs {sorted(actors)})")
-        return ray.get(getattr(actor, method).remote(*args), timeout=timeout_s)
+        return gather([(party, getattr(actor, method).remote(*args))], f"{role}.{method}", timeout_s)[0]
     return handle
