@@ -19,39 +19,57 @@ defaults); LGT's ``s (r d + r')`` per slot (not shuffled: the magnitude of each 
 :mod:`ray_vfl.crypto.lattice.two_server`); in the slot sums, tiles and spreads
 (:mod:`ray_vfl.crypto.lattice.slot_sums`) uniform values in every slot; and public sizes.
 
-=========  ======================  =========================================  ==============================================
-when       sender -> receiver      payload                                    what the receiver learns
-=========  ======================  =========================================  ==============================================
-once       S -> C                  the number of primes and S's BFV public    nothing (public keys, drawn before S sees
-           (ssxgb_lattice_params)  keys                                       any message)
-once       C -> LBP, i             the same, forwarded                        nothing (public keys)
-           (ssxgb_lattice_public_
-           params)
-once       i -> C                  its own BFV public keys                    nothing (public keys, drawn before any data
-           (ssxgb_lattice_user_                                               is read)
-           key)
-once       LBP -> C                ``Enc_S(base + first-tree margin)``,       nothing (ciphertexts)
-           (ssxgb_lattice_init)    ``Enc_S(label)``, dense
-tree       C -> LBP, i             sampled rows (public), ``Enc(g)`` and      nothing (ciphertexts under S's keys)
-           (ssxgb_lattice_         ``Enc(h)`` tiled ``N // m`` times
-           gradients)
-level      i -> C                  masked tile products of its candidates'    nothing (ciphertexts) but how many
-           (ssxgb_lattice_left_    row sets (every slot masked, flooded),     candidates i has
-           sums)                   ``Enc(-mask sums)``
-level      LBP -> C                the same, of the LBP's candidates          nothing (ciphertexts) but how many
-           (ssxgb_lattice_left_                                               candidates the LBP has
-           sums)
-level      C -> LBP, i             per node ``Enc_i(v_i)`` under i's own      owner: which of its candidates won; others:
-           (ssxgb_lattice_win)     key: the winner's local index at its       only that the node is not theirs (``v_i``
-                                   owner, uniform in ``Z_T`` elsewhere        uniform)
-predict    C -> LBP                ``Enc_LBP(sum of leaf weights)`` of every  the margins (it adds its first tree)
-           (ssxgb_lattice_         row, a few dense blocks
-           prediction)
-=========  ======================  =========================================  ==============================================
+=========  ==============================  ===========================================  ==============================================
+when       sender -> receiver              payload                                      what the receiver learns
+=========  ==============================  ===========================================  ==============================================
+once       S -> C                          the number of primes and S's BFV public      nothing (public keys, drawn before S sees
+           (ssxgb_lattice_params)          keys                                         any message)
+once       C -> LBP, i                     the same, forwarded                          nothing (public keys)
+           (ssxgb_lattice_public_params)
+once       i -> C                          its own BFV public keys                      nothing (public keys, drawn before any data
+           (ssxgb_lattice_user_key)                                                     is read)
+once       LBP -> C                        the LBP's own BFV public keys                nothing (public keys)
+           (ssxgb_lattice_user_key)
+once       LBP -> C                        ``Enc_S(base + first-tree margin)``,         nothing (ciphertexts)
+           (ssxgb_lattice_init)            ``Enc_S(label)``, dense
+every      C -> S                          the steps of :mod:`ray_vfl.ssxgb.protocol`   Mult, Regroup, tiles, tile sums, broadcast,
+           (ssxgb_s_request)               (Mult, Trunc, LGT, Regroup) and the slot     switch: nothing (uniform in ``Z_T`` per
+                                           steps (tile, tile sums, broadcast, switch)   slot); Trunc: nothing (statistical,
+                                           on masked, flooded ciphertexts; the          ``2^-kappa``); LGT: each slot's ``|y - x|``
+                                           participants' public keys (once)             magnitude (not shuffled on this engine)
+                                                                                        [attack: ssxgb.attack_views.lgt_magnitudes]
+every      S -> C                          fresh encryptions by S                       nothing (ciphertexts under S's keys, or a
+           (ssxgb_s_reply)                                                              participant's)
+tree       C -> LBP, i                     sampled rows (public), ``Enc(g)`` and        nothing (ciphertexts under S's keys)
+           (ssxgb_lattice_gradients)       ``Enc(h)`` tiled ``N // m`` times
+level      i -> C                          masked tile products of its candidates'      nothing (ciphertexts) but how many
+           (ssxgb_lattice_left_sums)       row sets (every slot masked, flooded),       candidates i has
+                                           ``Enc(-mask sums)``
+level      LBP -> C                        the same, of the LBP's candidates            nothing (ciphertexts) but how many
+           (ssxgb_lattice_left_sums)                                                    candidates the LBP has
+level      C -> LBP, i                     per node ``Enc_i(v_i)`` under i's own        owner: which of its candidates won; others:
+           (ssxgb_lattice_win)             key: the winner's local index at its         only that the node is not theirs (``v_i``
+                                           owner, uniform in ``Z_T`` elsewhere          uniform)
+                                                                                        [attack: ssxgb.attack.winner_notes_attack]
+                                                                                        [attack: ssxgb.attack_views.partition_labels]
+level      i -> C                          the won node's left branch, the owner's      C: the partition and the owner of the split
+           (ssxgb_left_branch)             record number                                [attack: ssxgb.attack_views.partition_labels]
+level      LBP -> C                        the same, of the nodes the LBP won           C: as from i
+           (ssxgb_left_branch)                                                          [attack: ssxgb.attack_views.partition_labels]
+level      C -> LBP, i                     children ids and where each node's rows go   the instance space of every node
+           (ssxgb_partition)                                                            [attack: ssxgb.attack_views.partition_labels]
+predict    i -> C                          left/right of every prediction row at        C: each row's leaf in every federated tree
+           (ssxgb_route)                   each split i owns                            [attack: ssxgb.attack_views.partition_labels]
+predict    LBP -> C                        the same, at the LBP's splits                C: as from i
+           (ssxgb_route)                                                                [attack: ssxgb.attack_views.partition_labels]
+predict    C -> LBP                        ``Enc_LBP(sum of leaf weights)`` of every    the margins (it adds its first tree)
+           (ssxgb_lattice_prediction)      row, a few dense blocks                      [attack: ssxgb.attack_views.margin_features]
+predict    LBP -> caller                   the margins, sealed to the caller's key      the predictions it asked for
+           (ssxgb_margins)
+=========  ==============================  ===========================================  ==============================================
 
-The other messages (C <-> S requests and replies, left branches, partitions, routes, margins to
-the caller) are those of :mod:`ray_vfl.ssxgb.protocol`, with the same learns cells; S's steps here
-add ``tile_step``, ``tile_sum_step``, ``broadcast_step``, ``switch_step`` and ``user_keys_step``.
+Left branches, partitions, routes and the margins to the caller are those of
+:mod:`ray_vfl.ssxgb.protocol`; S's steps here add ``tile_step``, ``tile_sum_step``, ``broadcast_step``, ``switch_step`` and ``user_keys_step``.
 Not on this engine yet: saving a model and checkpoints (refused with a ConfigError).
 """
 
@@ -173,6 +191,9 @@ class LatticeParticipant(Participant):
                 res[i, b * n:b * n + hi] = self.own.decrypt(i, load_ct(self.own.contexts[i], bytes(blob)))[:hi]
         self.ops["decrypt"] += m
         return ring.from_residues(res)
+
+    def model_part(self) -> dict[str, Any]:
+        raise ConfigError("saving an SSXGB model trained with engine='lattice' is not supported yet: use engine='bcp'")
 
     def _margins(self, key: str, message: Any) -> np.ndarray:
         if not self.is_lbp:
