@@ -9,6 +9,7 @@ counts here and SEAL checks each ciphertext against the parameters when it loads
 
 from __future__ import annotations
 
+from ..crypto.lattice.slot_sums import row_block
 from ..runtime.validation import Array, Is, Rule, Scalar, register
 
 __all__ = ["blocks_problem"]
@@ -56,10 +57,11 @@ register(  # LBP -> C, once: Enc_S(base + first-tree margins), Enc_S(labels), sc
     "ssxgb_lattice_init", Is("", dict), Scalar("n_rows", low=1),
     _blocks("margin", _per_block(lambda p, c: p["n_rows"])), _blocks("label", _per_block(lambda p, c: p["n_rows"])),
 )
-register(  # C -> every participant, per tree: the sampled rows, Enc(g) and Enc(h) tiled (one block each)
+register(  # C -> every participant, per tree: the sampled rows, Enc(g) and Enc(h) tiled (``ceil(m / B)`` blocks each)
     "ssxgb_lattice_gradients", Is("", dict),
     Array("rows", "int", (None,), low=0, high="n_rows", increasing=True),
-    _blocks("g", 1), _blocks("h", 1),
+    _blocks("g", lambda p, c: -(-len(p["rows"]) // row_block(max(len(p["rows"]), 1), c["slots"]))),
+    _blocks("h", lambda p, c: -(-len(p["rows"]) // row_block(max(len(p["rows"]), 1), c["slots"]))),
 )
 register(  # participant -> C, per level: masked tile products of its row sets, minus their masks' sums
     "ssxgb_lattice_left_sums", Is("", dict),

@@ -41,7 +41,7 @@ every      C -> S                          the steps of :mod:`ray_vfl.ssxgb.prot
 every      S -> C                          fresh encryptions by S                       nothing (ciphertexts under S's keys, or a
            (ssxgb_s_reply)                                                              participant's)
 tree       C -> LBP, i                     sampled rows (public), ``Enc(g)`` and        nothing (ciphertexts under S's keys)
-           (ssxgb_lattice_gradients)       ``Enc(h)`` tiled ``N // m`` times
+           (ssxgb_lattice_gradients)       ``Enc(h)`` tiled, ``m / B`` blocks each
 level      i -> C                          masked tile products of its candidates'      nothing (ciphertexts) but how many
            (ssxgb_lattice_left_sums)       row sets (every slot masked, flooded),       candidates i has
                                            ``Enc(-mask sums)``
@@ -147,11 +147,12 @@ class LatticeParticipant(Participant):
         return None, self.mailbox.send("ssxgb_lattice_init", [self.server_c], payload)
 
     def take_gradients(self, message: Any) -> None:
-        """The tree's sampled rows and ``Enc(g)``, ``Enc(h)`` tiled (one ciphertext per prime each)."""
+        """The tree's sampled rows and ``Enc(g)``, ``Enc(h)`` tiled (``ceil(m / B)`` blocks each)."""
         (msg,) = fetch([message])
         ctx = {**self.ctx, "n_rows": self.n_rows}
         p = self.mailbox.open(msg, "ssxgb_lattice_gradients", ctx, [self.server_c])
-        self.tiled = [[load_ct(self.pub.contexts[i], bytes(b)) for i, b in enumerate(p[part][0])] for part in ("g", "h")]
+        self.tiled = [[[load_ct(self.pub.contexts[i], bytes(b)) for i, b in enumerate(row)] for row in p[part]]
+                      for part in ("g", "h")]
         self.n_sampled = len(p["rows"])
         self._start_tree(p["rows"])
 

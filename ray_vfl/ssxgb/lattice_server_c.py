@@ -15,7 +15,7 @@ from ..crypto.lattice.arrays import FRESH_NOISE, PLAIN_NOISE, LatticeArray, Term
 from ..crypto.lattice.keys import LatticePublic, load_ct, save_ct
 from ..crypto.lattice.ring import RingParams, uniform_residues
 from ..crypto.lattice.server_s import LatticeServerS
-from ..crypto.lattice.slot_sums import load_blocks, masked_tile_products, spread, tiles_per_block
+from ..crypto.lattice.slot_sums import load_blocks, masked_tile_products, row_block, spread, tiled_layout
 from ..crypto.lattice.two_server import LatticeServerC
 from ..crypto.two_server.server_s import TwoServerConfig
 from ..errors import ConfigError, DataError, ProtocolError
@@ -82,23 +82,32 @@ class LatticeServerCRole(ServerCRole):
         bcp = self.two.bcp
         self.rows = RowSampler(self.config.row_subsample, self.config.seed).rows(self.n_rows, tree)
         m = len(self.rows)
-        self.tiles = tiles_per_block(m, self.pub.ring.slots)
+        ring, ev = self.pub.ring, self.pub.evaluators
+        self.tiles = ring.slots // row_block(m, ring.slots)  # sums per block of the tile-sum step
         x, y = bcp.take(self.margin, self.rows), bcp.take(self.label, self.rows)
         self.g, self.h = clamped_gradients(self.two, self.plan, x, y)
-        masks = [uniform_residues(self.pub.ring, m) for _ in range(2)]
+        masks = [uniform_residues(ring, m) for _ in range(2)]
         blocks = self.link.ask(LatticeServerS.tile_step, self.two._send_many([self.g, self.h], masks), [m, m])
-        # the tiles hold g + r: C takes r off every tile (a plaintext addition)
-        self.tiled = []
-        for blk, r in zip(blocks, masks):
-            t = dense_term(load_blocks(self.pub, [blk]), self.tiles * m, self.pub.ring.slots, FRESH_NOISE)
-            self.tiled.append(self.two._add_plain(t, self.pub.ring.neg(np.tile(r, (1, self.tiles)))).cts[0])
+        n_blocks = -(-m // row_block(m, ring.slots))
+        if len(blocks) != 2 * n_blocks:
+            raise ProtocolError(self.server_s, "ssxgb_s_reply", f"{len(blocks)} tiled blocks, {2 * n_blocks} expected",
+                                self.name)
+        self.tiled = []  # the tiles hold g + r: C takes r off every slot (a plaintext addition)
+        for j, r in enumerate(masks):
+            parts = []
+            for blk, neg in zip(load_blocks(self.pub, blocks[j * n_blocks:(j + 1) * n_blocks]),
+                                tiled_layout(ring.neg(r), ring.slots)):
+                for i, ct in enumerate(blk):
+                    ev[i].add_plain_inplace(ct, self.pub.plaintext(i, neg[i]))
+                parts.append(blk)
+            self.tiled.append(parts)
         self.pos_of_row = np.full(self.n_rows, -1, dtype=np.int64)
         self.pos_of_row[self.rows] = np.arange(m)
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
         self.open_nodes, self.next_id = [0], 1
         self.trees.append({})
-        payload = {"rows": self.rows.astype(np.int64), "g": [[save_ct(c) for c in self.tiled[0]]],
-                   "h": [[save_ct(c) for c in self.tiled[1]]]}
+        payload = {"rows": self.rows.astype(np.int64), "g": [[save_ct(c) for c in b] for b in self.tiled[0]],
+                   "h": [[save_ct(c) for c in b] for b in self.tiled[1]]}
         return None, self.mailbox.send("ssxgb_lattice_gradients", self.order, payload, len(self.trees), -1)
 
     def _node_groups(self, nodes: list[int], index: np.ndarray | None) -> tuple[list, list[np.ndarray]]:

@@ -9,6 +9,7 @@ import numpy as np
 from ray_vfl.crypto.lattice.arrays import LatticeArray
 from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, load_ct, save_ct
 from ray_vfl.crypto.lattice.ring import RingParams
+from ray_vfl.crypto.lattice.slot_sums import row_block, tiled_layout
 from ray_vfl.crypto.two_server.server_s import TwoServerConfig
 from ray_vfl.errors import ConfigError, CryptoError
 
@@ -135,44 +136,43 @@ class LatticeServerS:
         return []
 
     def tile_step(self, operands: list, lengths: list[int]) -> list:
-        """Open each ``X = x + r`` (``m <= N`` values) and return it tiled: one block holding ``X`` at
-        slots ``[j m, (j + 1) m)`` for ``j < N // m`` (the rest 0), per operand."""
+        """Open each ``X = x + r`` and return it tiled (:func:`~ray_vfl.crypto.lattice.slot_sums.tiled_layout`:
+        block ``t`` holds ``X[t B + j]`` in ``N / B`` slots each), the operands' blocks one after another."""
         ring, cache, out = self.keys.ring, {}, []
         for op, m in zip(operands, lengths):
-            m = int(m)
-            if not 0 < m <= ring.slots:
-                raise CryptoError(f"tile_step: an operand of {m} values does not fit one block of {ring.slots} slots")
-            res = self._open(op, m, cache)
+            res = self._open(op, int(m), cache)
             self._record("tile", res)
-            q = ring.slots // m
-            out += self._dense(np.tile(res, (1, q)))
+            for part in tiled_layout(res, ring.slots):
+                out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
         return out
 
     def tile_sum_step(self, groups: list) -> list:
-        """Per group ``(blocks, m, count, index)``: open each block (masked in every slot), sum its tiles of
-        ``m`` slots, keep the first ``count`` tile sums (in block order) and, if ``index`` is not None, list
-        them as ``sums[index]``; reply every group's sums dense, one array after another."""
+        """Per group ``(blocks, m, count, index)``: open each block (masked in every slot), sum each of its
+        ``N / B`` columns over the ``B`` row positions (``B``: :func:`~ray_vfl.crypto.lattice.slot_sums.row_block`
+        of ``m``), keep the first ``count`` sums (in block order) and, if ``index`` is not None, list them as
+        ``sums[index]``; reply every group's sums dense, one array after another."""
         ring, keys, out = self.keys.ring, self.keys, []
         for blocks, m, count, index in groups:
             m, count = int(m), int(count)
-            if not 0 < m <= ring.slots or count < 0 or count > len(blocks) * (ring.slots // m):
-                raise CryptoError("tile_sum_step: tiles of m slots must hold count sums in the blocks sent")
-            q = ring.slots // m
-            sums = np.zeros((ring.n_primes, len(blocks) * q), dtype=np.uint64)
-            for b, row in enumerate(blocks):
+            b = row_block(m, ring.slots) if m > 0 else 0
+            w = ring.slots // b if b else 0
+            if not b or count < 0 or count > len(blocks) * w:
+                raise CryptoError("tile_sum_step: the blocks sent do not hold count sums of m rows")
+            sums = np.zeros((ring.n_primes, len(blocks) * w), dtype=np.uint64)
+            for o, row in enumerate(blocks):
                 if len(row) != ring.n_primes:
                     raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
                 for i, blob in enumerate(row):
                     vals = keys.decrypt(i, load_ct(keys.contexts[i], blob))
                     if self.record_view:
                         self.view.append(("tile_sum", vals.tolist()))
-                    tiles = vals[:q * m].reshape(q, m) % np.uint64(ring.primes[i])
-                    sums[i, b * q:(b + 1) * q] = np.sum(tiles, axis=1) % np.uint64(ring.primes[i])
+                    p = np.uint64(ring.primes[i])
+                    sums[i, o * w:(o + 1) * w] = np.sum(vals.reshape(b, w) % p, axis=0) % p
             sums = sums[:, :count]
             if index is not None:
                 index = np.asarray(index, dtype=np.int64)
                 if index.ndim != 1 or (index.size and (index.min() < 0 or index.max() >= count)):
-                    raise CryptoError("tile_sum_step: index must name tile sums of the group")
+                    raise CryptoError("tile_sum_step: index must name sums of the group")
                 sums = sums[:, index]
             out.append(sums)
         return self._listed(out)
