@@ -10,7 +10,8 @@ Per engine and repeat: the wall time of each federated tree at the driver (clock
 tree to after the last), the CPU seconds of each role's process over the whole training, the
 prediction of ``--test-rows`` rows, the test AUC, the two-server round trips and the bytes on each
 channel; and whether the federated trees of both engines are equal split for split (same data,
-same seed, same approximations: they should be).
+same seed, same approximations: they should be, with ``--feature-subsample 1``; otherwise each
+participant samples its features from OS entropy).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def main(argv=None) -> None:
     p.add_argument("--bits", type=int, default=2048, help="BCP key bits")
     p.add_argument("--engines", nargs="+", default=["bcp", "lattice"])
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--feature-subsample", type=float, default=0.8,
+                   help="1.0 to compare the engines split for split (each participant samples features from OS entropy)")
     args = p.parse_args(argv)
     frame = load_credit().drop(columns=["ID"]).sample(n=args.rows + args.test_rows, random_state=0)
     frame = frame.rename(columns={CREDIT_LABEL: "y"}).reset_index(drop=True)
@@ -88,7 +91,8 @@ def main(argv=None) -> None:
         for _ in range(args.repeats):
             for engine in args.engines:
                 config = SSXGBConfig(n_trees=args.trees, max_depth=args.depth, max_bin=args.max_bin, key_bits=args.bits,
-                                     allow_weak_keys=args.bits < 2048, learning_rate=0.3, engine=engine)
+                                     allow_weak_keys=args.bits < 2048, learning_rate=0.3, engine=engine,
+                                     feature_subsample=args.feature_subsample)
                 res = run(runtime, data, test, y_test, config, roles)
                 print(json.dumps({k: v for k, v in res.items() if k != "splits"}), flush=True)
                 out.append(res)
