@@ -8,6 +8,8 @@ server S holds the BCP master key, talks only to C, and answers the two-server s
 (:mod:`ray_vfl.crypto.two_server.server_s`) on values C has masked. The driver is a coordinator: it calls the
 actors and hands each message (a Ray reference) to its receiver, never fetching one; small messages
 still come back to it inline, sealed for their receivers (:mod:`ray_vfl.runtime.seal`): ciphertext.
+The table below is the BCP engine's; ``SSXGBConfig(engine="lattice")`` (BFV with SIMD slots) runs the
+same tree with the roles and messages of :mod:`ray_vfl.ssxgb.lattice_roles` (its own view table).
 
 Rounds (every message through the metered send path). Roles: ``LBP``; ``i``, every other participant
 (the LBP sends what every ``i`` sends too: its rows are listed apart); ``C``; ``S``. Under each
