@@ -60,10 +60,9 @@ class SSXGBConfig(ValidatedConfig):
         Longest wait for one phase (default: the runtime's).
     engine : str
         The two servers' arithmetic, one of :data:`ENGINES`: ``"bcp"`` (the paper's additive HE, the
-        default) or ``"lattice"`` (BFV with SIMD slots, :mod:`ray_vfl.crypto.lattice`). The federated
-        protocol runs on ``"bcp"`` only so far: ``"lattice"`` is accepted here and refused by
-        :func:`~ray_vfl.ssxgb.protocol.train` (:func:`check_engine_runs`) until its node and left sums
-        (slot sums, which need rotation keys) and its per-participant notes are wired.
+        default) or ``"lattice"`` (BFV with SIMD slots, :mod:`ray_vfl.crypto.lattice`). Both run the
+        federated protocol (the lattice engine's rounds: :mod:`ray_vfl.ssxgb.lattice_roles`); the
+        lattice engine saves no model or checkpoint yet.
 
     Example
     -------
@@ -132,8 +131,11 @@ class SSXGBConfig(ValidatedConfig):
 
 def check_engine_runs(config: SSXGBConfig) -> None:
     """Raise :class:`~ray_vfl.errors.ConfigError` if the federated protocol cannot run ``config.engine``
-    (today: every engine but ``"bcp"``; see :class:`SSXGBConfig`'s ``engine``)."""
-    if config.engine != "bcp":
-        raise ConfigError(f"engine={config.engine!r} is not wired into the federated SSXGB protocol yet (its two-server "
-                          "primitives run in ray_vfl.crypto.lattice, but summing a node's rows needs slot rotations "
-                          "and the winner notes per-participant keys): use engine='bcp'")
+    (``"lattice"`` needs tenseal and zstandard: ``pip install 'ray_vfl[lattice]'``)."""
+    if config.engine == "lattice":
+        try:
+            import tenseal.sealapi  # noqa: F401
+            import zstandard  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"engine='lattice' needs tenseal and zstandard ({exc}): pip install 'ray_vfl[lattice]' "
+                              "or use engine='bcp'") from None

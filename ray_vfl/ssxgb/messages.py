@@ -25,7 +25,9 @@ from ..runtime.validation import (
 __all__ = ["S_STEPS"]
 
 # The ServerS steps C may ask for (ray_vfl.crypto.two_server.server_s), with what their arguments are.
-S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step")
+# The lattice engine's S (ray_vfl.crypto.lattice.server_s) answers the last six as well.
+S_STEPS = ("register_step", "switch_key_step", "mult_step", "lgt_step", "trunc_step",
+           "regroup_step", "user_keys_step", "tile_step", "tile_sum_step", "broadcast_step", "switch_step")
 
 
 def _bcp(path: str, n=None, key: str = "key", frac: str | None = "frac_bits"):

@@ -141,6 +141,11 @@ class Participant(PartyActor, CostCounters):
         ctx = {"n_rows": self.n_rows, "key": self.joint, "frac_bits": self.config.frac_bits}
         p = self.mailbox.open(msg, "ssxgb_gradients", ctx, [self.server_c])
         self.g, self.h = p["g"], p["h"]
+        self._start_tree(p["rows"])
+
+    def _start_tree(self, rows: np.ndarray) -> None:
+        """A new tree over the sampled ``rows``: every row at the root, a fresh feature sample."""
+        p = {"rows": rows}
         self.pos_of_row = np.full(self.n_rows, -1, dtype=np.int64)
         self.pos_of_row[p["rows"]] = np.arange(len(p["rows"]))
         self.node_of_row = np.zeros(self.n_rows, dtype=np.int64)
@@ -181,12 +186,16 @@ class Participant(PartyActor, CostCounters):
         p = self.mailbox.open(msg, "ssxgb_win", ctx, [self.server_c])
         notes = self.bcp.decrypt_residues(self.sk, p["idx"])
         self.ops["decrypt"] += len(notes)
+        return self._claim(depth, p, notes)
+
+    def _claim(self, depth: int, p: dict, notes: list[int]) -> tuple:
+        """The nodes whose note is a local index of this participant's: their left branches, to C."""
         if p["count"] != len(self.candidates):
             raise DataError(f"C counts {p['count']} candidates for {self.name!r}, which sent {len(self.candidates)}")
         bins = self.rows["train"]
         nodes, records, lefts = [], [], []
         for node, j in zip(p["node"].tolist(), notes):
-            if j >= len(self.candidates):  # another participant's split: a uniform value mod N
+            if not 0 <= j < len(self.candidates):  # another participant's split: a uniform value mod N
                 continue
             f, b = self.candidates[j]
             self.lookup.append((f, b, float(self.binner.threshold(f, b))))

@@ -8,6 +8,8 @@ server S holds the BCP master key, talks only to C, and answers the two-server s
 (:mod:`ray_vfl.crypto.two_server.server_s`) on values C has masked. The driver is a coordinator: it calls the
 actors and hands each message (a Ray reference) to its receiver, never fetching one; small messages
 still come back to it inline, sealed for their receivers (:mod:`ray_vfl.runtime.seal`): ciphertext.
+The table below is the BCP engine's; ``SSXGBConfig(engine="lattice")`` (BFV with SIMD slots) runs the
+same tree with the roles and messages of :mod:`ray_vfl.ssxgb.lattice_roles` (its own view table).
 
 Rounds (every message through the metered send path). Roles: ``LBP``; ``i``, every other participant
 (the LBP sends what every ``i`` sends too: its rows are listed apart); ``C``; ``S``. Under each
@@ -266,12 +268,13 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     runtime.connect(order + [SERVER_C, SERVER_S])
     tables = data.tables(runtime)
     cats = data.categorical
-    s_handle = runtime.spawn(SERVER_S, ServerSRole, SERVER_S, config, SERVER_C, _pool(runtime, SERVER_S, config),
+    s_role, c_role, p_role = _role_classes(config)
+    s_handle = runtime.spawn(SERVER_S, s_role, SERVER_S, config, SERVER_C, _pool(runtime, SERVER_S, config),
                              record_view)
-    runtime.spawn(SERVER_C, ServerCRole, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout,
+    runtime.spawn(SERVER_C, c_role, SERVER_C, config, order, lbp, SERVER_S, s_handle, timeout,
                   _pool(runtime, SERVER_C, config), record_view)
     for p in order:
-        runtime.spawn(p, Participant, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
+        runtime.spawn(p, p_role, p, tables[p], cats.get(p, []), config, lbp, SERVER_C)
     runtime.introduce(order + [SERVER_C, SERVER_S], timeout)  # public keys, before the first sealed message
     calls = Calls(runtime, order, timeout)
     C, parts = [SERVER_C], order
@@ -316,6 +319,15 @@ def train(runtime: Runtime, data: VerticalDataset, config: SSXGBConfig, callback
     model.op_counts = dict(sum((Counter(c) for c in counts), Counter()))
     model.round_trips = calls.value("round_trips", C, lambda p: (), "counts")[0]
     return model
+
+
+def _role_classes(config: SSXGBConfig) -> tuple[type, type, type]:
+    """Server S's, server C's and the participants' classes for ``config.engine``."""
+    if config.engine == "lattice":
+        from .lattice_roles import LatticeParticipant, LatticeServerSRole
+        from .lattice_server_c import LatticeServerCRole
+        return LatticeServerSRole, LatticeServerCRole, LatticeParticipant
+    return ServerSRole, ServerCRole, Participant
 
 
 def _pool(runtime: Runtime, server: str, config: SSXGBConfig) -> TaskPool:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ray_vfl.crypto.lattice.arrays import LatticeArray
-from ray_vfl.crypto.lattice.keys import LatticeKeys, load_ct, save_ct
+from ray_vfl.crypto.lattice.keys import LatticeKeys, LatticePublic, load_ct, save_ct
 from ray_vfl.crypto.lattice.ring import RingParams
+from ray_vfl.crypto.lattice.slot_sums import row_block, tiled_layout
 from ray_vfl.crypto.two_server.server_s import TwoServerConfig
 from ray_vfl.errors import ConfigError, CryptoError
 
@@ -125,6 +126,79 @@ class LatticeServerS:
         if any(abs(v) >= self.config.lgt_bound for v in vals):
             raise CryptoError(f"LGT input outside |x|, |y| < 2^{self.config.value_bits} (value_bits): refused")
         return self._dense(ring.to_residues([int(v > 0) for v in vals]))
+
+    # -- slot steps (:mod:`ray_vfl.crypto.lattice.slot_sums`): what S opens is uniform in every slot --------
+    def user_keys_step(self, keys: dict) -> list:
+        """Register each participant's public keys (one per prime) for :meth:`switch_step`."""
+        if not isinstance(keys, dict) or not all(isinstance(v, (list, tuple)) for v in keys.values()):
+            raise CryptoError("user_keys_step needs a dict of name -> public keys (one per prime)")
+        self.users = {str(name): LatticePublic(self.keys.ring, list(blobs)) for name, blobs in keys.items()}
+        return []
+
+    def tile_step(self, operands: list, lengths: list[int]) -> list:
+        """Open each ``X = x + r`` and return it tiled (:func:`~ray_vfl.crypto.lattice.slot_sums.tiled_layout`:
+        block ``t`` holds ``X[t B + j]`` in ``N / B`` slots each), the operands' blocks one after another."""
+        ring, cache, out = self.keys.ring, {}, []
+        for op, m in zip(operands, lengths):
+            res = self._open(op, int(m), cache)
+            self._record("tile", res)
+            for part in tiled_layout(res, ring.slots):
+                out.append([save_ct(self.keys.encrypt(i, part[i])) for i in range(ring.n_primes)])
+        return out
+
+    def tile_sum_step(self, groups: list) -> list:
+        """Per group ``(blocks, m, count, index)``: open each block (masked in every slot), sum each of its
+        ``N / B`` columns over the ``B`` row positions (``B``: :func:`~ray_vfl.crypto.lattice.slot_sums.row_block`
+        of ``m``), keep the first ``count`` sums (in block order) and, if ``index`` is not None, list them as
+        ``sums[index]``; reply every group's sums dense, one array after another."""
+        ring, keys, out = self.keys.ring, self.keys, []
+        for blocks, m, count, index in groups:
+            m, count = int(m), int(count)
+            b = row_block(m, ring.slots) if m > 0 else 0
+            w = ring.slots // b if b else 0
+            if not b or count < 0 or count > len(blocks) * w:
+                raise CryptoError("tile_sum_step: the blocks sent do not hold count sums of m rows")
+            sums = np.zeros((ring.n_primes, len(blocks) * w), dtype=np.uint64)
+            for o, row in enumerate(blocks):
+                if len(row) != ring.n_primes:
+                    raise CryptoError(f"a block must hold {ring.n_primes} ciphertexts, one per prime")
+                for i, blob in enumerate(row):
+                    vals = keys.decrypt(i, load_ct(keys.contexts[i], blob))
+                    if self.record_view:
+                        self.view.append(("tile_sum", vals.tolist()))
+                    p = np.uint64(ring.primes[i])
+                    sums[i, o * w:(o + 1) * w] = np.sum(vals.reshape(b, w) % p, axis=0) % p
+            sums = sums[:, :count]
+            if index is not None:
+                index = np.asarray(index, dtype=np.int64)
+                if index.ndim != 1 or (index.size and (index.min() < 0 or index.max() >= count)):
+                    raise CryptoError("tile_sum_step: index must name sums of the group")
+                sums = sums[:, index]
+            out.append(sums)
+        return self._listed(out)
+
+    def broadcast_step(self, operand: list, length: int) -> list:
+        """Open ``X = x + r`` (uniform) and return, per element ``X_l``, one block holding it in every slot."""
+        ring = self.keys.ring
+        res = self._open(operand, int(length))
+        self._record("broadcast", res)
+        return [[save_ct(self.keys.encrypt(i, np.full(ring.slots, res[i, j], np.uint64))) for i in range(ring.n_primes)]
+                for j in range(res.shape[1])]
+
+    def switch_step(self, operands: list, lengths: list[int], targets: list[str]) -> list:
+        """Open each ``X = x + r`` (uniform) and return it under participant ``targets[j]``'s public keys, dense."""
+        ring, cache, out = self.keys.ring, {}, []
+        users = getattr(self, "users", {})
+        for op, m, who in zip(operands, lengths, targets):
+            if who not in users:
+                raise CryptoError(f"switch_step: no public keys registered for {who!r}")
+            res = self._open(op, int(m), cache)
+            self._record("switch", res)
+            for start in range(0, max(res.shape[1], 1), ring.slots):
+                part = np.zeros((ring.n_primes, ring.slots), dtype=np.uint64)
+                part[:, :min(ring.slots, res.shape[1] - start)] = res[:, start:start + ring.slots]
+                out.append([save_ct(users[who].encrypt(i, part[i])) for i in range(ring.n_primes)])
+        return out
 
     def regroup_step(self, operand: list, length: int) -> list:
         """Open ``X = x + r`` (uniform) and return ``Enc(X)`` dense."""
