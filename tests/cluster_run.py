@@ -101,7 +101,11 @@ def placement_and_failure(runtime: Runtime, cluster: Cluster, nodes: dict) -> di
 
 def main(folder: Path) -> dict:
     warnings.simplefilter("ignore")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # The GCS declares a silent node dead after health_check_failure_threshold missed checks, every
+    # health_check_period_ms: Ray's defaults (5 x 3 s) would keep check 3 waiting 15 s for the removed node.
+    health = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                            "_system_config": health})
     nodes = {p: cluster.add_node(num_cpus=2, resources={party_resource(p): RESOURCE_UNITS}) for p in CLIENTS}
     ray.init(address=cluster.address, log_to_driver=False)
     try:
