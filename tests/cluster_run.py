@@ -12,8 +12,9 @@ declaring the party's resource, as ``cluster.yaml`` declares them on a real clus
 3. **A killed node.** One client's node is removed in the middle of a second training; the script reports
    the error the driver got.
 
-Usage: ``python tests/cluster_run.py FOLDER`` (FOLDER holds bank.csv and shop.parquet); prints
-``RESULT <json>``.
+Usage: ``python tests/cluster_run.py FOLDER``: writes the parties' files into FOLDER (:func:`write_party_files`),
+runs the checks and prints ``RESULT <json>``. ``tests/conftest.py`` starts it when the session starts, so the
+cluster's start-up overlaps the collection of the tests; ``tests/test_cluster.py`` reads its result.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ CLIENTS = ("bank", "shop")
 
 def _node_of_task(_chunk) -> str:
     return ray.get_runtime_context().get_node_id()
+
+
+def write_party_files(folder: Path) -> None:
+    """The bank's CSV (600 credit rows with labels) and the shop's Parquet file (500 of those rows)."""
+    from ray_vfl.data.bundled import BUNDLED_DIR
+
+    frame = pd.read_csv(Path(BUNDLED_DIR) / "uci_default_credit_card.csv.gz").iloc[:600]
+    ids = [f"cust-{i:06d}" for i in frame["ID"]]
+    bank = frame[["LIMIT_BAL", "AGE", "PAY_0", "BILL_AMT1", "default.payment.next.month"]]
+    bank.assign(id=ids).rename(columns={"default.payment.next.month": "y"}).to_csv(folder / "bank.csv", index=False)
+    shop = frame[["PAY_AMT1", "PAY_AMT2", "BILL_AMT2", "EDUCATION"]].assign(id=ids)
+    shop.iloc[100:].to_parquet(folder / "shop.parquet")  # 500 rows in common
 
 
 def party_held(runtime: Runtime, folder: Path) -> dict:
@@ -120,5 +133,6 @@ def main(folder: Path) -> dict:
 
 
 if __name__ == "__main__":
+    write_party_files(Path(sys.argv[1]))
     print("RESULT " + json.dumps(main(Path(sys.argv[1]))), flush=True)
     os._exit(0)

@@ -11,6 +11,9 @@ import functools
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -32,9 +35,78 @@ os.environ.update(
 os.environ.pop("RAY_ADDRESS", None)
 
 
+# Scripts whose result a test reads, run in processes of their own: started when the session starts (if the
+# test file is among the paths pytest was given), so their start-up (a multi-node Ray cluster's: seconds of CPU)
+# overlaps the collection of the tests, which keeps one core busy; otherwise started by the first test asking.
+# Each: (the test file that reads it, the script and its arguments ("{out}": the run's own folder), variables of
+# the session's environment it runs without).
+BACKGROUND = {
+    "cluster": ("tests/test_cluster.py", ["tests/cluster_run.py", "{out}"], ()),
+    # jobs/train.py starting a Ray of its own as a user's shell does: Ray's default token authentication
+    "train_18_parties": ("tests/test_job.py", ["jobs/train.py", "--parties", "18", "--backend", "plain", "--trees", "1",
+                                               "--depth", "2", "--quiet", "--json", "{out}/report.json"],
+                         ("RAY_AUTH_MODE",)),
+}
+_started: dict[str, tuple[subprocess.Popen, str, str]] = {}
+
+
+def _start(name: str) -> None:
+    _, argv, unset = BACKGROUND[name]
+    folder = tempfile.mkdtemp(prefix=f"vfl-{name}-", dir=_SCRATCH)
+    ray_tmp = tempfile.mkdtemp(prefix="rb", dir="/tmp")  # its Ray's own short RAY_TMPDIR (socket path limit)
+    out, err = (open(os.path.join(folder, f), "w") for f in ("stdout.txt", "stderr.txt"))
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(RAY_TMPDIR=ray_tmp, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable] + [a.format(out=folder) for a in argv], stdout=out, stderr=err, env=env,
+                            cwd=REPO, start_new_session=True)
+    out.close(), err.close()
+    _started[name] = (proc, folder, ray_tmp)
+
+
+def _selected(config, test_file: Path) -> bool:
+    if config.option.keyword or config.option.markexpr:
+        return False  # a selection by name or mark: the test starts its script if it runs
+    here = Path(config.invocation_params.dir)
+    for arg in config.args:
+        path = (here / arg.split("::")[0]).resolve()
+        if path == test_file or path in test_file.parents:
+            return True
+    return False
+
+
+def pytest_sessionstart(session):
+    for name, (test_file, _, _) in BACKGROUND.items():
+        if _selected(session.config, REPO / test_file):
+            _start(name)
+
+
+def background_result(name: str, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
+    """The finished run of the background script ``name`` (started now if the session did not start it) and
+    the folder it wrote into."""
+    if name not in _started:
+        _start(name)
+    proc, folder, _ = _started[name]
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    read = [Path(folder, f).read_text(errors="replace") for f in ("stdout.txt", "stderr.txt")]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, *read), Path(folder)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    """Ray's temp folder and the scratch HOME go at the end of every run, whether or not a test started Ray."""
+    """Ray's temp folders and the scratch HOME go at the end of every run, whether or not a test started Ray;
+    a background script still running (its test deselected or interrupted) is stopped with its process group."""
+    for proc, _, ray_tmp in _started.values():
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     for folder in (_RAY_TMP, _SCRATCH):
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -1,29 +1,18 @@
 """A multi-node cluster (one node per party, ``ray.cluster_utils.Cluster``, in a process of its own, run once
-for the module by ``tests/cluster_run.py``): party-held data, placement, and a killed node."""
+by ``tests/cluster_run.py``, started with the session): party-held data, placement, and a killed node."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-import pandas as pd
 import pytest
-from conftest import data_file
+from conftest import background_result
 
 
 @pytest.fixture(scope="module")
-def cluster_result(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cluster")
-    frame = pd.read_csv(data_file("uci_default_credit_card.csv.gz")).iloc[:600]
-    ids = [f"cust-{i:06d}" for i in frame["ID"]]
-    bank = frame[["LIMIT_BAL", "AGE", "PAY_0", "BILL_AMT1", "default.payment.next.month"]]
-    bank.assign(id=ids).rename(columns={"default.payment.next.month": "y"}).to_csv(folder / "bank.csv", index=False)
-    shop = frame[["PAY_AMT1", "PAY_AMT2", "BILL_AMT2", "EDUCATION"]].assign(id=ids)
-    shop.iloc[100:].to_parquet(folder / "shop.parquet")  # 500 rows in common
-    script = Path(__file__).with_name("cluster_run.py")
-    out = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=600)
+def cluster_result():
+    """The result line of ``tests/cluster_run.py``, started in a process of its own when the session started."""
+    out, _ = background_result("cluster")
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, out.stdout[-2000:] + out.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

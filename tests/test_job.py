@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_job
+from conftest import background_result, load_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,22 +74,14 @@ def test_train_job_via_ray_job_submit(ray_head, tmp_path):
     assert report["trees"] == 3 and 0.7 < report["test_auc"] < 0.85 and report["mb_exchanged"] > 0
 
 
-def test_train_job_prints_its_result_line_and_nothing_of_rays(tmp_path):
+def test_train_job_prints_its_result_line_and_nothing_of_rays():
     """jobs/train.py starting its own Ray as a user's shell does (RAY_AUTH_MODE unset: Ray's default token
     authentication), with 18 parties: more actor processes than Ray expects on 2 CPUs. It prints its result
     line and its one warning, and nothing of Ray's: no token-authentication notice, no raylet warning, no
-    escape code. The line's wall time is the whole process's; a plain backend has no key size."""
-    report = tmp_path / "report.json"
-    ray_tmp = tempfile.mkdtemp(prefix="rw", dir="/tmp")  # a short RAY_TMPDIR of its own (socket path limit)
-    env = dict(os.environ, RAY_TMPDIR=ray_tmp, PYTHONPATH=str(REPO))
-    for key in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
-        env.pop(key, None)
-    cmd = [sys.executable, "jobs/train.py", "--parties", "18", "--backend", "plain", "--trees", "1", "--depth", "2",
-           "--quiet", "--json", str(report)]
-    try:
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    escape code. The line's wall time is the whole process's; a plain backend has no key size. The run is
+    started with the session, with its own RAY_TMPDIR (``BACKGROUND`` in ``tests/conftest.py``)."""
+    done, folder = background_result("train_18_parties")
+    report = folder / "report.json"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = json.loads(report.read_text())
     out, err = done.stdout.strip().splitlines(), done.stderr.strip().splitlines()
