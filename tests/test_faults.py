@@ -136,33 +136,24 @@ def _same_models(a, b):
 
 
 def test_a_fit_killed_mid_training_resumes_from_its_checkpoint_to_the_same_model(ray_session, credit, tmp_path):
-    """Kill a passive party's actor during tree 6 of 10; the same fit again continues from the last tree
-    every party saved and ends with the model of an uninterrupted run."""
+    """Kill a passive party's actor between trees 6 and 7 of 10 (from the driver's callback, so a fast machine
+    cannot finish the fit first); the same fit again continues from the last tree every party saved and ends
+    with the model of an uninterrupted run."""
     train_data, test_data = credit
     params = {"n_estimators": 10, "max_depth": 3, "backend": "plain"}
     runtime = Runtime(timeout_s=120)
     whole = SecureBoostClassifier(**params, runtime=runtime).fit(train_data)
-    five_done = threading.Event()
 
-    class AfterFive(TrainingCallback):
+    class KillAfterSix(TrainingCallback):
         def after_iteration(self, iteration, logs):
-            if iteration == 4:
-                five_done.set()
-                time.sleep(0.3)  # the checkpoint of tree 5 is written right after this callback
+            if iteration == 5:  # tree 6 is done: its checkpoint or tree 7 meets a dead party1
+                ray_session.kill(runtime.actor("party1"), no_restart=True)
             return False
 
-    def kill_party1():
-        if five_done.wait(timeout=120):
-            time.sleep(0.5)  # into tree 6
-            ray_session.kill(runtime.actor("party1"), no_restart=True)
-
     folder = str(tmp_path / "ckpt")
-    killer = threading.Thread(target=kill_party1)
-    killer.start()
     with pytest.raises(PartyFailedError) as info:
-        SecureBoostClassifier(**params, runtime=runtime, callbacks=[AfterFive()]).fit(
+        SecureBoostClassifier(**params, runtime=runtime, callbacks=[KillAfterSix()]).fit(
             train_data, checkpoint_dir=folder, checkpoint_every=1)
-    killer.join()
     assert info.value.party == "party1" and info.value.reason == "died"
     done = json.load(open(os.path.join(folder, "checkpoint.json")))["trees"]
     assert 5 <= done < 10
