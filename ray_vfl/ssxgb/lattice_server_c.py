@@ -258,31 +258,6 @@ class LatticeServerCRole(ServerCRole):
         out = self._switch([total], [self.lbp])[0]
         return None, self.mailbox.send("ssxgb_lattice_prediction", [self.lbp], out)
 
-    def _route_leaves(self, routes: list, n_rows: int, n_trees: int) -> list[np.ndarray]:
-        ctx = {"n_trees": n_trees, "n_rows": n_rows}
-        bits: dict[tuple[int, int], np.ndarray] = {}
-        for msg in fetch(routes):
-            p = self.mailbox.open(msg, "ssxgb_route", ctx, self.order)
-            flat = np.unpackbits(p["bits"], count=len(p["tree"]) * n_rows).astype(bool).reshape(len(p["tree"]), n_rows)
-            for t, node, b in zip(p["tree"].tolist(), p["node"].tolist(), flat):
-                if self.trees[t].get(node, ("",))[0] != "split" or self.trees[t][node][1] != msg.sender:
-                    raise ProtocolError(msg.sender, "ssxgb_route", f"tree {t} node {node} is not its split", self.name)
-                bits[(t, node)] = b
-        rows, out = np.arange(n_rows), []
-        for t in range(n_trees):
-            node = np.zeros(n_rows, dtype=np.int64)
-            for _ in range(self.config.max_depth):
-                nxt = node.copy()
-                for nd in np.unique(node).tolist():
-                    kind = self.trees[t][nd]
-                    if (t, nd) not in bits:
-                        raise ProtocolError(kind[1], "ssxgb_route", f"no decisions for tree {t} node {nd}", self.name)
-                    at = rows[node == nd]
-                    nxt[at] = np.where(bits[(t, nd)][at], kind[3], kind[4])
-                node = nxt
-            out.append(node)
-        return out
-
     # -- saved parts: not on this engine yet ----------------------------------------------------------
     def model_part(self) -> dict[str, Any]:
         raise ConfigError("saving an SSXGB model trained with engine='lattice' is not supported yet: use engine='bcp'")

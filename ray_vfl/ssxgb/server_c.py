@@ -237,6 +237,19 @@ class ServerCRole(PartyActor, CostCounters):
         if n_trees > len(self.trees):
             raise DataError(f"server C holds {len(self.trees)} federated trees, the model {n_trees}: a later fit "
                             "re-used these actors; predict with the model of the last fit, or fit again")
+        bcp, total = self.two.bcp, None
+        for t, node in enumerate(self._route_leaves(routes, n_rows, n_trees)):
+            leaves, w = self.leaves[t]
+            part = bcp.take(w, np.searchsorted(leaves, node))
+            total = part if total is None else bcp.add(self.joint, total, part)
+        if total is None:
+            total = self.two.encrypt_ints(self.joint, [0] * n_rows, self.config.frac_bits)
+        out = self.two.trans_dec(total, self.user_keys[self.lbp])
+        return None, self.mailbox.send("ssxgb_prediction", [self.lbp], out)
+
+    def _route_leaves(self, routes: list, n_rows: int, n_trees: int) -> list[np.ndarray]:
+        """Every row's leaf in each of the first ``n_trees`` trees, by the owners' routes (each owner's decision
+        bits for the splits it owns; a route for a split it does not own is refused)."""
         ctx = {"n_trees": n_trees, "n_rows": n_rows}
         bits: dict[tuple[int, int], np.ndarray] = {}
         for msg in fetch(routes):
@@ -246,8 +259,7 @@ class ServerCRole(PartyActor, CostCounters):
                 if self.trees[t].get(node, ("",))[0] != "split" or self.trees[t][node][1] != msg.sender:
                     raise ProtocolError(msg.sender, "ssxgb_route", f"tree {t} node {node} is not its split", self.name)
                 bits[(t, node)] = b
-        bcp, total = self.two.bcp, None
-        rows = np.arange(n_rows)
+        rows, out = np.arange(n_rows), []
         for t in range(n_trees):
             node = np.zeros(n_rows, dtype=np.int64)
             for _ in range(self.config.max_depth):
@@ -259,13 +271,8 @@ class ServerCRole(PartyActor, CostCounters):
                     at = rows[node == nd]
                     nxt[at] = np.where(bits[(t, nd)][at], kind[3], kind[4])
                 node = nxt
-            leaves, w = self.leaves[t]
-            part = bcp.take(w, np.searchsorted(leaves, node))
-            total = part if total is None else bcp.add(self.joint, total, part)
-        if total is None:
-            total = self.two.encrypt_ints(self.joint, [0] * n_rows, self.config.frac_bits)
-        out = self.two.trans_dec(total, self.user_keys[self.lbp])
-        return None, self.mailbox.send("ssxgb_prediction", [self.lbp], out)
+            out.append(node)
+        return out
 
     # -- saved part (on C's own machine: public keys, structure, encrypted leaves) ----------------------
     def model_part(self) -> dict[str, Any]:
