@@ -5,7 +5,9 @@ Two Ray clusters on loopback: this process's (the bank, coordinating) and the sh
 same credit rows (the bank: labels and the first 11 features; the shop: the other 12, opened from its own
 Parquet file and aligned by PSI) are trained on alternately by one cluster (both parties' actors in this
 process's Ray) and across the two clusters; the figures are each mode's ``train`` wall time and the bytes its
-parties' mailboxes sent. Then an empty call (a probe, ``alive``) one at a time: to the shop's actor in this
+parties' mailboxes sent. Then one split-NN epoch per mode, alternating the same way (the bank's labels and top
+model, the shop a feature party: one ``step`` per batch through the gateways), with equal seeds: its wall time,
+bytes, and whether both modes predict the same. Then an empty call (a probe, ``alive``) one at a time: to the shop's actor in this
 Ray, and to the shop's role through the gateways.
 
     python benchmarks/federation.py                                   # plain, 10 trees, all 30,000 rows
@@ -40,6 +42,8 @@ from ray_vfl.data.bundled import load_credit  # noqa: E402
 from ray_vfl.runtime.federation.certs import write_test_certificates  # noqa: E402
 from ray_vfl.runtime.federation.coordinator import FederatedRuntime  # noqa: E402
 from ray_vfl.secureboost.protocol import train  # noqa: E402
+from ray_vfl.splitnn import SplitNNConfig  # noqa: E402
+from ray_vfl.splitnn.protocol import train as train_network  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -105,6 +109,35 @@ def _latency_ms(handle, n: int) -> float:
     return 1000 * statistics.median(times)
 
 
+def _ratios(runs: list[dict]) -> dict:
+    """Across / one cluster, medians of each mode's warm runs (its first run also starts its actors; with one
+    run per mode, that run)."""
+    modes = ("one cluster", "across")
+    warm = {m: [x for x in runs if x["mode"] == m][1:] or [x for x in runs if x["mode"] == m] for m in modes}
+    med = {m: statistics.median(x["train_s"] for x in warm[m]) for m in modes}
+    byt = {m: statistics.median(x["bytes"] for x in warm[m]) for m in modes}
+    return {"train_ratio": round(med["across"] / med["one cluster"], 3),
+            "bytes_ratio": round(byt["across"] / byt["one cluster"], 4)}
+
+
+def _splitnn_runs(runtimes: dict, data: dict, args) -> dict:
+    """One split-NN training of ``--splitnn-epochs`` per mode and repeat, alternating: seconds, bytes, and
+    whether the two modes' predictions are equal (equal seeds: they must be)."""
+    config = SplitNNConfig(epochs=args.splitnn_epochs, batch_size=args.batch_size, seed=7)
+    runs, proba = [], {}
+    for r in range(args.repeats):
+        for mode in ("one cluster", "across") if r % 2 == 0 else ("across", "one cluster"):
+            start = time.perf_counter()
+            model = train_network(runtimes[mode], data[mode], config)
+            seconds = time.perf_counter() - start
+            runs.append({"mode": mode, "train_s": round(seconds, 3), "bytes": int(model.comm_stats.total_bytes)})
+            proba[mode] = model.predict_proba(data[mode])
+            print(f"{mode:12s} split NN {args.splitnn_epochs} epoch(s) {seconds:7.2f} s  "
+                  f"{model.comm_stats.total_mb:8.2f} MB", flush=True)
+    return {"epochs": args.splitnn_epochs, "batch_size": args.batch_size, "runs": runs, **_ratios(runs),
+            "same_predictions": bool(np.array_equal(proba["one cluster"], proba["across"]))}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=30_000, help="credit rows (both parties hold all of them)")
@@ -112,7 +145,10 @@ def main(argv=None) -> dict:
     p.add_argument("--depth", type=int, default=5)
     p.add_argument("--backend", default="plain", help="plain or paillier")
     p.add_argument("--key-bits", type=int, default=2048)
-    p.add_argument("--repeats", type=int, default=2, help="runs of each mode, alternating")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each mode, alternating (the first of each mode, "
+                   "which starts its actors, is left out of the ratios)")
+    p.add_argument("--splitnn-epochs", type=int, default=1, help="split-NN epochs per run (0: none)")
+    p.add_argument("--batch-size", type=int, default=256, help="split-NN rows per batch (one step per batch)")
     p.add_argument("--calls", type=int, default=200, help="empty calls timed per mode")
     p.add_argument("--shop-cpus", type=int, default=2, help="CPUs of the shop's own Ray")
     p.add_argument("--json", default=None)
@@ -153,15 +189,18 @@ def main(argv=None) -> dict:
                 margins[mode] = model.predict_margin(data[mode])
                 print(f"{mode:12s} train {seconds:7.2f} s  {model.comm_stats.total_mb:8.2f} MB", flush=True)
         result["same_margins"] = bool(np.array_equal(margins["one cluster"], margins["across"]))
+        if args.splitnn_epochs:
+            result["splitnn"] = _splitnn_runs(runtimes, data, args)
         result["empty_call_ms"] = {"one cluster": round(_latency_ms(one.actor("shop"), args.calls), 3),
                                    "across": round(_latency_ms(across.actor("shop"), args.calls), 3)}
-        med = {m: statistics.median(x["train_s"] for x in result["runs"] if x["mode"] == m) for m in runtimes}
-        byt = {m: statistics.median(x["bytes"] for x in result["runs"] if x["mode"] == m) for m in runtimes}
-        result["train_ratio"] = round(med["across"] / med["one cluster"], 3)
-        result["bytes_ratio"] = round(byt["across"] / byt["one cluster"], 4)
+        result.update(_ratios(result["runs"]))
         print(f"across / one cluster: train x{result['train_ratio']}, bytes x{result['bytes_ratio']}, same margins "
               f"{result['same_margins']}; empty call {result['empty_call_ms']['across']} ms vs "
               f"{result['empty_call_ms']['one cluster']} ms")
+        if "splitnn" in result:
+            nn = result["splitnn"]
+            print(f"split NN across / one cluster: train x{nn['train_ratio']}, bytes x{nn['bytes_ratio']}, "
+                  f"same predictions {nn['same_predictions']}")
     finally:
         across.shutdown()
         one.shutdown()

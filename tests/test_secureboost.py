@@ -436,12 +436,14 @@ def test_mask_reserve_hands_out_each_chunk_once(runtime):
     assert len({bytes(r) for r in rows}) == 12  # fresh randomness, never repeated
     g = np.linspace(-1, 1, 5)
     np.testing.assert_allclose(be.decrypt_gh(sk, be.encrypt_gh(sk, g, np.abs(g), masks=masks[0]))[0], g, atol=1e-9)
+    busy = reserve.make.remote(3000)  # the reserve busy while the leftovers queue up and the drop arrives
     supply.order(500)  # a last tree's leftovers: dropped, the chunks not yet started never made
     dropped = [ref for ref, _ in supply.pending]
     supply.drop()
     assert supply.take(10) == ([], 0) and supply.ordered == 0
     made = [ray.get(ref, timeout=60) for ref in dropped]
     assert sum(m is None for m in made) > 50  # 100 chunks ordered at once: most of them skipped
+    assert len(ray.get(busy, timeout=60)) == 3000
     supply.order(7)  # orders after the drop are made
     assert len(ray.get(supply.pending[-1][0], timeout=60)) == 2
     assert len(ray.get(reserve.make.remote(3, supply.epoch), timeout=60)) == 3  # the reserve still serves

@@ -6,6 +6,6 @@
 
 from .. import _lazy_exports
 
-_EXPORTS = {"train": ".protocol", "FederatedModel": ".protocol"}
+_EXPORTS = {"train": ".protocol", "FederatedModel": ".model"}
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)
