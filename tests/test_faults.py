@@ -202,3 +202,35 @@ def test_the_train_job_resumes_from_its_checkpoint_folder(ray_session, tmp_path)
     again = job.main(args)  # every tree is in the checkpoint: nothing to grow, the same model
     assert again["trees"] == first["trees"] == 3 and again["test_auc"] == first["test_auc"]
     assert json.load(open(tmp_path / "ckpt" / "checkpoint.json"))["trees"] == 3
+
+
+def test_a_local_ray_that_misses_rays_start_up_limit_is_killed_and_started_again(monkeypatch):
+    """Ray gives its raylet a fixed 30 s to register and raises a bare Exception past it (a busy machine):
+    start_local_ray kills what that attempt started and starts Ray again; any other error is raised as it is.
+    ``ray.init`` is replaced here (a real miss costs 30 s): its first call leaves a child process running."""
+    import subprocess
+    import sys
+
+    from ray_vfl.runtime import local_ray
+
+    leftovers, calls = [], []
+
+    def init(**kwargs):
+        calls.append(kwargs["_system_config"])
+        if len(calls) == 1:
+            leftovers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(local_ray.ray, "init", init)
+    started, aliases = local_ray._started, dict(local_ray._aliases)  # the session Ray's, restored after
+    try:
+        local_ray.start_local_ray(["bank"], 1)
+        assert len(calls) == 2 and calls[0] is not calls[1] and calls[0] == calls[1]
+        assert leftovers[0].poll() is not None  # killed (and reaped) before the second attempt
+        monkeypatch.setattr(local_ray.ray, "init", lambda **kw: (_ for _ in ()).throw(Exception("another failure")))
+        with pytest.raises(Exception, match="another failure"):
+            local_ray.start_local_ray(["bank"], 1)
+    finally:
+        local_ray._started = started
+        local_ray._aliases.clear()
+        local_ray._aliases.update(aliases)

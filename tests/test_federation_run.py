@@ -37,7 +37,7 @@ from ray_vfl.secureboost.protocol import train
 from ray_vfl.splitnn import InProcessSplitNet, SplitNNConfig
 from ray_vfl.splitnn.protocol import train as train_network
 
-_START_S = 90.0  # the shop's serve process: Python, imports and its own Ray
+_START_S = 150.0  # a serve process: Python, imports and its own Ray (up to 3 starts of 30 s on a busy machine)
 
 
 def _free_port() -> int:
@@ -92,22 +92,13 @@ def _aligned_in_memory(paths: dict[str, Path], label: str) -> VerticalDataset:
     return VerticalDataset.from_frames(frames, id_column="ID", label=label)
 
 
-_RAY_START_TIMEOUT = b"timed out during startup"  # Ray's own 30 s limit for its raylet to register
-
-
 def _wait_for_serving(c: dict, party: str = "shop") -> None:
-    """Until ``party``'s serve process says it serves. A process whose own Ray did not come up within Ray's
-    fixed 30 s (a 2-core machine starting three Rays beside a test run) is started again, once: the test is
-    about the federation, not Ray's start-up under load."""
+    """Until ``party``'s serve process says it serves (a start of its Ray that misses Ray's 30 s is made
+    again by the process itself: ``ray_vfl.runtime.local_ray.START_ATTEMPTS``)."""
     deadline = time.monotonic() + _START_S
     served = c["served"][party]
     while f"serving party '{party}'".encode() not in served["log"].read_bytes():
-        if served["proc"].poll() is not None and _RAY_START_TIMEOUT in served["log"].read_bytes() \
-                and not served.get("restarted"):
-            _stop_serving(served)
-            served = c["served"][party] = _start_serving(party, served["data"], c) | {"restarted": True}
-            deadline = time.monotonic() + _START_S
-        elif served["proc"].poll() is not None or time.monotonic() > deadline:
+        if served["proc"].poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"{party}'s serve process did not start:\n{served['log'].read_text()[-3000:]}")
         time.sleep(0.2)
 
@@ -129,14 +120,14 @@ def _start_serving(party: str, data: list[Path], c: dict) -> dict:
     env.update(RAY_TMPDIR=ray_tmp, HOME=home, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
                PYTHONPATH=str(REPO))
     cert = c["certs"][party]
-    log_path = c["folder"] / f"serve-{party}-{len(list(c['folder'].glob(f'serve-{party}*.log')))}.log"
+    log_path = c["folder"] / f"serve-{party}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ray_vfl.serve", "--federation", c["fed"], "--party", party,
              "--data", *map(str, data), "--id-column", "ID", "--cert", cert["cert"], "--key", cert["key"],
              "--ca", cert["ca"], "--num-cpus", "1", "--timeout", "60"],
             cwd=str(c["folder"]), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return {"proc": proc, "log": log_path, "ray_tmp": ray_tmp, "home": home, "data": data}
+    return {"proc": proc, "log": log_path, "ray_tmp": ray_tmp, "home": home}
 
 
 def _stop_serving(served: dict) -> None:

@@ -32,6 +32,8 @@ A local Ray prints nothing of its own unless something fails:
   parties on 2 CPUs. Here each party is an actor process of its own by design (its data and keys
   live in it; ``num_cpus=0``), so the local Ray starts up to one process per CPU and per party
   slot it declares at once (:func:`startup_concurrency`), and warns only past 4 times that.
+- A start that misses Ray's fixed 30 s for its raylet to register (a busy machine) is killed and made
+  again (:data:`START_ATTEMPTS`), with one WARNING line saying so.
 - The errors of calls nobody fetched after a failure are settled
   (:func:`ray_vfl.runtime.waiting.settle`) rather than reported as "Unhandled error".
 """
@@ -44,6 +46,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from typing import Mapping, Sequence
 
@@ -63,6 +66,13 @@ SPARE_SLOTS = 32  # spare party resources of a local Ray, for parties of later f
 INLINE_BYTES = 2 * 1024**2
 # Ray's logger of its notice that it turned token authentication on (its default): muted while ray_vfl starts Ray
 AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+# Ray 2.60 gives its raylet a fixed 30 s to register with its GCS (ray/_private/node.py) and raises a bare
+# Exception with this text past it: seen on the 2-core machine with three Rays starting at once. A start that
+# times out is killed (what it started) and made again, up to START_ATTEMPTS in all.
+START_TIMEOUT = "timed out during startup"
+START_ATTEMPTS = 3
+log = logging.getLogger(__name__)
 
 _aliases: dict[str, str] = {}  # party -> spare slot it was given in the local Ray this process started
 _started = False
@@ -158,10 +168,50 @@ def start_local_ray(parties: Sequence[str], num_cpus: int | None) -> None:
     system = {"max_direct_call_object_size": INLINE_BYTES,
               "worker_maximum_startup_concurrency": startup_concurrency(len(parties), num_cpus)}
     with _no_phone_home(), _auth_notice_muted():
-        # logging_level: Ray's own "Started a local Ray instance" INFO line says nothing the user asked for
-        ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING, _system_config=system)
+        for attempt in range(START_ATTEMPTS):
+            started_before = _children()
+            try:
+                # logging_level: Ray's own "Started a local Ray instance" INFO line says nothing the user asked for
+                ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False,
+                         log_to_driver=False, logging_level=logging.WARNING,
+                         _system_config=dict(system))  # a copy: ray.init adds to the one it is given
+                break
+            except Exception as exc:  # Ray raises a bare Exception for it
+                if START_TIMEOUT not in str(exc) or attempt + 1 == START_ATTEMPTS:
+                    raise
+                _kill(_children() - started_before)
+                log.warning("the local Ray did not come up within Ray's 30 s (a busy machine); starting it again "
+                            "(attempt %d of %d)", attempt + 2, START_ATTEMPTS)
     _started = True
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux's /proc; elsewhere none are known)."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me:
+                found.add(int(entry))
+    return found
+
+
+def _kill(pids: set[int]) -> None:
+    """What a failed start left (its GCS, raylet and their helpers): gone before the next attempt."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def claim_spare_slots(parties: Sequence[str], available: Mapping[str, float]) -> list[str]:
