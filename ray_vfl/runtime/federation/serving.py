@@ -88,10 +88,10 @@ class PartyServer:
         key = self._roles.get((sender, role))
         if key is None:
             return self._fellow_call(sender, role, method, args)
-        if self.runtime is None:
-            raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
         if method == DELIVER:
             raise Refusal(f"party {self.party!r}: {sender!r} hands its messages to role {role!r} as arguments")
+        if self.runtime is None:
+            raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
         fellows = self._fellows.get((sender, role), frozenset())
         args = [self._resolved(a, sender, role) for a in args]
         if method == "trust_mailboxes" and fellows:  # each fellow's key from its own gateway, pinned to its name
@@ -106,7 +106,7 @@ class PartyServer:
     def _fellow_call(self, sender: str, role: str, method: str, args: list) -> Any:
         """A call from a fellow of a role (a party its start names, not its starter): its fellow methods only."""
         started = [k for k, fellows in self._fellows.items() if k[1] == role and sender in fellows]
-        if len(started) != 1 or self.runtime is None:
+        if len(started) != 1:
             raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
         allowed = next(k.fellow_methods for k in ROLE_KINDS.values() if k.role == base_role(role))
         if method not in allowed:
@@ -114,7 +114,7 @@ class PartyServer:
                           f"{list(allowed)} only, not {method!r}")
         if method == DELIVER and len(args) == 1:
             return self.relay.deliver(started[0], sender, args[0])
-        if method == "mailbox_key" and not args:
+        if method == "mailbox_key" and not args and self.runtime is not None:
             handle = self.runtime.actor(self._roles[started[0]])
             return gather([(self.party, handle.mailbox_key.remote())], f"{role}.{method}", self.timeout_s,
                           self.runtime._party_of_actor)[0]
