@@ -105,7 +105,7 @@ class PartyServer:
 
     def _fellow_call(self, sender: str, role: str, method: str, args: list) -> Any:
         """A call from a fellow of a role (a party its start names, not its starter): its fellow methods only."""
-        started = [k for k, fellows in self._fellows.items() if k[1] == role and sender in fellows]
+        started = [k for k, fellows in list(self._fellows.items()) if k[1] == role and sender in fellows]
         if len(started) != 1:
             raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
         allowed = next(k.fellow_methods for k in ROLE_KINDS.values() if k.role == base_role(role))
