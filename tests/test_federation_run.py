@@ -6,8 +6,10 @@ mutual TLS.
 Two serve processes and one coordinator runtime for the module, several checks in order: ``jobs/train.py
 --federation`` runs end to end with the bank and the shop (two clusters, its own runtime); PSI over the three
 aligns the 240 IDs they share; SecureBoost with two passive parties grows the trees, margins and message bytes
-of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; last, the shop's serve process killed by its PID ends the next call
-with PartyFailedError naming "shop" within seconds."""
+of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; PIVODL
+with the three as clients (the shop and the mall messaging each other through their gateways) grows the one-cluster
+trees; last, the shop's serve process killed by its PID ends the next call with PartyFailedError naming "shop"
+within seconds."""
 
 from __future__ import annotations
 
