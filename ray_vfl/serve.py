@@ -6,8 +6,9 @@
 The party's own Ray runs its roles (a local Ray, or its cluster under ``ray job submit``); its gateway
 listens on its address in ``federation.yaml`` over mutual TLS; the coordinating party's job
 (``jobs/train.py --federation ...``) asks it to start its data store, a PSI follower, a SecureBoost
-passive party or a split-NN feature party on the data it serves, named by file name only
-(:mod:`ray_vfl.runtime.federation.serving`). Stop it with Ctrl-C or SIGTERM.
+passive party, a split-NN feature party or a PIVODL client on the data it serves, named by file name only
+(:mod:`ray_vfl.runtime.federation.serving`); a PIVODL client's messages for the other clients go from here to
+their gateways directly (:mod:`ray_vfl.runtime.federation.relay`). Stop it with Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations

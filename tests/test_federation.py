@@ -242,6 +242,9 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         def secret(self):
             return "never"
 
+        def pair(self, x):
+            return x, 2 * x
+
         def check(self, entry):
             raise ProtocolError("shop", "ledger_entry", f"{entry!r} is not a finite number", "bank")
 
@@ -250,7 +253,7 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
     fed = Federation.from_dict({"parties": {"bank": {"gateway": f"127.0.0.1:{port}"},
                                             "shop": {"gateway": f"127.0.0.1:{ports['shop']}"}}})
     ledger = Ledger.remote()
-    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "check"]}),
+    gateway = Gateway("bank", Credentials.from_files(**certs["bank"]), fed, GatewayPolicy({"party": ["total", "check", "pair"]}),
                       dispatcher({"party": ledger}, timeout_s=10, party="bank"))
     gateway.start()
     try:
@@ -274,8 +277,13 @@ def test_remote_handles_have_the_surface_of_actor_handles(world, runtime):
         bank_box = Mailbox("bank")
         sealed = Mailbox("shop").send("note", ["bank"], np.arange(3))
         assert bank_box.open(decode(encode(sealed)), "note").tolist() == [0, 1, 2]
-        with pytest.raises(VFLError, match="inside a container"):
-            bank.total.remote([ray.put(1.0)], 1.0)
+        # references nested in an argument are resolved on the caller's cluster and their values travel
+        assert ray.get(bank.total.remote((ray.put(1.0), ray.put(2.0), 3.0), 1.0), timeout=30) == 6.0
+        # num_returns, as an actor method's: one reference per item of the tuple the method returns
+        first, second = bank.pair.options(num_returns=2).remote(4.0)
+        assert ray.get([first, second], timeout=30) == [4.0, 8.0]
+        with pytest.raises(VFLError, match="num_returns only"):
+            bank.pair.options(num_returns=2, num_cpus=1)
     finally:
         gateway.stop()
         ray.kill(ledger)
@@ -410,3 +418,70 @@ def test_each_coordinator_runtime_runs_and_stops_its_own_roles(world, runtime):
         first.shutdown()
         second.shutdown()
         gateway.stop()
+
+
+def test_pivodl_clients_talk_to_each_other_directly_and_only_as_fellows():
+    """A PIVODL client served across organisations: its start names the run's clients (distinct, with the
+    serving party and its starter), keeps no recorded view, and its model, labels and view stay off the
+    allow-list. The other clients (its fellows) may deliver their messages for it and fetch its mailbox key,
+    nothing else; a message for a third party goes to it directly (the sender's party delivers it, the caller
+    gets a token) and is taken by that token once."""
+    from ray_vfl.pivodl.config import PIVODLConfig
+    from ray_vfl.runtime.comm import Message
+    from ray_vfl.runtime.federation.gateway import Refusal
+    from ray_vfl.runtime.federation.relay import Posted, Relay, digest, posted_for
+    from ray_vfl.runtime.federation.roles import PoolSpec, StartRole, TableKey, role_instance
+
+    table, config, session = TableKey("data", "source-1"), PIVODLConfig(n_trees=1, backend="plain"), "0" * 32
+    for order, view, message in [(["bank", "mall"], False, "'shop' and its starter 'bank' among them"),
+                                 (["bank", "shop", "shop"], False, "distinct party names"),
+                                 (["bank", "shop"], True, "keeps no recorded view")]:
+        with pytest.raises(Refusal, match=message):
+            _server().handle("bank", "control", "start_role",
+                             [StartRole("pivodl-client", ["shop", table, [], config, PoolSpec(), order, view], session)])
+    with pytest.raises(Refusal, match="trains on its own table only"):
+        _server().check_start("bank", StartRole("pivodl-client", ["shop", np.arange(3), [], config, PoolSpec(),
+                                                                  ["bank", "shop"], False], session))
+    assert _server().check_start("bank", StartRole("pivodl-client", ["shop", table, [], config, PoolSpec(),
+                                                                     ["bank", "shop", "mall"], False], session))
+    allowed = set(_server().policy.gateway_allow_list()["pivodl"])
+    assert {"propose", "sum_candidates", "deliver", "mailbox_key"} <= allowed
+    assert not {"model_part", "recorded_view", "skeleton", "released_weights", "importance_stats", "guess_scores",
+                "training_state", "save_part", "load_part", "save_checkpoint", "restore"} & allowed
+
+    # the shop's role started by the bank, with the mall as its fellow (no Ray here: the relay alone)
+    server, instance = _server(), role_instance("pivodl", session)
+    server._roles[("bank", instance)] = "shop:bank-pivodl"
+    server._fellows[("bank", instance)] = frozenset({"mall"})
+    server.relay.open(("bank", instance))
+    to_shop = Message("pivodl_candidate_request", "mall", ("shop",), 0, 0, b"sealed for the shop")
+    assert server.handle("mall", instance, "deliver", [[to_shop]]) == 1
+    with pytest.raises(Refusal, match="lets it call \\['deliver', 'mailbox_key'\\] only, not 'propose'"):
+        server.handle("mall", instance, "propose", [0, [0], [1]])
+    with pytest.raises(Refusal, match="runs no role"):  # a party the start did not name
+        server.handle("outsider", instance, "deliver", [[to_shop]])
+    with pytest.raises(Refusal, match="only its messages for 'shop'"):  # the mall delivering the bank's message
+        server.handle("mall", instance, "deliver", [[Message("k", "bank", ("shop",), 0, 0, b"x")]])
+    with pytest.raises(Refusal, match="as arguments"):  # the starter hands its messages in its calls
+        server.handle("bank", instance, "deliver", [[to_shop]])
+    token = posted_for(to_shop, "bank", "shop")  # what the bank's gateway client hands the shop in its place
+    assert token == Posted("mall", digest(to_shop)) and server._resolved(token, "bank", instance) is to_shop
+    with pytest.raises(Refusal, match="never delivered"):  # each delivered message is taken once
+        server._resolved(token, "bank", instance)
+    with pytest.raises(Refusal, match="more than 1 messages wait"):
+        small = Relay("shop", max_pending=1)
+        small.open(("bank", instance))
+        small.deliver(("bank", instance), "mall", [to_shop, to_shop])
+
+    class Recorder:  # the shop's gateway client, recording its deliveries
+        calls = []
+
+        def call(self, *args):
+            self.calls.append(args)
+
+    sender = Relay("shop", Recorder())
+    mine = [Message("k", "shop", receivers, 0, 0, bytes([i])) for i, receivers in
+            enumerate([("bank",), ("mall",), ("bank", "mall"), ("caller",)])]
+    result = sender.send_on(instance, "bank", {"mall", "bank"}, (None, *mine))
+    assert Recorder.calls == [("mall", instance, "deliver", [mine[1], mine[2]])]  # one call per fellow
+    assert result == (None, mine[0], Posted("shop", digest(mine[1])), mine[2], mine[3])  # the bank reads no mall's

@@ -6,8 +6,10 @@ mutual TLS.
 Two serve processes and one coordinator runtime for the module, several checks in order: ``jobs/train.py
 --federation`` runs end to end with the bank and the shop (two clusters, its own runtime); PSI over the three
 aligns the 240 IDs they share; SecureBoost with two passive parties grows the trees, margins and message bytes
-of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; last, the shop's serve process killed by its PID ends the next call
-with PartyFailedError naming "shop" within seconds."""
+of the one-cluster run on the same files; split NN with two feature parties learns the one-cluster weights; PIVODL
+with the three as clients (the shop and the mall messaging each other through their gateways) grows the one-cluster
+trees; last, the shop's serve process killed by its PID ends the next call with PartyFailedError naming "shop"
+within seconds."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ import pytest
 from conftest import REPO, load_job
 from ray_vfl import BoostConfig, PartyFailedError, VerticalDataset
 from ray_vfl.data.bundled import load_credit
+from ray_vfl.pivodl import PIVODLConfig
+from ray_vfl.pivodl import train as train_pivodl
 from ray_vfl.runtime.federation.certs import write_test_certificates
 from ray_vfl.runtime.federation.coordinator import FederatedRuntime
 from ray_vfl.secureboost.protocol import train
@@ -187,8 +191,11 @@ def reference(clusters, runtime):
     local = _aligned_in_memory({"bank": paths["bank3.csv"], "shop": paths["shop3.parquet"],
                                 "mall": paths["mall.parquet"]}, c["label"])
     model = train(runtime, local, _CONFIG)
-    return {"local": local, "trees": model.trees(), "margins": model.predict_margin(local),
-            "bytes": model.comm_stats.total_bytes}
+    one = {"local": local, "trees": model.trees(), "margins": model.predict_margin(local),
+           "bytes": model.comm_stats.total_bytes}
+    pivodl = train_pivodl(runtime, local, _PIVODL)  # the same parties' actors, now PIVODL clients
+    one["pivodl"] = _pivodl_outcome(runtime, pivodl, local)
+    return one
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +216,26 @@ def federated(clusters, reference):
 
 
 _CONFIG = BoostConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain")
+_PIVODL = PIVODLConfig(n_trees=2, max_depth=3, max_bin=16, backend="plain", instance_threshold=10)
+
+
+def _pivodl_outcome(rt, model, data) -> dict:
+    """What the bank's side of a PIVODL run knows, in a form that does not depend on the run's random draws
+    (split clients, record numbers): per tree every split's source and children, the features, bins and
+    thresholds of the bank's own splits (its lookup table), every released leaf weight, and the margins."""
+    part = rt.get([("bank", rt.actor("bank").model_part.remote())], "bank's part")[0]
+    released = rt.get([("bank", rt.actor("bank").released_weights.remote())], "weights")[0]
+    trees = []
+    for tree in model.skeleton():
+        shape = {}
+        for node, entry in sorted(tree.items()):
+            if entry[0] == "split":
+                _, source, record, left, right = entry
+                shape[node] = (source, left, right, tuple(part["lookup"][record]) if source == "bank" else None)
+            else:
+                shape[node] = "leaf"
+        trees.append(shape)
+    return {"trees": trees, "released": released, "margins": model.predict_margin(data)}
 
 
 def test_psi_aligns_the_ids_common_to_three_organisations(federated):
@@ -257,6 +284,27 @@ def test_split_nn_across_three_organisations_learns_the_one_cluster_weights(fede
     np.testing.assert_array_equal(model.predict_proba(f["data"]), expected)
     assert model.comm_stats.total_bytes > 0
     f["state"]["predict"] = lambda: model.predict_proba(f["data"])
+
+
+def test_pivodl_across_three_organisations_grows_the_one_cluster_model(federated):
+    """PIVODL with the bank, the shop and the mall as clients, each on its own Ray (the bank holding the labels):
+    the clients' messages for each other go straight between the serving parties' gateways (the bank hands
+    on tokens, never their messages), each serving party fetching the other's mailbox key from its gateway.
+    The trees of the one-cluster run on the same rows split for split (sources, children, the bank's
+    thresholds), the same released leaf weights and secure-prediction margins (to their fixed-point grid)."""
+    f, one = federated, federated["one"]["pivodl"]
+    model = train_pivodl(f["rt"], f["data"], _PIVODL)
+    ours = _pivodl_outcome(f["rt"], model, f["data"])
+    assert ours["trees"] == one["trees"] and len(ours["trees"]) == 2
+    sources = {entry[0] for tree in ours["trees"] for entry in tree.values() if entry != "leaf"}
+    assert {"shop", "mall"} <= sources  # both serving parties' splits
+    assert ours["released"] == one["released"]
+    # each client adds its held leaves' weights into its share on a 2**-32 grid (secure_sum.encode_ring), and
+    # which client holds a leaf is drawn per run: the margins agree to three clients' rounding, twice
+    np.testing.assert_allclose(ours["margins"], one["margins"], rtol=0, atol=3 * 2.0**-32)
+    sent = {(r.sender, r.receiver) for r in model.comm_stats.records}
+    assert {("shop", "mall"), ("mall", "shop")} <= sent  # the serving parties' messages for each other
+    f["state"]["predict"] = lambda: model.predict_margin(f["data"])
 
 
 def test_killing_the_serving_partys_process_names_it_within_the_timeout(clusters, federated):

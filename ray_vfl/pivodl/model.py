@@ -84,8 +84,11 @@ class PIVODLModel:
                                       "prediction")[0]
             shape = (data.n_rows,) if self.config.trees_per_round == 1 else (data.n_rows, self.config.num_class)
             margins = box.open(sealed, "pivodl_margins", {"shape": shape}, [output])
-        finally:
+        except (DataError, ConfigError):  # bad input: the clients drop what they loaded and stay ready
             calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            raise
+        # (a failed client ends the federation: nothing is left to clean up, and the failure is what the caller reads)
+        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
         return margins
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
@@ -105,9 +108,12 @@ class PIVODLModel:
             calls.value("load_rows", self.order, lambda p: (key, tables[p]), "load evaluation rows")
             owned = calls.each("eval_labelled", self.order, lambda p: (key,), 1, "evaluation")
             calls.value("take_eval_labelled", self.order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), "evaluation")
-            return evaluate(calls, self.config, key, n_trees)
-        finally:
+            metrics = evaluate(calls, self.config, key, n_trees)
+        except (DataError, ConfigError):  # bad input: the clients drop what they loaded and stay ready
             calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            raise
+        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+        return metrics
 
     def save(self, directory: str) -> dict[str, str]:
         """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,

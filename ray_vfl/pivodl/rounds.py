@@ -4,7 +4,9 @@ The driver never fetches a message: each client method returns a status and one 
 message (``num_returns``), the driver waits on the statuses only (a failed or silent client is named by
 :meth:`~ray_vfl.runtime.actors.Runtime.get`) and passes each reference to its receiver, whose actor
 resolves it (a small message still sits in the driver's process, inline, sealed for its receiver:
-ciphertext only). The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pivodl.protocol`.
+ciphertext only). Across organisations (:mod:`ray_vfl.runtime.federation.relay`) a serving client's message
+for another serving client goes to it directly and the driver passes on a token in its place: the same code.
+The rounds themselves (steps 2-7) are described in :mod:`ray_vfl.pivodl.protocol`.
 """
 
 from __future__ import annotations

@@ -77,6 +77,8 @@ WIRE_TYPES: dict[str, str] = {
     "Record": "ray_vfl.runtime.comm:Record",  # a party's statistics of what it sent
     "BoostConfig": "ray_vfl.trees.config:BoostConfig",
     "SplitNNConfig": "ray_vfl.splitnn.network.config:SplitNNConfig",
+    "PIVODLConfig": "ray_vfl.pivodl.config:PIVODLConfig",
+    "Posted": "ray_vfl.runtime.federation.relay:Posted",  # a message its sender delivered to its receiver directly
     "PartySource": "ray_vfl.data.sources:PartySource",
     "StartRole": "ray_vfl.runtime.federation.roles:StartRole",
     "TableKey": "ray_vfl.runtime.federation.roles:TableKey",

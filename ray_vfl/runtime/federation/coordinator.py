@@ -3,7 +3,7 @@ cluster, every other party's roles are :class:`~.stubs.RemoteHandle` stubs reach
 gateways.
 
 :class:`FederatedRuntime` has the surface of :class:`~ray_vfl.runtime.actors.Runtime`, so the protocols
-(SecureBoost's rounds, PSI, the party-held data's stores), ``Runtime.get``, ``Calls`` and the view audit
+(SecureBoost's rounds, split NN's steps, PIVODL's rounds, PSI, the party-held data's stores), ``Runtime.get``, ``Calls`` and the view audit
 run unchanged: ``spawn`` / ``spawn_helper`` of another party sends a :class:`~.roles.StartRole` request to
 that party's gateway (its :class:`~.roles.ServePolicy` decides) and returns without waiting, so the parties
 start their roles side by side (each call of the handle goes after the start, and fails with its error if
@@ -113,7 +113,9 @@ class FederatedRuntime(Runtime):
     def introduce(self, keys: Sequence[str], timeout_s: float | None = None) -> None:
         """:meth:`Runtime.introduce`, each other organisation's role handed only its own key and this party's:
         a serving party takes keys from the coordinator under these two names only (its keys are pinned to
-        certificate names, :mod:`.serving`), so another serving party's key never travels through here."""
+        certificate names, :mod:`.serving`), so another serving party's key never travels through here: a role
+        whose fellows are other serving parties (a PIVODL client) fetches their keys from their gateways
+        (:mod:`.relay`)."""
         keys = list(keys)
         named = self.get([(k.split(":")[0], self.actor(k).mailbox_key.remote()) for k in keys], "introduce", timeout_s)
         directory: dict[str, bytes] = {}

@@ -21,9 +21,14 @@ roles, never each other's. A session grants nothing by itself: the called party 
 party whose certificate started it, and the gateway's allow-list is its role's (:func:`base_role`).
 
 :data:`ROLE_KINDS` is what a party can serve at all: its data store, a PSI follower, a SecureBoost passive
-party and a split-NN feature party, each with the methods a peer may call on it. Nothing else: a method off the list (a store's ``rows``,
-which would hand over the raw table; a PSI party's ``received``, an audit log) is refused by the gateway
-before any argument is used. :class:`ServePolicy` narrows that per party (``python -m ray_vfl.serve``).
+party, a split-NN feature party and a PIVODL client, each with the methods a peer may call on it. Nothing else: a
+method off the list (a store's ``rows``, which would hand over the raw table; a PSI party's ``received``, an audit
+log; a PIVODL client's ``model_part`` or ``recorded_view``) is refused by the gateway before any argument is used.
+:class:`ServePolicy` narrows that per party (``python -m ray_vfl.serve``).
+
+A PIVODL client's peers are the other clients too, not only its starter: its start names the run's clients,
+and those other than the starter (its *fellows*) may call two methods of it, ``deliver`` (their messages for it,
+sent straight to its gateway, never through the coordinator) and ``mailbox_key`` (:mod:`.relay`).
 
 Example
 -------
@@ -112,11 +117,17 @@ def base_role(name: str) -> str:
 @dataclass(frozen=True)
 class RoleKind:
     """A kind of role a party can serve: its class (``"module:Class"``), the role name it is called by,
-    and the methods a peer may call on it (besides :data:`COMMON_METHODS`)."""
+    and the methods the party that started it may call on it (besides :data:`COMMON_METHODS`).
+
+    A role whose peers talk to each other names them: ``parties_arg`` is the index of its constructor's
+    argument listing the parties of the run; the others of them (not the starter) are its *fellows*, who may
+    call ``fellow_methods`` only (:mod:`.relay`: deliver their messages to it, fetch its mailbox key)."""
 
     cls: str
     role: str
     methods: tuple[str, ...]
+    parties_arg: int | None = None
+    fellow_methods: tuple[str, ...] = ()
 
     def allows(self, method: str) -> bool:
         return method in self.methods or method in COMMON_METHODS
@@ -141,6 +152,17 @@ ROLE_KINDS: dict[str, RoleKind] = {
     # never its weights, gradients, recorded view or a saved part (state, param_grads, recorded_view, *_part)
     "splitnn-nonlabel": RoleKind("ray_vfl.splitnn.network.parties:NonLabelParty", "splitnn", (
         "step", "embed", "load_rows", "drop_rows", "unseen_categories", "ping", "comm_records")),
+    # a PIVODL client: the rounds of training (steps 1-6), prediction and evaluation (7), its statistics; never
+    # its lookup table, labels, gradients, recorded view, attack scores or a saved part (model_part, skeleton,
+    # released_weights, importance_stats, recorded_view, guess_scores, training_state, *_part, *_checkpoint);
+    # its fellow clients (argument 5, the clients in order) deliver their messages and fetch its mailbox key
+    "pivodl-client": RoleKind("ray_vfl.pivodl.client:Client", "pivodl", (
+        "make_keys", "meet", "total_share", "aggregate", "open_total", "take_total", "start_margins", "begin_tree",
+        "set_open_nodes", "propose", "sum_candidates", "forward", "score", "decide", "apply_wins",
+        "apply_partitions", "apply_chosen", "finish_tree", "truncate", "route_start", "route_step",
+        "prediction_share", "combine_shares", "eval_labelled", "take_eval_labelled", "eval_shares", "eval_sums",
+        "eval_metrics", "load_rows", "drop_rows", "unseen_categories", "comm_records", "op_counts"),
+        parties_arg=5, fellow_methods=("deliver", "mailbox_key")),
 }
 
 
@@ -176,5 +198,5 @@ class ServePolicy:
         allowed = {CONTROL_ROLE: list(CONTROL_METHODS)}
         for name in self.kinds:
             kind = ROLE_KINDS[name]
-            allowed[kind.role] = list(kind.methods) + list(COMMON_METHODS)
+            allowed[kind.role] = list(kind.methods) + list(COMMON_METHODS) + list(kind.fellow_methods)
         return allowed

@@ -6,15 +6,20 @@ party's :class:`~.roles.ServePolicy` agrees, and runs the allowed methods of tho
 with a :class:`~.gateway.Refusal` the caller reads as a ProtocolError naming this party:
 
 * a role kind the policy does not list (the policy lists the data store, a PSI follower, a SecureBoost
-  passive party and a split-NN feature party at most);
-* a split-NN feature party sending its embeddings to any party but the one starting it;
+  passive party, a split-NN feature party and a PIVODL client at most);
+* a split-NN feature party sending its embeddings to any party but the one starting it; a PIVODL client
+  whose clients are not distinct parties of the federation including this party and its starter, or that keeps
+  a recorded view;
 * a role under another party's name, a PSI party reading IDs it is sent instead of its own table, a PSI
   audit log, a saved model part to continue from (a path on this party's machine chosen by another);
 * data other than what it serves: a store opens only a file the party serves, named by its file name
   (``shop.parquet``), never a path or a query another party chooses; the ID column and location are the
   serving party's;
 * a call on a role it does not run for that caller: every role belongs to the party that started it, and
-  answers no one else;
+  answers no one else, but for a role's *fellows* (the other PIVODL clients its start names), who may call its
+  fellow methods only: deliver their messages for it and fetch its mailbox key (:mod:`.relay`; this party
+  delivers its own messages for a fellow the same way, after the method that made them returns, and fetches
+  each fellow's key from the fellow's gateway when its starter introduces the parties);
 * a request without its coordinator runtime's session (:class:`~.roles.StartRole`): each role is run per
   (starter, session), as ``"<role>@<session>"``, so two runtimes of one coordinating party each run and stop
   their own roles; a session names a role, it never grants access (the starter's certificate does);
@@ -41,6 +46,7 @@ from ..codec import wire_type
 from ..task_pool import TaskPool
 from ..waiting import gather
 from .gateway import Refusal
+from .relay import DELIVER, Posted, Relay
 from .roles import (CONTROL_ROLE, ROLE_KINDS, SESSION, PoolSpec, RoleRef, ServePolicy, StartRole, TableKey, base_role,
                     role_instance)
 
@@ -55,14 +61,17 @@ class PartyServer:
     ``runtime`` is the party's own :class:`~ray_vfl.runtime.actors.Runtime` (connected to its cluster);
     ``None`` checks requests only (unit tests of the refusals). ``make_table(party, store, key, timeout_s)``
     makes a reference to one of the party's tables (:class:`ray_vfl.data.store.TableRef`, a layer above this one).
+    ``peers``: the party's own :class:`~.gateway.GatewayClient`, to reach the fellows of its roles (:mod:`.relay`).
     """
 
     def __init__(self, policy: ServePolicy, runtime: Runtime | None = None, timeout_s: float = 600.0,
-                 make_table: Callable[..., Any] | None = None) -> None:
+                 make_table: Callable[..., Any] | None = None, peers: Any = None) -> None:
         self.policy, self.runtime, self.timeout_s, self.make_table = policy, runtime, timeout_s, make_table
         self.party = policy.party
+        self.relay = Relay(self.party, peers)
         self._lock = threading.Lock()
         self._roles: dict[tuple[str, str], str] = {}  # (starter, "<role>@<session>") -> the runtime's key of its actor
+        self._fellows: dict[tuple[str, str], frozenset] = {}  # (starter, instance) -> the other parties it talks to
 
     # the gateway's handler -------------------------------------------------------------------
     def handle(self, sender: str, role: str, method: str, args: list) -> Any:
@@ -77,14 +86,39 @@ class PartyServer:
         if method == "trust_mailboxes":
             self.check_keys(sender, args)
         key = self._roles.get((sender, role))
-        if key is None or self.runtime is None:
+        if key is None:
+            return self._fellow_call(sender, role, method, args)
+        if method == DELIVER:
+            raise Refusal(f"party {self.party!r}: {sender!r} hands its messages to role {role!r} as arguments")
+        if self.runtime is None:
             raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
+        fellows = self._fellows.get((sender, role), frozenset())
         args = [self._resolved(a, sender, role) for a in args]
+        if method == "trust_mailboxes" and fellows:  # each fellow's key from its own gateway, pinned to its name
+            args = [{**args[0], **self.relay.fellow_keys(role, fellows)}] + args[1:]
         if base_role(role) == ROLE_KINDS["store"].role and method == "open":
             args = self._served_open(args)
         handle = self.runtime.actor(key)
-        return gather([(self.party, getattr(handle, method).remote(*args))], f"{role}.{method}", self.timeout_s,
-                      self.runtime._party_of_actor)[0]
+        result = gather([(self.party, getattr(handle, method).remote(*args))], f"{role}.{method}", self.timeout_s,
+                        self.runtime._party_of_actor)[0]
+        return self.relay.send_on(role, sender, fellows, result) if fellows else result
+
+    def _fellow_call(self, sender: str, role: str, method: str, args: list) -> Any:
+        """A call from a fellow of a role (a party its start names, not its starter): its fellow methods only."""
+        started = [k for k, fellows in list(self._fellows.items()) if k[1] == role and sender in fellows]
+        if len(started) != 1:
+            raise Refusal(f"party {self.party!r} runs no role {role!r} for party {sender!r}: start it first")
+        allowed = next(k.fellow_methods for k in ROLE_KINDS.values() if k.role == base_role(role))
+        if method not in allowed:
+            raise Refusal(f"party {self.party!r}: {sender!r} is a fellow of role {role!r}, which lets it call "
+                          f"{list(allowed)} only, not {method!r}")
+        if method == DELIVER and len(args) == 1:
+            return self.relay.deliver(started[0], sender, args[0])
+        if method == "mailbox_key" and not args and self.runtime is not None:
+            handle = self.runtime.actor(self._roles[started[0]])
+            return gather([(self.party, handle.mailbox_key.remote())], f"{role}.{method}", self.timeout_s,
+                          self.runtime._party_of_actor)[0]
+        raise Refusal(f"party {self.party!r}: {role}.{method} takes other arguments")
 
     # the control plane -----------------------------------------------------------------------
     def start_role(self, sender: str, request: Any) -> dict:
@@ -107,12 +141,17 @@ class PartyServer:
                 self.runtime.kill(key)
                 raise
             self._roles[(sender, instance)] = key
+            if kind.parties_arg is not None:
+                self._fellows[(sender, instance)] = frozenset(args[kind.parties_arg]) - {sender, self.party}
+                self.relay.open((sender, instance))
         log.info("party %r: started %s (role %r) for %r", self.party, kind_name, instance, sender)
         return {"role": instance}
 
     def stop_role(self, sender: str, role: str) -> None:
         with self._lock:
             key = self._roles.pop((sender, role), None)
+            self._fellows.pop((sender, role), None)
+            self.relay.close((sender, role))
             if key is not None and self.runtime is not None:
                 self.runtime.kill(key)
 
@@ -148,10 +187,29 @@ class PartyServer:
             if args[4] != sender:
                 raise Refusal(f"party {me!r} sends its embeddings to the party that starts its role only ({sender!r}), "
                               f"not to {args[4]!r}")
+        if request.kind == "pivodl-client":
+            self._check_pivodl(sender, args)
         if not isinstance(request.session, str) or not SESSION.match(request.session):
             raise Refusal(f"party {me!r}: a StartRole names its coordinator runtime's session (32 hex digits, "
                           f"roles.new_session()), got {request.session!r}")
         return request.kind, args
+
+    def _check_pivodl(self, sender: str, args: list) -> None:
+        """A PIVODL client: its own table, the run's clients (distinct, with this party and the starter, all of
+        the federation), no recorded view (an audit log of what it decrypted)."""
+        me = self.party
+        if len(args) < 6 or not isinstance(args[1], TableKey):
+            raise Refusal(f"party {me!r} trains on its own table only (a TableKey)")
+        parties = args[5]
+        if (not isinstance(parties, list) or not all(isinstance(p, str) for p in parties)
+                or len(set(parties)) != len(parties) or not {me, sender} <= set(parties)):
+            raise Refusal(f"party {me!r}: a PIVODL client's clients are distinct party names with {me!r} and its "
+                          f"starter {sender!r} among them, got {parties!r}")
+        known = getattr(self.relay.client, "federation", None)
+        if known is not None and set(parties) - set(known.names):
+            raise Refusal(f"party {me!r}: clients {sorted(set(parties) - set(known.names))} are not in the federation")
+        if len(args) > 6 and args[6]:
+            raise Refusal(f"party {me!r} keeps no recorded view for other parties (record_view=False)")
 
     def check_keys(self, sender: str, args: list) -> None:
         """A ``trust_mailboxes(keys, ...)`` from ``sender`` names keys of ``sender`` and this party only."""
@@ -168,6 +226,8 @@ class PartyServer:
         """A record that stands for something of this party's own cluster, made here: roles of ``sender``'s
         runtime session only, the session of ``instance`` (the role being started or called)."""
         t = type(value)
+        if t is Posted:  # a message its sender delivered here directly
+            return self.relay.take((sender, instance), value)
         if t is RoleRef:
             return self.runtime.actor(self._key(sender, value.role, instance))
         if t is TableKey:
@@ -228,7 +288,7 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
     party's own Ray (a local one, ``address="local"``, unless ``RAY_ADDRESS`` names its cluster), run its
     gateway on ``listen`` (default: its address in the federation file) under the policy the arguments say."""
     from .federation_file import Federation
-    from .gateway import Credentials, Gateway, GatewayPolicy
+    from .gateway import Credentials, Gateway, GatewayClient, GatewayPolicy
 
     federation = Federation.from_yaml(federation_path)
     federation.party(party)
@@ -237,7 +297,8 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
     runtime = Runtime(address="auto" if os.environ.get("RAY_ADDRESS") else "local", num_cpus=num_cpus,
                       timeout_s=timeout_s)
     policy = ServePolicy(party, served, tuple(kinds or ROLE_KINDS))
-    server = PartyServer(policy, runtime, timeout_s, make_table)
+    peers = GatewayClient(party, credentials, federation, timeout_s)  # to the fellows of its roles (PIVODL's clients)
+    server = PartyServer(policy, runtime, timeout_s, make_table, peers)
     ready = threading.Event()
 
     def handle(sender: str, role: str, method: str, args: list) -> Any:
@@ -259,4 +320,5 @@ def serve(federation_path: str, party: str, data: list[str], id_column: str | No
             pass
     finally:
         gateway.stop(1.0)
+        peers.close()
         runtime.shutdown()

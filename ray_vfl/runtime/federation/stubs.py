@@ -6,8 +6,11 @@ actor handle does, so rounds, ``Runtime.get`` and waiting stay as they are. The 
 on the caller's own cluster (no CPU reserved), which sends it through the caller's
 :class:`~ray_vfl.runtime.federation.gateway.GatewayClient`; top-level ``ObjectRef`` arguments are
 resolved by Ray before they leave (their values travel, on the typed wire), and the reply comes back as
-the task's result. A reference inside a list or dict cannot be resolved by the other cluster and is
-refused. At the called party, :func:`dispatcher` is its gateway's handler: it runs the method on the
+the task's result (``.options(num_returns=k)``: one reference per item of the tuple it returns, as an
+actor method's). A reference inside a list, tuple or dict is lifted to a top-level argument of that call, so
+Ray resolves it on the caller's cluster too and its value travels in its place. A message of a third party
+among the values goes as a :class:`~.relay.Posted` record: its sender delivered it to the receiver directly
+(:mod:`.relay`). At the called party, :func:`dispatcher` is its gateway's handler: it runs the method on the
 party's own actor of that role (whose allow-list the gateway checked) and returns the result.
 
 Example
@@ -62,21 +65,57 @@ def _client(spec: ClientSpec) -> GatewayClient:
     return client
 
 
-def _no_nested_refs(value: Any, where: str) -> None:
+class _Slot:
+    """Where a reference nested in an argument was (its value fills it in the caller's gateway client)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _lift(value: Any, refs: list) -> Any:
+    """``value`` with every ``ObjectRef`` nested in its lists, tuples and dicts replaced by a :class:`_Slot`,
+    the references appended to ``refs`` (they become top-level arguments of the client's call: Ray resolves
+    them on the caller's cluster and their values travel)."""
+    t = type(value)
     if isinstance(value, ray.ObjectRef):
-        raise VFLError(f"{where} holds a Ray reference inside a container: another organisation's cluster cannot "
-                       "resolve it; pass the reference itself as an argument (its value travels) or the value")
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _no_nested_refs(item, where)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _no_nested_refs(item, where)
+        refs.append(value)
+        return _Slot(len(refs) - 1)
+    if t in (list, tuple):
+        return t(_lift(v, refs) for v in value)
+    if t is dict:
+        return {k: _lift(v, refs) for k, v in value.items()}
+    return value
+
+
+def _filled(value: Any, values: tuple) -> Any:
+    t = type(value)
+    if t is _Slot:
+        return values[value.index]
+    if t in (list, tuple):
+        return t(_filled(v, values) for v in value)
+    if t is dict:
+        return {k: _filled(v, values) for k, v in value.items()}
+    return value
+
+
+def _send(spec: ClientSpec, n_ready: int, n_nested: int, rest: tuple) -> Any:
+    """Call ``rest[n_ready + n_nested:]`` (target, role, method, args) through the caller's gateway client,
+    its slots filled with ``rest[n_ready:n_ready + n_nested]`` (resolved by Ray, as are the role starts
+    ``rest[:n_ready]`` the call waits for); a message of a third party goes as :class:`~.relay.Posted`
+    (its sender delivered it to the target directly, :mod:`.relay`)."""
+    from .relay import posted_for
+
+    nested = rest[n_ready:n_ready + n_nested]
+    target, role, method, *args = rest[n_ready + n_nested:]
+    args = [posted_for(_filled(a, nested), spec.party, target) for a in args]
+    return _client(spec).call(target, role, method, *args)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _gateway_call(spec: ClientSpec, target: str, role: str, method: str, *args: Any) -> Any:
-    return _client(spec).call(target, role, method, *args)
+def _gateway_call(spec: ClientSpec, n_ready: int, n_nested: int, *rest: Any) -> Any:
+    return _send(spec, n_ready, n_nested, rest)
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=64)
@@ -89,13 +128,18 @@ class GatewayClientActor:
         self.spec = spec
 
     def call(self, target: str, role: str, method: str, *args: Any) -> Any:
-        return _client(self.spec).call(target, role, method, *args)
+        return _send(self.spec, 0, 0, (target, role, method, *args))
 
     def call_after(self, n_ready: int, *rest: Any) -> Any:
         """:meth:`call` with ``rest[n_ready:]``, once ``rest[:n_ready]`` (the starts of the roles the call
         names, as references: Ray resolves them first, and a failed start fails this call with its error)
         are done."""
-        return _client(self.spec).call(*rest[n_ready:])
+        return _send(self.spec, n_ready, 0, rest)
+
+    def call_with(self, n_ready: int, n_nested: int, *rest: Any) -> Any:
+        """:meth:`call_after`, with the values of ``n_nested`` references that were nested in the arguments
+        (after the starts) filled into their slots (:func:`_send`)."""
+        return _send(self.spec, n_ready, n_nested, rest)
 
     def close(self) -> None:
         client = _CLIENTS.pop(self.spec.key(), None)
@@ -148,21 +192,24 @@ def wire_arg(value: Any, target: str) -> Any:
 
 
 class _RemoteMethod:
-    def __init__(self, handle: "RemoteHandle", method: str) -> None:
-        self._handle, self._method = handle, method
+    def __init__(self, handle: "RemoteHandle", method: str, num_returns: int = 1) -> None:
+        self._handle, self._method, self._num_returns = handle, method, num_returns
 
-    def remote(self, *args: Any) -> ray.ObjectRef:
+    def options(self, num_returns: int = 1, **other: Any) -> "_RemoteMethod":
+        """As an actor method's: ``num_returns`` references, one per item of the tuple the method returns."""
+        if other:
+            raise VFLError(f"a role at another organisation takes the option num_returns only, got {sorted(other)}")
+        return _RemoteMethod(self._handle, self._method, int(num_returns))
+
+    def remote(self, *args: Any) -> Any:
         h = self._handle
         ready = readiness(h) + readiness(list(args))
-        args = tuple(a if isinstance(a, ray.ObjectRef) else wire_arg(a, h.target) for a in args)
-        for i, arg in enumerate(args):
-            if not isinstance(arg, ray.ObjectRef):
-                _no_nested_refs(arg, f"argument {i} of {h.target}.{h.role}.{self._method}")
-        if h.client is not None and ready:
-            return h.client.call_after.remote(len(ready), *ready, h.target, h.role, self._method, *args)
+        nested: list = []  # references inside lists, tuples and dicts: top-level arguments of the client's call
+        args = tuple(a if isinstance(a, ray.ObjectRef) else _lift(wire_arg(a, h.target), nested) for a in args)
+        rest = (*ready, *nested, h.target, h.role, self._method, *args)
         if h.client is not None:
-            return h.client.call.remote(h.target, h.role, self._method, *args)
-        return _gateway_call.remote(h.spec, h.target, h.role, self._method, *args)
+            return h.client.call_with.options(num_returns=self._num_returns).remote(len(ready), len(nested), *rest)
+        return _gateway_call.options(num_returns=self._num_returns).remote(h.spec, len(ready), len(nested), *rest)
 
 
 class RemoteHandle:
