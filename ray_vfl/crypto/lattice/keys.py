@@ -135,7 +135,8 @@ def flood(blob: bytes, moduli: tuple[int, ...], bits: int) -> bytes:
         res = (res + np.uint64((q - pow(2, bits, q)) % q)) % qq
         data[0, i] = (data[0, i] + res) % qq
     body[start:start + data.nbytes] = data.tobytes()
-    return struct.pack("<HBBBBHQ", 0xA15E, 16, 4, 1, 0, 0, 16 + len(body)) + bytes(body)
+    major, minor = blob[3], blob[4]  # SEAL's own version, as it wrote the blob (it refuses another one's)
+    return struct.pack("<HBBBBHQ", 0xA15E, 16, major, minor, 0, 0, 16 + len(body)) + bytes(body)
 
 
 class LatticePublic:
