@@ -192,8 +192,16 @@ class FixedPointPlan:
         return max(self.comparison_bits() + 2, 2 * newton.scale_bits + 3, self.numerator_bits() + newton.y_bits + 1)
 
     def comparison_bits(self) -> int:
-        """Bits of the cross products the gain comparisons take: ``5 * sum_bits + 2``."""
-        return 5 * self.sum_bits + 2
+        """Bits of the cross products the gain comparisons take (:mod:`ray_vfl.ssxgb.splits`):
+        ``num den' < 2^b`` for ``num = d^2``, ``d = GL (HR + L) - GR (HL + L)``, ``den' = (HL + L) (HR + L)``.
+        With ``|GL| + |GR| <= n g_max`` (``g_max``: the largest ``|p - y|``) and ``T = (HL + L) + (HR + L)
+        <= n h_hi + 2 L``: ``|d| <= n g_max T`` and ``den' <= T^2 / 4``."""
+        lo, hi = self.p_range()
+        g_max = max(abs(lo), abs(hi), abs(self.one - lo), abs(self.one - hi))
+        n = max(1, self.n_rows)
+        t_max = n * self.h_range()[1] + 2 * self.lam
+        d_max = n * g_max * t_max
+        return (d_max * d_max * (t_max * t_max // 4)).bit_length()
 
     def encode(self, x: np.ndarray) -> list[int]:
         """Floats as integers in units of ``2^-F`` (rounded half to even)."""

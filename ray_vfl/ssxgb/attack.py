@@ -315,10 +315,10 @@ def tournament_game(world, share: float, calls: int, nodes: int = 2, k: int = 8,
             gt, ht = int(g.sum()), int(h.sum())
             for q in np.quantile(x, (np.arange(k) + 1) / (k + 1)):
                 gl, hl = int(g[x < q].sum()), int(h[x < q].sum())
-                num.append(gl * gl * (ht - hl + lam) + (gt - gl) ** 2 * (hl + lam))
+                num.append((gl * (ht - hl + lam) - (gt - gl) * (hl + lam)) ** 2)
                 den.append((hl + lam) * (ht - hl + lam))
         s.view.clear()
-        best_candidates(c, c.encrypt_ints(jpk, num, 3 * f), c.encrypt_ints(jpk, den, 2 * f), nodes, k,
+        best_candidates(c, c.encrypt_ints(jpk, num, 4 * f), c.encrypt_ints(jpk, den, 2 * f), nodes, k,
                         plan.sum_bits, [0] * k)
         out += [[int(v) for v in vals] for step, vals in s.view if step == "lgt"]
     return out

@@ -51,8 +51,8 @@ class SSXGBConfig(ValidatedConfig):
     max_candidates : int
         Largest number of split candidates of one node over all participants: the comparison
         tournament costs ``3 ceil(log2 k)`` two-server rounds per level and its encrypted index must
-        stay below ``2^index_bits`` (``index_bits = value_bits - 5 * (bits of the sums) - 2``, the bits the
-        gain comparisons leave free); more is refused.
+        stay below ``2^index_bits`` (``index_bits = value_bits`` minus the bits of the gain comparisons'
+        cross products, :meth:`~ray_vfl.ssxgb.approx.FixedPointPlan.comparison_bits`); more is refused.
     workers_per_server : int or None
         Ray tasks over which server C and server S each cut their large ciphertext arrays (encryption,
         Exp, mDec), pinned to the server's own nodes; ``None``: one per CPU of those nodes; 1: none.

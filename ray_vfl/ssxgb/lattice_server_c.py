@@ -166,7 +166,7 @@ class LatticeServerCRole(ServerCRole):
         sb = self.plan.sum_bits
         num, den = gain_fractions(two, gl, hl, g_node, h_node, self.plan.lam, sb)
         owner = [j for j in range(len(self.order)) for _ in range(counts[j])]
-        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner)
+        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner, len(self.order))
         offsets = np.cumsum([0] + counts)[:-1]
         notes = [self._note(idx, who, int(o), i) for i, o in enumerate(offsets.tolist())]
         told = self._switch(notes, self.order)

@@ -52,12 +52,14 @@ level      i -> C                  per open node, ``Enc`` of the left sums    no
                                    candidates (its sampled features' bins)
 level      LBP -> C                the same, of the LBP's candidates          nothing (ciphertexts, re-randomised) but
            (ssxgb_left_sums)                                                  how many candidates the LBP has
-level      C -> S                  gain fractions (2 Mult rounds) and the     masked values, and from LGT the bit length
-           (ssxgb_s_request)       tournament (3 rounds per halving: Mult,    of the masked cross-product differences
-                                   LGT, Mult); TransDec of the winners        (shuffled): a label-skew signal of the
-                                                                              training (the gains shrink with ``p (1 -
-                                                                              p)``), not a row's label; not a
-                                                                              comparison's outcome (uniform sign)
+level      C -> S                  gain fractions ``d^2``, ``DL DR`` (2 Mult  masked values, and from LGT the bit length
+           (ssxgb_s_request)       rounds) and the tournament (3 rounds per   of the masked cross-product differences
+                                   halving: Mult, LGT, Mult; selections       (shuffled): a label-skew signal of the
+                                   with a public difference are no Mult);     training (the gains shrink with ``p (1 -
+                                   TransDec of the winners                    p)``), not a row's label; not a
+                                                                              comparison's outcome (uniform sign); each
+                                                                              round's size: a function of ``k``, the
+                                                                              nodes and the number of participants
                                                                               [attack: ssxgb.attack_views.lgt_outcomes]
                                                                               [attack: ssxgb.attack_views.tournament_balance]
 level      C -> LBP, i             per node ``Enc_i(v_i)``: the winner's      owner: which of its candidates won (its

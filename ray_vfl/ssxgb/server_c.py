@@ -169,7 +169,7 @@ class ServerCRole(PartyActor, CostCounters):
         num, den = gain_fractions(two, gl, hl, bcp.take(g_node, rep), bcp.take(h_node, rep), self.plan.lam, sb)
         # the owner of each of a node's candidates (node-major: the same in every node)
         owner = [j for j in range(len(self.order)) for _ in range(counts[j])]
-        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner)
+        idx, who = best_candidates(two, num, den, len(nodes), k, sb, owner, len(self.order))
         offsets = np.cumsum([0] + counts)[:-1]
         told = winner_notes(two, idx, who, offsets.tolist(), [self.user_keys[p] for p in self.order])
         out = []
