@@ -5,10 +5,9 @@
 
 The party's own Ray runs its roles (a local Ray, or its cluster under ``ray job submit``); its gateway
 listens on its address in ``federation.yaml`` over mutual TLS; the coordinating party's job
-(``jobs/train.py --federation ...``) asks it to start its data store, a PSI follower, a SecureBoost
-passive party, a split-NN feature party or a PIVODL client on the data it serves, named by file name only
-(:mod:`ray_vfl.runtime.federation.serving`); a PIVODL client's messages for the other clients go from here to
-their gateways directly (:mod:`ray_vfl.runtime.federation.relay`). Stop it with Ctrl-C or SIGTERM.
+(``jobs/train.py --federation ...``) asks it to start the roles of :data:`ROLE_KINDS` on the data it serves,
+named by file name only (:mod:`ray_vfl.runtime.federation.serving`; a PIVODL client's messages for the other
+clients go straight to their gateways: :mod:`~ray_vfl.runtime.federation.relay`). Ctrl-C or SIGTERM stops it.
 """
 
 from __future__ import annotations
