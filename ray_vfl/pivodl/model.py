@@ -85,10 +85,9 @@ class PIVODLModel:
             shape = (data.n_rows,) if self.config.trees_per_round == 1 else (data.n_rows, self.config.num_class)
             margins = box.open(sealed, "pivodl_margins", {"shape": shape}, [output])
         except (DataError, ConfigError):  # bad input: the clients drop what they loaded and stay ready
-            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            self._drop_rows(calls, key)
             raise
-        # (a failed client ends the federation: nothing is left to clean up, and the failure is what the caller reads)
-        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+        self._drop_rows(calls, key)
         return margins
 
     def predict(self, data: VerticalDataset, n_trees: int | None = None) -> np.ndarray:
@@ -110,10 +109,15 @@ class PIVODLModel:
             calls.value("take_eval_labelled", self.order, lambda p: (key, calls.to(p, owned, lambda s, r: 0)), "evaluation")
             metrics = evaluate(calls, self.config, key, n_trees)
         except (DataError, ConfigError):  # bad input: the clients drop what they loaded and stay ready
-            calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+            self._drop_rows(calls, key)
             raise
-        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
+        self._drop_rows(calls, key)
         return metrics
+
+    def _drop_rows(self, calls, key: str) -> None:
+        """The clients drop the rows loaded under ``key``: after a result or bad input only (a failed client
+        ends the federation: nothing is left to drop, and its failure is what the caller reads)."""
+        calls.value("drop_rows", self.order, lambda p: (key,), "cleanup")
 
     def save(self, directory: str) -> dict[str, str]:
         """Each client writes ``<directory>/<client>.json``, its own part only (lookup table, tree shapes,

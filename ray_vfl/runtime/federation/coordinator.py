@@ -103,7 +103,7 @@ class FederatedRuntime(Runtime):
         # not waited for: the parties start their roles side by side; every call of the handle goes after the start
         # (the roles and tables it names too) and fails with the start's error, naming the party, if it failed
         needed = readiness(list(args))
-        started = self._client.call_after.remote(len(needed), *needed, party, CONTROL_ROLE, "start_role", request)
+        started = self._client.call_with.remote(len(needed), 0, *needed, party, CONTROL_ROLE, "start_role", request)
         handle = RemoteHandle(self.spec, party, role_instance(ROLE_KINDS[kind].role, self.session), self._client,
                               ready=started)
         self._actors[key] = handle
@@ -148,8 +148,8 @@ class FederatedRuntime(Runtime):
         self._classes.pop(party, None)
         try:  # best effort: a party that stopped (or a role that never started) has nothing left to stop
             ready = readiness(handle)
-            ray.get(self._client.call_after.remote(len(ready), *ready, handle.target, CONTROL_ROLE, "stop_role",
-                                                   handle.role), timeout=_STOP_S)
+            ray.get(self._client.call_with.remote(len(ready), 0, *ready, handle.target, CONTROL_ROLE, "stop_role",
+                                                  handle.role), timeout=_STOP_S)
         except Exception:  # noqa: BLE001 - unreachable or gone
             log.debug("could not stop %s.%s", handle.target, handle.role)
 

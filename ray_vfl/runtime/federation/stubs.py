@@ -130,15 +130,10 @@ class GatewayClientActor:
     def call(self, target: str, role: str, method: str, *args: Any) -> Any:
         return _send(self.spec, 0, 0, (target, role, method, *args))
 
-    def call_after(self, n_ready: int, *rest: Any) -> Any:
-        """:meth:`call` with ``rest[n_ready:]``, once ``rest[:n_ready]`` (the starts of the roles the call
-        names, as references: Ray resolves them first, and a failed start fails this call with its error)
-        are done."""
-        return _send(self.spec, n_ready, 0, rest)
-
     def call_with(self, n_ready: int, n_nested: int, *rest: Any) -> Any:
-        """:meth:`call_after`, with the values of ``n_nested`` references that were nested in the arguments
-        (after the starts) filled into their slots (:func:`_send`)."""
+        """:meth:`call` once ``rest[:n_ready]`` are done (the starts of the roles the call names, as
+        references: Ray resolves them first, and a failed start fails this call with its error), with the values
+        of the ``n_nested`` references that were nested in the arguments filled into their slots (:func:`_send`)."""
         return _send(self.spec, n_ready, n_nested, rest)
 
     def close(self) -> None:
